@@ -1,0 +1,61 @@
+/* hugetune-work: built-in workloads for hugetune.  Parses the options, runs one
+ * kernel and prints exactly one JSON line on stdout (docs/formats.md, section 5). */
+#include <inttypes.h>
+#include <omp.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "kernels.h"
+
+static void print_result(const struct config *cfg, const struct kresult *r)
+{
+    const double secs = r->seconds;
+    const double total = (double)r->accesses * (double)cfg->iters;
+    double rate = 0.0;
+    const char *unit = "M accesses/s";
+    switch (cfg->kernel) {
+    case K_RANDMEM:
+    case K_CHASE: rate = total / 1e6; break;
+    case K_GUPS: rate = total / 1e6; unit = "M updates/s"; break;
+    case K_STREAM: rate = total * 24.0 / 1e9; unit = "GB/s"; break;
+    case K_PRIMES: rate = total; unit = "events/s"; break;
+    }
+    rate = secs > 0.0 ? rate / secs : 0.0;
+
+    printf("{\"kernel\":\"%s\",\"size\":%" PRIu64 ",\"iters\":%" PRIu64 ",\"threads\":%u,"
+           "\"place\":\"%s\",\"page\":\"%s\",",
+           kernel_name(cfg->kernel), cfg->size, cfg->iters, cfg->threads,
+           place_name(cfg->place), page_name(cfg->page));
+    if (cfg->kernel == K_RANDMEM)
+        printf("\"random_pct\":%.10g,", cfg->random_pct);
+    else
+        printf("\"random_pct\":null,");
+    printf("\"accesses\":%" PRIu64 ",\"seconds\":%.9f,\"rate\":%.6g,\"rate_unit\":\"%s\","
+           "\"checksum\":\"0x%016" PRIx64 "\",\"init_seconds\":%.9f,"
+           "\"minor_faults\":%" PRIu64 ",\"init_minor_faults\":%" PRIu64 ","
+           "\"buffer\":\"0x%" PRIxPTR "\",\"pid\":%ld}\n",
+           r->accesses, secs, rate, unit, r->checksum, r->init_seconds,
+           r->minor_faults, r->init_minor_faults, r->buffer, (long)getpid());
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg;
+    parse_options(argc, argv, &cfg);
+
+    /* Exactly cfg.threads threads in every parallel region. */
+    omp_set_dynamic(0);
+    omp_set_num_threads((int)cfg.threads);
+
+    struct kresult res = { 0 };
+    switch (cfg.kernel) {
+    case K_RANDMEM: kernel_randmem(&cfg, &res); break;
+    case K_CHASE: kernel_chase(&cfg, &res); break;
+    case K_GUPS: kernel_gups(&cfg, &res); break;
+    case K_STREAM: kernel_stream(&cfg, &res); break;
+    case K_PRIMES: kernel_primes(&cfg, &res); break;
+    }
+    print_result(&cfg, &res);
+    return fflush(stdout) == 0 ? 0 : 1;
+}

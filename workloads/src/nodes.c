@@ -1,0 +1,123 @@
+/* heap-small placement: a list of small nodes (64..512 bytes, individually
+ * allocated) and a radix index from node number to node pointer whose every piece
+ * is itself a small allocation, so that no single allocation reaches 64 KiB at any
+ * --size.  See nodes.h for the layout. */
+#include "nodes.h"
+
+#include <string.h>
+
+#include "rng.h"
+#include "util.h"
+
+/* Next node size: 64..512 bytes in 16-byte steps, uniform; the last node takes what
+ * remains (if at least 64 bytes).  0 = done. */
+static size_t next_node_size(uint64_t *st, size_t remaining)
+{
+    size_t sz = NODE_MIN_BYTES + 16 * (size_t)below(splitmix64(st), (NODE_MAX_BYTES - NODE_MIN_BYTES) / 16 + 1);
+    if (sz > remaining)
+        sz = remaining & ~(size_t)15;
+    return sz >= NODE_MIN_BYTES ? sz : 0;
+}
+
+/* Smallest number of chunk levels (>= 2) whose top array fits INDEX_TOP_MAX. */
+static unsigned index_levels(size_t count, size_t *top_len)
+{
+    unsigned levels = 2;
+    while (ceil_div(count, 1ULL << (6 * levels)) > INDEX_TOP_MAX)
+        levels++;
+    *top_len = ceil_div(count, 1ULL << (6 * levels));
+    if (*top_len == 0)
+        *top_len = 1;
+    return levels;
+}
+
+void nodelist_plan(uint64_t layout_seed, size_t bytes, struct nodeplan *plan)
+{
+    uint64_t st = layout_seed;
+    size_t remaining = bytes, sz, node_bytes = 0, top_len;
+    memset(plan, 0, sizeof *plan);
+    while ((sz = next_node_size(&st, remaining)) != 0) {
+        plan->count++;
+        plan->words += (sz - NODE_HEADER_BYTES) / 8;
+        node_bytes += sz;
+        remaining -= sz;
+    }
+    unsigned levels = index_levels(plan->count, &top_len);
+    size_t chunks = 0;
+    for (unsigned l = 1; l <= levels; l++)
+        chunks += ceil_div(plan->count, 1ULL << (6 * l));
+    plan->alloc_bytes = node_bytes + chunks * INDEX_CHUNK_BYTES + round_up(top_len * sizeof(void *), 16);
+}
+
+static void *new_chunk(struct arena *a)
+{
+    void *c = arena_alloc(a, INDEX_CHUNK_BYTES);
+    memset(c, 0, INDEX_CHUNK_BYTES);
+    return c;
+}
+
+/* Makes node number i reachable, allocating index chunks on the way as needed (so
+ * they are interleaved with the nodes in allocation order, as in a real program). */
+static void index_append(struct nodeindex *x, struct arena *a, size_t i, struct node *n)
+{
+    void **slot = &x->top[i >> x->top_shift];
+    for (unsigned s = x->top_shift; s != 0; s -= 6) {
+        if (!*slot)
+            *slot = new_chunk(a);
+        slot = &((void **)*slot)[(i >> (s - 6)) & (INDEX_CHUNK_SLOTS - 1)];
+    }
+    *slot = n;
+}
+
+void nodelist_build(struct nodelist *l, struct arena *a, uint64_t layout_seed, size_t bytes)
+{
+    struct nodeplan plan;
+    nodelist_plan(layout_seed, bytes, &plan);
+    memset(l, 0, sizeof *l);
+    l->ix.levels = index_levels(plan.count, &l->ix.top_len);
+    l->ix.top_shift = 6 * l->ix.levels;
+    l->ix.top = arena_alloc(a, l->ix.top_len * sizeof(void *));
+    memset(l->ix.top, 0, l->ix.top_len * sizeof(void *));
+
+    uint64_t st = layout_seed;
+    size_t remaining = bytes, sz;
+    struct node *prev = NULL;
+    while ((sz = next_node_size(&st, remaining)) != 0) {
+        struct node *n = arena_alloc(a, sz);
+        n->next.ptr = NULL;
+        n->meta = (sz - NODE_HEADER_BYTES) / 8;
+        if (prev)
+            prev->next.ptr = n;
+        else
+            l->first = n;
+        index_append(&l->ix, a, l->count, n);
+        l->count++;
+        l->words += n->meta;
+        remaining -= sz;
+        prev = n;
+    }
+}
+
+/* level 1 = leaf chunk (slots point to nodes). */
+static void free_chunk(struct arena *a, void **c, unsigned level)
+{
+    for (unsigned s = 0; s < INDEX_CHUNK_SLOTS && c[s]; s++) {
+        if (level == 1)
+            arena_free(a, c[s]);
+        else
+            free_chunk(a, c[s], level - 1);
+    }
+    arena_free(a, c);
+}
+
+void nodelist_free(struct nodelist *l, struct arena *a)
+{
+    if (!l->ix.top)
+        return;
+    if (a->use_malloc) {
+        for (size_t t = 0; t < l->ix.top_len && l->ix.top[t]; t++)
+            free_chunk(a, l->ix.top[t], l->ix.levels);
+        arena_free(a, l->ix.top);
+    }
+    memset(l, 0, sizeof *l);
+}
