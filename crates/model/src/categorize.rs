@@ -1,0 +1,452 @@
+//! Categorization (seed 001 §3.2, first step): map every referenced address to the
+//! object live at that moment, and the object to a data category.
+//!
+//! The categorizer is driven in program order: allocation events are applied as
+//! their markers appear in the reference stream, and references are classified
+//! against the objects live at that point.
+
+use crate::category::{Category, PerCategory};
+use crate::page::{align_down, align_up, SIZE_2M};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// An allocation site: the caller of an allocation function, as module + offset
+/// (stable across ASLR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Site {
+    pub module: u32,
+    pub offset: u64,
+}
+
+/// What produced a dynamic object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllocVia {
+    Malloc,
+    Mmap,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AllocOp {
+    Alloc { addr: u64, size: u64, via: AllocVia, site: Option<Site> },
+    Free { addr: u64 },
+    Realloc { old: u64, addr: u64, size: u64, site: Option<Site> },
+    Munmap { addr: u64, len: u64 },
+    Mremap { old: u64, addr: u64, len: u64 },
+}
+
+/// One allocation event with its global sequence number (program order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocEvent {
+    pub seq: u64,
+    pub op: AllocOp,
+}
+
+/// A writable loaded segment (.data + .bss) of a module.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StaticSegment {
+    pub module: u32,
+    /// Runtime address range of the segment in the profiled process.
+    pub start: u64,
+    pub end: u64,
+    /// Load bias: link-time address = runtime address - bias.
+    pub bias: u64,
+    /// Link-time address where the anonymous (.bss beyond the file) part starts.
+    pub anon_start_vaddr: u64,
+    /// Whether the module is the main program (the runtime library remaps only its .bss).
+    pub main_program: bool,
+}
+
+impl StaticSegment {
+    /// The 2 MB-aligned interior of the anonymous part, in link-time addresses: what
+    /// the runtime library advises for THP. Empty when smaller than one huge page.
+    pub fn huge_interior_vaddr(&self) -> (u64, u64) {
+        let lo = align_up(self.anon_start_vaddr, SIZE_2M);
+        let hi = align_down(self.end - self.bias, SIZE_2M);
+        if hi > lo {
+            (lo, hi)
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// Address ranges known from the process's maps and the runtime library's log.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AddressSpace {
+    pub static_segments: Vec<StaticSegment>,
+    /// `[heap]` (brk) ranges: allocator memory outside live objects is heap-small.
+    pub heap_ranges: Vec<(u64, u64)>,
+    pub stack_ranges: Vec<(u64, u64)>,
+    /// Memory of the measuring tools themselves (runtime library buffers, markers).
+    pub excluded_ranges: Vec<(u64, u64)>,
+}
+
+/// What the model knows about one object (fixed pseudo-objects included).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObjectInfo {
+    pub id: u32,
+    pub category: Category,
+    pub start: u64,
+    pub len: u64,
+    pub via: Option<AllocVia>,
+    pub site: Option<Site>,
+    pub alloc_seq: u64,
+    pub free_seq: Option<u64>,
+    /// First frame of this object in the runtime library's own huge-page placement
+    /// (every owned object gets fresh, 2 MB-aligned whole pages).
+    pub frame_base: u64,
+    /// Index into `AddressSpace::static_segments` for static pseudo-objects.
+    pub segment: Option<u32>,
+}
+
+impl ObjectInfo {
+    /// Huge pages the runtime library maps for this object (whole 2 MB pages).
+    pub fn frames(&self) -> u64 {
+        self.len.div_ceil(SIZE_2M)
+    }
+}
+
+pub const OBJ_OTHER: u32 = 0;
+pub const OBJ_STACK: u32 = 1;
+pub const OBJ_HEAP_META: u32 = 2;
+
+/// Per-category allocation statistics of a profile.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AllocStats {
+    pub allocations: u64,
+    pub requested_bytes: u64,
+    pub peak_live_bytes: u64,
+    live_bytes: u64,
+}
+
+pub struct Categorizer {
+    threshold: u64,
+    space: AddressSpace,
+    objects: Vec<ObjectInfo>,
+    live: BTreeMap<u64, u32>,
+    next_frame: u64,
+    owned_frames: u64,
+    peak_owned_frames: u64,
+    stats: PerCategory<AllocStats>,
+    first_static: u32,
+    cache: (u64, u64, u32),
+}
+
+fn in_ranges(ranges: &[(u64, u64)], addr: u64) -> bool {
+    ranges.iter().any(|&(lo, hi)| addr >= lo && addr < hi)
+}
+
+impl Categorizer {
+    /// `threshold`: malloc-family allocations of at least this many bytes are
+    /// heap-large (glibc's default mmap threshold is 128 KiB).
+    pub fn new(space: AddressSpace, threshold: u64) -> Self {
+        let fixed = |id, category| ObjectInfo {
+            id,
+            category,
+            start: 0,
+            len: 0,
+            via: None,
+            site: None,
+            alloc_seq: 0,
+            free_seq: None,
+            frame_base: 0,
+            segment: None,
+        };
+        let mut objects = vec![
+            fixed(OBJ_OTHER, Category::Other),
+            fixed(OBJ_STACK, Category::Stack),
+            fixed(OBJ_HEAP_META, Category::HeapSmall),
+        ];
+        let first_static = objects.len() as u32;
+        for (i, seg) in space.static_segments.iter().enumerate() {
+            let id = objects.len() as u32;
+            let mut o = fixed(id, Category::Static);
+            o.start = seg.start;
+            o.len = seg.end - seg.start;
+            o.segment = Some(i as u32);
+            objects.push(o);
+        }
+        Categorizer {
+            threshold,
+            space,
+            objects,
+            live: BTreeMap::new(),
+            next_frame: 0,
+            owned_frames: 0,
+            peak_owned_frames: 0,
+            stats: Default::default(),
+            first_static,
+            cache: (0, 0, OBJ_OTHER),
+        }
+    }
+
+    pub fn objects(&self) -> &[ObjectInfo] {
+        &self.objects
+    }
+    pub fn object(&self, id: u32) -> &ObjectInfo {
+        &self.objects[id as usize]
+    }
+    pub fn space(&self) -> &AddressSpace {
+        &self.space
+    }
+    pub fn stats(&self) -> &PerCategory<AllocStats> {
+        &self.stats
+    }
+    /// Peak number of 2 MB pages the runtime library would hold for heap-large
+    /// objects at once (its placement: whole pages per object).
+    pub fn peak_owned_frames(&self) -> u64 {
+        self.peak_owned_frames
+    }
+
+    fn category_of(&self, via: AllocVia, size: u64) -> Category {
+        match via {
+            AllocVia::Mmap => Category::Other,
+            AllocVia::Malloc if size >= self.threshold => Category::HeapLarge,
+            AllocVia::Malloc => Category::HeapSmall,
+        }
+    }
+
+    fn birth(&mut self, seq: u64, addr: u64, size: u64, via: AllocVia, site: Option<Site>) {
+        if addr == 0 || addr == u64::MAX || size == 0 {
+            return;
+        }
+        // A new object at an address still thought live means we missed its free
+        // (e.g. it was freed through a path we do not see): retire the old one.
+        self.kill_range(seq, addr, addr.saturating_add(size));
+        let category = self.category_of(via, size);
+        let id = self.objects.len() as u32;
+        let frames = size.div_ceil(SIZE_2M);
+        let frame_base = if category == Category::HeapLarge {
+            let b = self.next_frame;
+            self.next_frame += frames;
+            self.owned_frames += frames;
+            self.peak_owned_frames = self.peak_owned_frames.max(self.owned_frames);
+            b
+        } else {
+            0
+        };
+        self.objects.push(ObjectInfo {
+            id,
+            category,
+            start: addr,
+            len: size,
+            via: Some(via),
+            site,
+            alloc_seq: seq,
+            free_seq: None,
+            frame_base,
+            segment: None,
+        });
+        let st = &mut self.stats[category.index()];
+        st.allocations += 1;
+        st.requested_bytes += size;
+        st.live_bytes += size;
+        st.peak_live_bytes = st.peak_live_bytes.max(st.live_bytes);
+        self.live.insert(addr, id);
+    }
+
+    fn death(&mut self, seq: u64, id: u32) {
+        let o = &mut self.objects[id as usize];
+        o.free_seq = Some(seq);
+        let (category, len, start) = (o.category, o.len, o.start);
+        self.live.remove(&start);
+        if category == Category::HeapLarge {
+            self.owned_frames -= len.div_ceil(SIZE_2M);
+        }
+        let st = &mut self.stats[category.index()];
+        st.live_bytes = st.live_bytes.saturating_sub(len);
+        if self.cache.2 == id {
+            self.cache = (0, 0, OBJ_OTHER);
+        }
+    }
+
+    /// Retire every live object overlapping `[lo, hi)`.
+    fn kill_range(&mut self, seq: u64, lo: u64, hi: u64) {
+        let mut doomed = Vec::new();
+        if let Some((_, &id)) = self.live.range(..lo).next_back() {
+            let o = &self.objects[id as usize];
+            if o.start + o.len > lo {
+                doomed.push(id);
+            }
+        }
+        doomed.extend(self.live.range(lo..hi).map(|(_, &id)| id));
+        for id in doomed {
+            self.death(seq, id);
+        }
+    }
+
+    pub fn apply(&mut self, ev: &AllocEvent) {
+        let seq = ev.seq;
+        match ev.op {
+            AllocOp::Alloc { addr, size, via, site } => self.birth(seq, addr, size, via, site),
+            AllocOp::Free { addr } => {
+                if let Some(&id) = self.live.get(&addr) {
+                    if self.objects[id as usize].via == Some(AllocVia::Malloc) {
+                        self.death(seq, id);
+                    }
+                }
+            }
+            AllocOp::Realloc { old, addr, size, site } => {
+                if addr == 0 {
+                    // Failed realloc (or realloc(p, 0), which freed p).
+                    if size == 0 {
+                        if let Some(&id) = self.live.get(&old) {
+                            self.death(seq, id);
+                        }
+                    }
+                    return;
+                }
+                if let Some(&id) = self.live.get(&old) {
+                    self.death(seq, id);
+                }
+                self.birth(seq, addr, size, AllocVia::Malloc, site);
+            }
+            AllocOp::Munmap { addr, len } => {
+                let lo = addr;
+                let hi = addr.saturating_add(len);
+                let mapped: Vec<u32> = self
+                    .live
+                    .range(lo..hi)
+                    .map(|(_, &id)| id)
+                    .filter(|&id| self.objects[id as usize].via == Some(AllocVia::Mmap))
+                    .collect();
+                for id in mapped {
+                    self.death(seq, id);
+                }
+            }
+            AllocOp::Mremap { old, addr, len } => {
+                let site = self.live.get(&old).map(|&id| self.objects[id as usize].site);
+                if let Some(&id) = self.live.get(&old) {
+                    self.death(seq, id);
+                }
+                if addr != u64::MAX {
+                    self.birth(seq, addr, len, AllocVia::Mmap, site.flatten());
+                }
+            }
+        }
+    }
+
+    /// The object a reference to `addr` touches now, or `None` for memory of the
+    /// measuring tools themselves (not part of the program's behaviour).
+    pub fn classify(&mut self, addr: u64) -> Option<u32> {
+        let (lo, hi, id) = self.cache;
+        if addr >= lo && addr < hi {
+            return Some(id);
+        }
+        if in_ranges(&self.space.excluded_ranges, addr) {
+            return None;
+        }
+        if let Some((&start, &id)) = self.live.range(..=addr).next_back() {
+            let len = self.objects[id as usize].len;
+            if addr < start + len {
+                self.cache = (start, start + len, id);
+                return Some(id);
+            }
+        }
+        for (i, seg) in self.space.static_segments.iter().enumerate() {
+            if addr >= seg.start && addr < seg.end {
+                let id = self.first_static + i as u32;
+                self.cache = (seg.start, seg.end, id);
+                return Some(id);
+            }
+        }
+        if in_ranges(&self.space.heap_ranges, addr) {
+            return Some(OBJ_HEAP_META);
+        }
+        if in_ranges(&self.space.stack_ranges, addr) {
+            return Some(OBJ_STACK);
+        }
+        Some(OBJ_OTHER)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space() -> AddressSpace {
+        AddressSpace {
+            static_segments: vec![StaticSegment {
+                module: 0,
+                start: 0x10000,
+                end: 0x20000,
+                bias: 0,
+                anon_start_vaddr: 0x11000,
+                main_program: true,
+            }],
+            heap_ranges: vec![(0x100000, 0x200000)],
+            stack_ranges: vec![(0x7000_0000, 0x7010_0000)],
+            excluded_ranges: vec![(0x9000_0000, 0x9010_0000)],
+        }
+    }
+
+    fn alloc(seq: u64, addr: u64, size: u64) -> AllocEvent {
+        AllocEvent { seq, op: AllocOp::Alloc { addr, size, via: AllocVia::Malloc, site: None } }
+    }
+
+    #[test]
+    fn categories_follow_object_lifetimes() {
+        let mut c = Categorizer::new(space(), 128 * 1024);
+        let cat = |c: &mut Categorizer, a| c.classify(a).map(|id| c.object(id).category);
+        assert_eq!(cat(&mut c, 0x10010), Some(Category::Static));
+        assert_eq!(cat(&mut c, 0x100010), Some(Category::HeapSmall));
+        assert_eq!(cat(&mut c, 0x7000_1000), Some(Category::Stack));
+        assert_eq!(cat(&mut c, 0x9000_0010), None);
+        assert_eq!(cat(&mut c, 0x5000_0000), Some(Category::Other));
+
+        c.apply(&alloc(1, 0x5000_0000, 1 << 20));
+        c.apply(&alloc(2, 0x100100, 64));
+        assert_eq!(cat(&mut c, 0x5000_0000 + 4096), Some(Category::HeapLarge));
+        assert_eq!(cat(&mut c, 0x100110), Some(Category::HeapSmall));
+        c.apply(&AllocEvent { seq: 3, op: AllocOp::Free { addr: 0x5000_0000 } });
+        assert_eq!(cat(&mut c, 0x5000_0000 + 4096), Some(Category::Other));
+        assert_eq!(c.peak_owned_frames(), 1);
+        assert_eq!(c.stats()[Category::HeapLarge.index()].requested_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn realloc_can_change_category_and_frames_are_peak_of_live() {
+        let mut c = Categorizer::new(AddressSpace::default(), 1000);
+        c.apply(&alloc(1, 0x1000, 100));
+        c.apply(&AllocEvent {
+            seq: 2,
+            op: AllocOp::Realloc { old: 0x1000, addr: 0x40000, size: 5 << 20, site: None },
+        });
+        let id = c.classify(0x40000 + 10).unwrap();
+        assert_eq!(c.object(id).category, Category::HeapLarge);
+        assert_eq!(c.object(id).frames(), 3);
+        c.apply(&alloc(3, 0x1000_0000, 2 << 20));
+        assert_eq!(c.peak_owned_frames(), 4);
+        c.apply(&AllocEvent { seq: 4, op: AllocOp::Free { addr: 0x40000 } });
+        c.apply(&alloc(5, 0x2000_0000, 2 << 20));
+        assert_eq!(c.peak_owned_frames(), 4);
+    }
+
+    #[test]
+    fn munmap_retires_mmapped_objects() {
+        let mut c = Categorizer::new(AddressSpace::default(), 1000);
+        c.apply(&AllocEvent {
+            seq: 1,
+            op: AllocOp::Alloc { addr: 0x10_0000, size: 8192, via: AllocVia::Mmap, site: None },
+        });
+        let id = c.classify(0x10_0100).unwrap();
+        assert_eq!(c.object(id).category, Category::Other);
+        assert_ne!(id, OBJ_OTHER);
+        c.apply(&AllocEvent { seq: 2, op: AllocOp::Munmap { addr: 0x10_0000, len: 8192 } });
+        assert_eq!(c.classify(0x10_0100), Some(OBJ_OTHER));
+    }
+
+    #[test]
+    fn static_interior_is_2m_aligned_inside_the_anonymous_part() {
+        let seg = StaticSegment {
+            module: 0,
+            start: 0x555500200000 + 0x1000,
+            end: 0x555500200000 + 0x1000 + (5 << 20),
+            bias: 0x555500200000,
+            anon_start_vaddr: 0x3000,
+            main_program: true,
+        };
+        assert_eq!(seg.huge_interior_vaddr(), (0x200000, 0x400000));
+    }
+}

@@ -1,0 +1,189 @@
+//! Driving the categorizer and the analyzer over a captured reference stream.
+//!
+//! The stream holds the program's data references in order, with the runtime
+//! library's marker loads among them (docs/formats.md §2.4). A marker for event
+//! `seq` means: everything up to `seq` has happened. Marker loads and references
+//! to the measuring tools' own memory are not part of the program's behaviour and
+//! are dropped here.
+
+use crate::analysis::{AnalysisResult, Analyzer, Mapping};
+use crate::categorize::{AddressSpace, AllocEvent, Categorizer};
+use crate::category::{Category, PerCategory};
+use crate::tlb::TlbGeometry;
+use serde::{Deserialize, Serialize};
+
+pub struct StreamSpec {
+    pub space: AddressSpace,
+    /// Allocation events sorted by `seq`.
+    pub events: Vec<AllocEvent>,
+    pub threshold: u64,
+    /// Marker area (base, span); `span` is a power of two.
+    pub markers: (u64, u64),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamSummary {
+    /// Data references of the program.
+    pub refs: u64,
+    /// References to the measuring tools' own memory.
+    pub excluded: u64,
+    pub markers: u64,
+    pub events: u64,
+    pub events_applied: u64,
+    pub refs_per_category: PerCategory<u64>,
+}
+
+struct Driver<'a> {
+    spec: &'a StreamSpec,
+    cat: Categorizer,
+    next_event: usize,
+    last_marker: u64,
+    summary: StreamSummary,
+}
+
+impl<'a> Driver<'a> {
+    fn new(spec: &'a StreamSpec) -> Self {
+        Driver {
+            cat: Categorizer::new(spec.space.clone(), spec.threshold),
+            spec,
+            next_event: 0,
+            last_marker: 0,
+            summary: StreamSummary { events: spec.events.len() as u64, ..Default::default() },
+        }
+    }
+
+    /// The full sequence number of a marker: the value congruent to its offset
+    /// modulo the span that is closest to the previous marker (markers of
+    /// concurrent threads may arrive slightly out of order).
+    fn marker_seq(&self, offset: u64) -> u64 {
+        let span = self.spec.markers.1;
+        let base = self.last_marker - self.last_marker % span;
+        let mut cand = base + offset;
+        if cand + span / 2 < self.last_marker {
+            cand += span;
+        } else if cand > self.last_marker + span / 2 && cand >= span {
+            cand -= span;
+        }
+        cand
+    }
+
+    /// Returns the object of a program reference, or `None` for dropped ones.
+    fn step(&mut self, addr: u64) -> Option<u32> {
+        let (base, span) = self.spec.markers;
+        if span != 0 && addr >= base && addr < base + span {
+            let seq = self.marker_seq(addr - base);
+            self.summary.markers += 1;
+            self.last_marker = self.last_marker.max(seq);
+            while self.next_event < self.spec.events.len() && self.spec.events[self.next_event].seq <= seq {
+                self.cat.apply(&self.spec.events[self.next_event]);
+                self.next_event += 1;
+                self.summary.events_applied += 1;
+            }
+            return None;
+        }
+        match self.cat.classify(addr) {
+            None => {
+                self.summary.excluded += 1;
+                None
+            }
+            Some(id) => {
+                self.summary.refs += 1;
+                self.summary.refs_per_category[self.cat.object(id).category.index()] += 1;
+                Some(id)
+            }
+        }
+    }
+}
+
+/// First pass: which categories does the program reference?
+pub fn present_categories(spec: &StreamSpec, refs: impl Iterator<Item = u64>) -> (Vec<Category>, StreamSummary) {
+    let mut d = Driver::new(spec);
+    for addr in refs {
+        d.step(addr);
+    }
+    let present = Category::ALL.iter().copied().filter(|c| d.summary.refs_per_category[c.index()] > 0).collect();
+    (present, d.summary)
+}
+
+/// Second pass: the full analysis of every subset of `present`.
+pub fn analyze_stream(
+    spec: &StreamSpec,
+    geometry: &TlbGeometry,
+    present: &[Category],
+    refs: impl Iterator<Item = u64>,
+) -> (AnalysisResult, StreamSummary, Categorizer) {
+    let mut d = Driver::new(spec);
+    let mut a = Analyzer::new(geometry.clone(), spec.space.static_segments.clone(), Mapping::all_subsets(present));
+    for addr in refs {
+        if let Some(id) = d.step(addr) {
+            a.feed(d.cat.object(id), addr);
+        }
+    }
+    let result = AnalysisResult {
+        refs: a.refs(),
+        mappings: a.finish(),
+        heap_large_peak_pages: d.cat.peak_owned_frames(),
+        alloc_stats: d.cat.stats().clone(),
+        geometry: geometry.clone(),
+    };
+    (result, d.summary, d.cat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::categorize::{AllocOp, AllocVia};
+    use crate::tlb::TlbLevel;
+
+    #[test]
+    fn markers_order_events_and_are_dropped() {
+        let base = 0x9000_0000u64;
+        let spec = StreamSpec {
+            space: AddressSpace { excluded_ranges: vec![(0xA000_0000, 0xA000_1000)], ..Default::default() },
+            events: vec![
+                AllocEvent {
+                    seq: 1,
+                    op: AllocOp::Alloc { addr: 0x10_0000, size: 1 << 20, via: AllocVia::Malloc, site: None },
+                },
+                AllocEvent { seq: 2, op: AllocOp::Free { addr: 0x10_0000 } },
+            ],
+            threshold: 128 << 10,
+            markers: (base, 1 << 20),
+        };
+        let refs = vec![
+            0x10_0040,    // before the allocation: other
+            base + 1,     // marker: malloc done
+            0x10_0040,    // heap-large
+            0x10_2040,    // heap-large
+            0xA000_0010,  // the tools' own memory
+            base + 2,     // marker: free
+            0x10_0040,    // other again
+        ];
+        let (present, s) = present_categories(&spec, refs.clone().into_iter());
+        assert_eq!(present, vec![Category::HeapLarge, Category::Other]);
+        assert_eq!((s.refs, s.excluded, s.markers, s.events_applied), (4, 1, 2, 2));
+        assert_eq!(s.refs_per_category[Category::HeapLarge.index()], 2);
+        let g = TlbGeometry {
+            l1: TlbLevel { entries_4k: 64, entries_2m: 64, shared: true },
+            l2: TlbLevel { entries_4k: 512, entries_2m: 512, shared: true },
+            source: "t".into(),
+        };
+        let (r, _, cat) = analyze_stream(&spec, &g, &present, refs.into_iter());
+        assert_eq!(r.refs, 4);
+        assert_eq!(r.mappings.len(), 2);
+        assert_eq!(r.heap_large_peak_pages, 1);
+        assert_eq!(cat.objects().iter().filter(|o| o.free_seq.is_some()).count(), 1);
+    }
+
+    #[test]
+    fn marker_sequence_wraps() {
+        let spec = StreamSpec { space: Default::default(), events: vec![], threshold: 1, markers: (0x1000, 16) };
+        let mut d = Driver::new(&spec);
+        let mut seen = Vec::new();
+        for seq in 1..100u64 {
+            d.step(0x1000 + (seq % 16));
+            seen.push(d.last_marker);
+        }
+        assert_eq!(seen, (1..100).collect::<Vec<_>>());
+    }
+}
