@@ -1,0 +1,212 @@
+//! Changes to kernel state (hugetlb pools) are always undone: on drop, on panic
+//! (unwinding runs drops) and on SIGINT/SIGTERM/SIGHUP, which a watcher thread turns
+//! into "stop the children, restore, exit". Every change is made under an advisory
+//! lock shared with the test suite, so parallel users never fight over a pool.
+
+use anyhow::{bail, Context, Result};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
+
+pub const LOCK_PATH: &str = "/run/lock/hugetune-kernel-state.lock";
+
+type Restorer = Box<dyn FnMut() + Send>;
+static RESTORERS: Mutex<Vec<(u64, Restorer)>> = Mutex::new(Vec::new());
+static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static INSTALL: Once = Once::new();
+
+fn restorers() -> std::sync::MutexGuard<'static, Vec<(u64, Restorer)>> {
+    RESTORERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Start the watcher that restores kernel state when hugetune is interrupted.
+pub fn install_signal_guard() {
+    INSTALL.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+            return;
+        };
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                for &pid in CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    // SAFETY: kill has no memory effects; the pid is our child.
+                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                }
+                let mut r = restorers();
+                let n = r.len();
+                for (_, f) in r.iter_mut() {
+                    f();
+                }
+                r.clear();
+                if n > 0 {
+                    eprintln!("hugetune: interrupted; kernel settings restored");
+                }
+                std::process::exit(128 + sig);
+            }
+        });
+    });
+}
+
+/// Runs its action once, when dropped or when hugetune is interrupted.
+pub struct Restore {
+    id: u64,
+}
+
+pub fn on_restore(f: impl FnMut() + Send + 'static) -> Restore {
+    install_signal_guard();
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    restorers().push((id, Box::new(f)));
+    Restore { id }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let mut r = restorers();
+        if let Some(i) = r.iter().position(|(id, _)| *id == self.id) {
+            let (_, mut f) = r.remove(i);
+            f();
+        }
+    }
+}
+
+/// Registers a child so an interrupt stops it before settings are restored.
+pub struct ChildGuard(u32);
+
+pub fn track_child(pid: u32) -> ChildGuard {
+    CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+    ChildGuard(pid)
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).retain(|&p| p != self.0);
+    }
+}
+
+/// Exclusive advisory lock over kernel huge page state (pools, THP settings).
+pub struct KernelStateLock {
+    _file: File,
+}
+
+pub fn lock_kernel_state() -> Result<KernelStateLock> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_PATH)
+        .with_context(|| format!("opening lock file {LOCK_PATH}"))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        eprintln!("hugetune: waiting for another user of the huge page pools ({LOCK_PATH})");
+        // SAFETY: as above, blocking this time.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("locking kernel state");
+        }
+    }
+    Ok(KernelStateLock { _file: file })
+}
+
+fn nr_path(page_kb: u64) -> PathBuf {
+    Path::new(crate::machine::HUGEPAGES_SYSFS).join(format!("hugepages-{page_kb}kB/nr_hugepages"))
+}
+
+fn read_nr(path: &Path) -> Result<u64> {
+    crate::procfs::read_u64(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn write_nr(path: &Path, n: u64) -> Result<()> {
+    std::fs::write(path, format!("{n}\n")).with_context(|| format!("writing {n} to {}", path.display()))
+}
+
+/// A temporary growth of a hugetlb pool; dropping it puts the pool back.
+pub struct PoolReservation {
+    pub page_kb: u64,
+    pub previous: u64,
+    pub requested: u64,
+    /// Pages the kernel actually added (fragmentation can make it fewer).
+    pub added: u64,
+    _restore: Restore,
+    _lock: KernelStateLock,
+}
+
+/// Grows the `page_kb` pool by `extra` pages for as long as the returned value lives.
+pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolReservation> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("reserving huge pages needs root (writing {})", nr_path(page_kb).display());
+    }
+    let lock = lock_kernel_state()?;
+    let path = nr_path(page_kb);
+    let previous = read_nr(&path)?;
+    let restore_path = path.clone();
+    let restore = on_restore(move || {
+        if let Err(e) = write_nr(&restore_path, previous) {
+            eprintln!("hugetune: could not restore {}: {e:#}", restore_path.display());
+        }
+    });
+    write_nr(&path, previous + extra)?;
+    let now = read_nr(&path)?;
+    Ok(PoolReservation {
+        page_kb,
+        previous,
+        requested: extra,
+        added: now.saturating_sub(previous),
+        _restore: restore,
+        _lock: lock,
+    })
+}
+
+/// A hugetlb pool set to an exact size while the value lives (tests, `frag --try`).
+/// Holds the kernel-state lock, so nobody else changes pools meanwhile.
+pub struct PoolSetting {
+    pub page_kb: u64,
+    pub previous: u64,
+    /// What the kernel actually gave (it may give fewer pages than asked).
+    pub now: u64,
+    _restore: Restore,
+    _lock: KernelStateLock,
+}
+
+pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolSetting> {
+    let lock = lock_kernel_state()?;
+    let path = nr_path(page_kb);
+    let previous = read_nr(&path)?;
+    let restore_path = path.clone();
+    let restore = on_restore(move || {
+        if let Err(e) = write_nr(&restore_path, previous) {
+            eprintln!("hugetune: could not restore {}: {e:#}", restore_path.display());
+        }
+    });
+    write_nr(&path, pages)?;
+    let now = read_nr(&path)?;
+    Ok(PoolSetting { page_kb, previous, now, _restore: restore, _lock: lock })
+}
+
+/// Reads a pool's size under the lock: the resting value, not a test's temporary one.
+pub fn resting_pool_size(page_kb: u64) -> Result<u64> {
+    let _lock = lock_kernel_state()?;
+    read_nr(&nr_path(page_kb))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    #[test]
+    fn restore_runs_once_on_drop() {
+        let n = Arc::new(AtomicUsize::new(0));
+        let m = n.clone();
+        let r = on_restore(move || {
+            m.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(n.load(Ordering::SeqCst), 0);
+        drop(r);
+        assert_eq!(n.load(Ordering::SeqCst), 1);
+        assert!(restorers().iter().all(|(id, _)| *id != 0));
+    }
+}

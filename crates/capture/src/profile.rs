@@ -1,0 +1,147 @@
+//! Turning what the runtime library recorded into the model's inputs: allocation
+//! events with resolved sites, static segments, heap and stack ranges, and the
+//! ranges of the tools' own memory.
+
+use crate::alloclog::{AllocLog, Kind, Module, PF_W, PF_X};
+use crate::procfs::{parse_maps, MapEntry};
+use hugetune_model::categorize::{AddressSpace, AllocEvent, AllocOp, AllocVia, Site, StaticSegment};
+use hugetune_model::page::align_up;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileInputs {
+    pub space: AddressSpace,
+    #[serde(skip)]
+    pub events: Vec<AllocEvent>,
+    /// Module paths; `Site::module` indexes this list.
+    pub modules: Vec<String>,
+    pub threshold: u64,
+    pub markers: (u64, u64),
+}
+
+/// Distinct loaded modules (a module appears in the start and the exit snapshot).
+fn distinct_modules(log: &AllocLog) -> Vec<&Module> {
+    let mut out: Vec<&Module> = Vec::new();
+    for m in &log.modules {
+        if !out.iter().any(|o| o.path == m.path && o.bias == m.bias) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+fn resolve_site(modules: &[&Module], names: &[String], caller: u64) -> Option<Site> {
+    if caller == 0 {
+        return None;
+    }
+    for m in modules {
+        for s in &m.segments {
+            let lo = m.bias.wrapping_add(s.vaddr);
+            if s.flags & PF_X != 0 && caller >= lo && caller < lo.wrapping_add(s.memsz) {
+                let module = names.iter().position(|n| *n == m.path)? as u32;
+                return Some(Site { module, offset: caller - m.bias });
+            }
+        }
+    }
+    None
+}
+
+fn containing(maps: &[MapEntry], addr: u64) -> Option<&MapEntry> {
+    maps.iter().find(|e| addr >= e.start && addr < e.end)
+}
+
+fn push_range(v: &mut Vec<(u64, u64)>, r: (u64, u64)) {
+    if !v.contains(&r) {
+        v.push(r);
+    }
+}
+
+pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
+    let modules = distinct_modules(log);
+    let mut names: Vec<String> = Vec::new();
+    for m in &modules {
+        if !names.contains(&m.path) {
+            names.push(m.path.clone());
+        }
+    }
+    // The main program is the first object dl_iterate_phdr reports at start-up.
+    let main = log.modules.iter().min_by_key(|m| m.seq).map(|m| (m.path.clone(), m.bias));
+
+    let mut space = AddressSpace::default();
+    for m in &modules {
+        let module = names.iter().position(|n| *n == m.path).unwrap_or(0) as u32;
+        for s in m.segments.iter().filter(|s| s.flags & PF_W != 0 && s.memsz > 0) {
+            space.static_segments.push(StaticSegment {
+                module,
+                start: m.bias.wrapping_add(s.vaddr),
+                end: m.bias.wrapping_add(s.vaddr).wrapping_add(s.memsz),
+                bias: m.bias,
+                anon_start_vaddr: align_up(s.vaddr + s.filesz, 4096),
+                main_program: main.as_ref() == Some(&(m.path.clone(), m.bias)),
+            });
+        }
+    }
+
+    let mut maps: Vec<MapEntry> = Vec::new();
+    for snap in &log.maps {
+        for e in parse_maps(&snap.text) {
+            if !maps.iter().any(|m| m.start == e.start && m.end == e.end) {
+                maps.push(e);
+            }
+        }
+    }
+    for e in maps.iter().filter(|e| e.path == "[heap]") {
+        push_range(&mut space.heap_ranges, (e.start, e.end));
+    }
+    for e in maps.iter().filter(|e| e.path == "[stack]") {
+        push_range(&mut space.stack_ranges, (e.start, e.end));
+    }
+
+    let threshold = log.header.threshold.max(1);
+    let mut events = Vec::new();
+    for r in &log.records {
+        let site = || resolve_site(&modules, &names, r.caller);
+        let op = match r.kind {
+            k if k.is_malloc_alloc() => {
+                // Anonymous memory that holds small malloc'd objects is a malloc arena
+                // (the brk heap, or a thread arena): its free space is heap-small too.
+                if r.addr != 0 && r.size < threshold {
+                    if let Some(e) = containing(&maps, r.addr) {
+                        if e.path.is_empty() || e.path == "[heap]" {
+                            push_range(&mut space.heap_ranges, (e.start, e.end));
+                        }
+                    }
+                }
+                AllocOp::Alloc { addr: r.addr, size: r.size, via: AllocVia::Malloc, site: site() }
+            }
+            Kind::Realloc | Kind::Reallocarray => AllocOp::Realloc { old: r.arg, addr: r.addr, size: r.size, site: site() },
+            Kind::Free => AllocOp::Free { addr: r.addr },
+            Kind::Mmap => AllocOp::Alloc { addr: r.addr, size: r.size, via: AllocVia::Mmap, site: site() },
+            Kind::Munmap => AllocOp::Munmap { addr: r.addr, len: r.size },
+            Kind::Mremap => AllocOp::Mremap { old: r.arg, addr: r.addr, len: r.size },
+            Kind::Thread => {
+                if let Some(e) = containing(&maps, r.addr) {
+                    push_range(&mut space.stack_ranges, (e.start, e.end));
+                }
+                continue;
+            }
+            Kind::OwnRegion => {
+                push_range(&mut space.excluded_ranges, (r.addr, r.addr.saturating_add(r.size)));
+                continue;
+            }
+            _ => continue,
+        };
+        events.push(AllocEvent { seq: r.seq, op });
+    }
+    let markers = (log.header.marker_base, log.header.marker_span);
+    if markers.1 != 0 {
+        push_range(&mut space.excluded_ranges, (markers.0, markers.0 + markers.1));
+    }
+    // A heap range must not swallow a stack or a static segment (defensive: maps of
+    // unusual processes).
+    space.heap_ranges.retain(|&(lo, hi)| {
+        !space.stack_ranges.iter().any(|&(s, e)| s < hi && lo < e)
+            && !space.static_segments.iter().any(|s| s.start < hi && lo < s.end)
+    });
+    ProfileInputs { space, events, modules: names, threshold, markers }
+}

@@ -1,0 +1,199 @@
+//! Running a command and measuring it: wall time, rusage (user, system, faults),
+//! and the peak huge page usage of it and its descendants, sampled from
+//! /proc/PID/smaps_rollup while it runs.
+
+use crate::kernel_state::track_child;
+use crate::procfs::{children, read_huge_usage, HugeUsage};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Inherit,
+    Null,
+    Capture,
+}
+
+impl Output {
+    fn stdio(self) -> Stdio {
+        match self {
+            Output::Inherit => Stdio::inherit(),
+            Output::Null => Stdio::null(),
+            Output::Capture => Stdio::piped(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub argv: Vec<OsString>,
+    pub env: Vec<(String, String)>,
+    pub env_remove: Vec<String>,
+    pub stdout: Output,
+    pub stderr: Output,
+    /// Longest pause between /proc samples; sampling starts at 1 ms and backs off
+    /// to this, so short runs are still seen.
+    pub sample_every: Duration,
+}
+
+impl RunSpec {
+    pub fn new(argv: Vec<OsString>) -> Self {
+        RunSpec {
+            argv,
+            env: vec![],
+            env_remove: vec![],
+            stdout: Output::Null,
+            stderr: Output::Inherit,
+            sample_every: Duration::from_millis(25),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunStats {
+    /// Exit code, or 128 + signal number when killed by a signal.
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub wall_s: f64,
+    pub user_s: f64,
+    pub sys_s: f64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub max_rss_kb: u64,
+    /// Peak huge page usage seen while it ran (sampled).
+    pub peak: HugeUsage,
+    #[serde(skip)]
+    pub stdout: Vec<u8>,
+    #[serde(skip)]
+    pub stderr: Vec<u8>,
+}
+
+fn tv(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 * 1e-6
+}
+
+/// Sum of the huge page usage of `pid` and all its descendants.
+fn tree_usage(pid: u32) -> HugeUsage {
+    let mut total = HugeUsage::default();
+    let mut stack = vec![pid];
+    let mut seen = 0;
+    while let Some(p) = stack.pop() {
+        seen += 1;
+        if seen > 4096 {
+            break;
+        }
+        if let Some(u) = read_huge_usage(p) {
+            total = total.add(u);
+        }
+        stack.extend(children(p));
+    }
+    total
+}
+
+pub fn run(spec: &RunSpec) -> Result<RunStats> {
+    let Some((prog, args)) = spec.argv.split_first() else { bail!("empty command") };
+    let mut cmd = Command::new(prog);
+    cmd.args(args).stdin(Stdio::null()).stdout(spec.stdout.stdio()).stderr(spec.stderr.stdio());
+    for k in &spec.env_remove {
+        cmd.env_remove(k);
+    }
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let start = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", prog.to_string_lossy()))?;
+    let pid = child.id();
+    let _tracked = track_child(pid);
+    let reader = |r: Option<Box<dyn Read + Send>>| {
+        r.map(|mut r| {
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                let _ = r.read_to_end(&mut v);
+                v
+            })
+        })
+    };
+    let out_t = reader(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let err_t = reader(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let mut peak = HugeUsage::default();
+    let mut pause = Duration::from_millis(1);
+    let mut status: i32 = 0;
+    // SAFETY: an all-zero rusage is a valid value to be overwritten by wait4.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child with valid out-pointers.
+        let r = unsafe { libc::wait4(pid as i32, &mut status, libc::WNOHANG, &mut ru) };
+        if r == pid as i32 {
+            break;
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e).context("waiting for the child");
+        }
+        peak = peak.max(tree_usage(pid));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(spec.sample_every);
+    }
+    let wall = start.elapsed();
+    // The child is reaped: keep std from waiting on it again.
+    std::mem::forget(child);
+    let (exit_code, signal) = if libc::WIFEXITED(status) {
+        (libc::WEXITSTATUS(status), None)
+    } else if libc::WIFSIGNALED(status) {
+        (128 + libc::WTERMSIG(status), Some(libc::WTERMSIG(status)))
+    } else {
+        (-1, None)
+    };
+    Ok(RunStats {
+        exit_code,
+        signal,
+        wall_s: wall.as_secs_f64(),
+        user_s: tv(ru.ru_utime),
+        sys_s: tv(ru.ru_stime),
+        minor_faults: ru.ru_minflt as u64,
+        major_faults: ru.ru_majflt as u64,
+        max_rss_kb: ru.ru_maxrss as u64,
+        peak,
+        stdout: out_t.map(|t| t.join().unwrap_or_default()).unwrap_or_default(),
+        stderr: err_t.map(|t| t.join().unwrap_or_default()).unwrap_or_default(),
+    })
+}
+
+pub fn duration_s(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_and_measures() {
+        let mut s = RunSpec::new(vec!["sh".into(), "-c".into(), "echo hi; echo err >&2; exit 3".into()]);
+        s.stdout = Output::Capture;
+        s.stderr = Output::Capture;
+        let r = run(&s).unwrap();
+        assert_eq!(r.exit_code, 3);
+        assert_eq!(r.stdout, b"hi\n");
+        assert_eq!(r.stderr, b"err\n");
+        assert!(r.wall_s > 0.0);
+    }
+
+    #[test]
+    fn signals_are_reported() {
+        let r = run(&RunSpec::new(vec!["sh".into(), "-c".into(), "kill -9 $$".into()])).unwrap();
+        assert_eq!(r.signal, Some(9));
+        assert_eq!(r.exit_code, 137);
+    }
+
+    #[test]
+    fn missing_program_is_a_clear_error() {
+        let e = run(&RunSpec::new(vec!["/nonexistent/prog".into()])).unwrap_err();
+        assert!(format!("{e:#}").contains("/nonexistent/prog"));
+    }
+}

@@ -1,0 +1,417 @@
+//! The database: machines, programs, profiles, directives and runs, in embedded
+//! SQLite. The schema is versioned (`PRAGMA user_version`) and migrated forward on
+//! open; WAL and a busy timeout let several hugetune processes write at once.
+
+use anyhow::{bail, Context, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Each entry migrates from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE machines (
+    id INTEGER PRIMARY KEY,
+    fingerprint TEXT NOT NULL UNIQUE,
+    hostname TEXT NOT NULL,
+    cpu TEXT NOT NULL,
+    kernel TEXT NOT NULL,
+    details TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+);
+CREATE TABLE programs (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    build_id TEXT NOT NULL DEFAULT '',
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+    UNIQUE (path, build_id)
+);
+CREATE TABLE profiles (
+    id INTEGER PRIMARY KEY,
+    program_id INTEGER NOT NULL REFERENCES programs(id) ON DELETE CASCADE,
+    machine_id INTEGER REFERENCES machines(id),
+    args TEXT NOT NULL,
+    bundle TEXT,
+    summary TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+);
+CREATE TABLE directives (
+    id INTEGER PRIMARY KEY,
+    profile_id INTEGER NOT NULL REFERENCES profiles(id) ON DELETE CASCADE,
+    mapping TEXT NOT NULL,
+    assignments TEXT NOT NULL,
+    base INTEGER NOT NULL,
+    saving_ns REAL NOT NULL,
+    pmb REAL NOT NULL,
+    predicted_speedup REAL NOT NULL,
+    hugetlb_pages INTEGER NOT NULL,
+    thp_pages INTEGER NOT NULL,
+    confidence REAL NOT NULL DEFAULT 1.0,
+    details TEXT NOT NULL
+);
+CREATE INDEX directives_profile ON directives(profile_id);
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY,
+    program_id INTEGER NOT NULL REFERENCES programs(id) ON DELETE CASCADE,
+    profile_id INTEGER REFERENCES profiles(id) ON DELETE SET NULL,
+    machine_id INTEGER REFERENCES machines(id),
+    args TEXT NOT NULL,
+    plan TEXT NOT NULL,
+    baseline_s TEXT NOT NULL,
+    optimized_s TEXT NOT NULL,
+    speedup REAL,
+    huge_bytes_backed INTEGER NOT NULL,
+    verdict TEXT NOT NULL,
+    details TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+);
+"#];
+
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+pub struct Db {
+    conn: Connection,
+    path: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewDirective {
+    pub mapping: String,
+    /// JSON list of [category, backing] pairs.
+    pub assignments: serde_json::Value,
+    pub base: bool,
+    pub saving_ns: f64,
+    pub pmb: f64,
+    pub predicted_speedup: f64,
+    pub hugetlb_pages: u64,
+    pub thp_pages: u64,
+    pub details: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewRun {
+    pub program_id: i64,
+    pub profile_id: Option<i64>,
+    pub machine_id: Option<i64>,
+    pub args: Vec<String>,
+    pub plan: serde_json::Value,
+    pub baseline_s: Vec<f64>,
+    pub optimized_s: Vec<f64>,
+    pub speedup: Option<f64>,
+    pub huge_bytes_backed: u64,
+    pub verdict: String,
+    pub details: serde_json::Value,
+}
+
+/// One row for `hugetune db ls`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Listing {
+    pub table: String,
+    pub id: i64,
+    pub created: String,
+    pub what: String,
+}
+
+impl Db {
+    /// `$XDG_DATA_HOME/hugetune/hugetune.db` (usually ~/.local/share/hugetune/).
+    pub fn default_path() -> PathBuf {
+        dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("hugetune").join("hugetune.db")
+    }
+
+    pub fn open(path: &Path) -> Result<Db> {
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let conn = Connection::open(path).with_context(|| format!("opening database {}", path.display()))?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let mut db = Db { conn, path: path.to_path_buf() };
+        db.migrate().with_context(|| format!("database {}", path.display()))?;
+        Ok(db)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let v: u32 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if v > SCHEMA_VERSION {
+            bail!("schema version {v} is newer than this hugetune understands ({SCHEMA_VERSION}); upgrade hugetune");
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(v as usize) {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql).with_context(|| format!("migrating schema to version {}", i + 1))?;
+            tx.pragma_update(None, "user_version", (i + 1) as u32)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    pub fn schema_version(&self) -> Result<u32> {
+        Ok(self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+    }
+
+    pub fn upsert_machine(&self, fingerprint: &str, hostname: &str, cpu: &str, kernel: &str, details: &serde_json::Value) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO machines (fingerprint, hostname, cpu, kernel, details) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (fingerprint) DO UPDATE SET details = excluded.details",
+            params![fingerprint, hostname, cpu, kernel, details.to_string()],
+        )?;
+        Ok(self.conn.query_row("SELECT id FROM machines WHERE fingerprint = ?1", [fingerprint], |r| r.get(0))?)
+    }
+
+    pub fn upsert_program(&self, path: &str, build_id: Option<&str>) -> Result<i64> {
+        let bid = build_id.unwrap_or("");
+        self.conn.execute("INSERT OR IGNORE INTO programs (path, build_id) VALUES (?1, ?2)", params![path, bid])?;
+        Ok(self.conn.query_row("SELECT id FROM programs WHERE path = ?1 AND build_id = ?2", params![path, bid], |r| r.get(0))?)
+    }
+
+    /// Stores a profile and its directives atomically.
+    pub fn insert_profile(
+        &mut self,
+        program_id: i64,
+        machine_id: Option<i64>,
+        args: &[String],
+        bundle: Option<&Path>,
+        summary: &serde_json::Value,
+        directives: &[NewDirective],
+    ) -> Result<i64> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO profiles (program_id, machine_id, args, bundle, summary) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                program_id,
+                machine_id,
+                serde_json::to_string(args)?,
+                bundle.map(|b| b.to_string_lossy().into_owned()),
+                summary.to_string()
+            ],
+        )?;
+        let pid = tx.last_insert_rowid();
+        for d in directives {
+            tx.execute(
+                "INSERT INTO directives (profile_id, mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages, details)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![
+                    pid,
+                    d.mapping,
+                    d.assignments.to_string(),
+                    d.base,
+                    d.saving_ns,
+                    d.pmb,
+                    d.predicted_speedup,
+                    d.hugetlb_pages as i64,
+                    d.thp_pages as i64,
+                    d.details.to_string()
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(pid)
+    }
+
+    pub fn directives(&self, profile_id: i64) -> Result<Vec<NewDirective>> {
+        let mut st = self.conn.prepare(
+            "SELECT mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages, details
+             FROM directives WHERE profile_id = ?1 ORDER BY saving_ns DESC",
+        )?;
+        let rows = st.query_map([profile_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, bool>(2)?,
+                r.get::<_, f64>(3)?,
+                r.get::<_, f64>(4)?,
+                r.get::<_, f64>(5)?,
+                r.get::<_, i64>(6)?,
+                r.get::<_, i64>(7)?,
+                r.get::<_, String>(8)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (mapping, a, base, saving_ns, pmb, sp, h, t, d) = row?;
+            out.push(NewDirective {
+                mapping,
+                assignments: serde_json::from_str(&a).context("directive assignments in the database are corrupt")?,
+                base,
+                saving_ns,
+                pmb,
+                predicted_speedup: sp,
+                hugetlb_pages: h.max(0) as u64,
+                thp_pages: t.max(0) as u64,
+                details: serde_json::from_str(&d).context("directive details in the database are corrupt")?,
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn insert_run(&self, r: &NewRun) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO runs (program_id, profile_id, machine_id, args, plan, baseline_s, optimized_s, speedup, huge_bytes_backed, verdict, details)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                r.program_id,
+                r.profile_id,
+                r.machine_id,
+                serde_json::to_string(&r.args)?,
+                r.plan.to_string(),
+                serde_json::to_string(&r.baseline_s)?,
+                serde_json::to_string(&r.optimized_s)?,
+                r.speedup,
+                r.huge_bytes_backed as i64,
+                r.verdict,
+                r.details.to_string()
+            ],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The newest profile of a program, with its arguments and summary.
+    pub fn latest_profile(&self, program_id: i64) -> Result<Option<(i64, Vec<String>, serde_json::Value)>> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT id, args, summary FROM profiles WHERE program_id = ?1 ORDER BY id DESC LIMIT 1",
+                [program_id],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)),
+            )
+            .optional()?;
+        let Some((id, args, summary)) = row else { return Ok(None) };
+        Ok(Some((
+            id,
+            serde_json::from_str(&args).context("profile arguments in the database are corrupt")?,
+            serde_json::from_str(&summary).context("profile summary in the database is corrupt")?,
+        )))
+    }
+
+    pub fn list(&self) -> Result<Vec<Listing>> {
+        let mut out = Vec::new();
+        let mut st = self.conn.prepare(
+            "SELECT 'profile', p.id, p.created, pr.path || ' ' || p.args FROM profiles p JOIN programs pr ON pr.id = p.program_id
+             UNION ALL
+             SELECT 'run', r.id, r.created, pr.path || ' ' || r.args || ' -> ' || r.verdict ||
+                    COALESCE(printf(' (%.2fx)', r.speedup), '') FROM runs r JOIN programs pr ON pr.id = r.program_id
+             ORDER BY 3, 2",
+        )?;
+        for row in st.query_map([], |r| {
+            Ok(Listing { table: r.get(0)?, id: r.get(1)?, created: r.get(2)?, what: r.get(3)? })
+        })? {
+            out.push(row?);
+        }
+        Ok(out)
+    }
+
+    /// Everything stored about a profile or a run, as JSON.
+    pub fn show(&self, table: &str, id: i64) -> Result<serde_json::Value> {
+        let sql = match table {
+            "profile" => "SELECT json_object('id', id, 'program_id', program_id, 'args', json(args), 'bundle', bundle, 'created', created, 'summary', json(summary)) FROM profiles WHERE id = ?1",
+            "run" => "SELECT json_object('id', id, 'program_id', program_id, 'profile_id', profile_id, 'args', json(args), 'plan', json(plan), 'baseline_s', json(baseline_s), 'optimized_s', json(optimized_s), 'speedup', speedup, 'huge_bytes_backed', huge_bytes_backed, 'verdict', verdict, 'details', json(details), 'created', created) FROM runs WHERE id = ?1",
+            other => bail!("unknown entry kind '{other}' (expected profile or run)"),
+        };
+        let text: Option<String> = self.conn.query_row(sql, [id], |r| r.get(0)).optional()?;
+        let Some(text) = text else { bail!("no {table} with id {id}") };
+        let mut v: serde_json::Value = serde_json::from_str(&text)?;
+        if table == "profile" {
+            v["directives"] = serde_json::to_value(self.directives(id)?)?;
+        }
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn directive(name: &str, saving: f64) -> NewDirective {
+        NewDirective {
+            mapping: name.into(),
+            assignments: serde_json::json!([["heap-large", "hugetlb-2m"]]),
+            base: true,
+            saving_ns: saving,
+            pmb: 100.0,
+            predicted_speedup: 1.4,
+            hugetlb_pages: 512,
+            thp_pages: 0,
+            details: serde_json::json!({}),
+        }
+    }
+
+    #[test]
+    fn store_and_read_back() {
+        let d = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&d.path().join("sub/h.db")).unwrap();
+        assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
+        let m = db.upsert_machine("fp", "host", "cpu", "6.18", &serde_json::json!({"x": 1})).unwrap();
+        assert_eq!(db.upsert_machine("fp", "host", "cpu", "6.18", &serde_json::json!({"x": 2})).unwrap(), m);
+        let p = db.upsert_program("/bin/x", Some("abcd")).unwrap();
+        assert_eq!(db.upsert_program("/bin/x", Some("abcd")).unwrap(), p);
+        assert_ne!(db.upsert_program("/bin/x", None).unwrap(), p);
+        let args = vec!["x".to_string(), "--size".into(), "1G".into()];
+        let prof = db
+            .insert_profile(p, Some(m), &args, None, &serde_json::json!({"refs": 5}), &[directive("a", 1.0), directive("b", 5.0)])
+            .unwrap();
+        let ds = db.directives(prof).unwrap();
+        assert_eq!(ds.iter().map(|d| d.mapping.as_str()).collect::<Vec<_>>(), vec!["b", "a"]);
+        let (id, a, s) = db.latest_profile(p).unwrap().unwrap();
+        assert_eq!((id, a, s["refs"].as_u64()), (prof, args.clone(), Some(5)));
+        let run = db
+            .insert_run(&NewRun {
+                program_id: p,
+                profile_id: Some(prof),
+                machine_id: Some(m),
+                args,
+                plan: serde_json::json!({"heap-large": "hugetlb-2m"}),
+                baseline_s: vec![1.0, 1.1],
+                optimized_s: vec![0.7, 0.72],
+                speedup: Some(1.45),
+                huge_bytes_backed: 1 << 30,
+                verdict: "gain".into(),
+                details: serde_json::json!({}),
+            })
+            .unwrap();
+        let l = db.list().unwrap();
+        assert_eq!(l.len(), 2);
+        assert!(l[1].what.contains("gain (1.45x)"));
+        assert_eq!(db.show("run", run).unwrap()["speedup"].as_f64(), Some(1.45));
+        assert_eq!(db.show("profile", prof).unwrap()["directives"].as_array().unwrap().len(), 2);
+        assert!(db.show("bogus", 1).is_err());
+        assert!(db.show("run", 999).unwrap_err().to_string().contains("no run with id 999"));
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("h.db");
+        drop(Db::open(&p).unwrap());
+        let c = Connection::open(&p).unwrap();
+        c.pragma_update(None, "user_version", 99).unwrap();
+        drop(c);
+        assert!(format!("{:#}", Db::open(&p).err().unwrap()).contains("newer"));
+    }
+
+    #[test]
+    fn concurrent_writers_do_not_lose_rows() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("h.db");
+        drop(Db::open(&p).unwrap());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let db = Db::open(&p).unwrap();
+                    for i in 0..25 {
+                        db.upsert_program(&format!("/bin/{t}-{i}"), None).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let db = Db::open(&p).unwrap();
+        let n: i64 = db.conn.query_row("SELECT count(*) FROM programs", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 100);
+    }
+}
