@@ -1,0 +1,274 @@
+/* ht.h - internal interfaces between the parts of libhugetune.
+ *
+ * Layout of the library (one concern per file):
+ *   hooks.c    exported malloc-family and mmap-family entry points; the inert
+ *              fast path and dispatch to record/apply
+ *   init.c     configuration from the environment, lazy init state machine,
+ *              constructor/destructor, fork handlers, thread-exit key
+ *   thread.c   per-thread state: TLS, tid cache, slot table (log buffer and
+ *              counters of each live thread)
+ *   record.c   record mode: allocation log (per-thread buffers, file writing,
+ *              blobs, markers)
+ *   apply.c    apply mode: plan application, owned allocations (backing +
+ *              fallback chain), registry locking, static/heap-small handling
+ *   stats.c    counters, fallbacks, errors, and the exit summary writer
+ *   plan.c, registry.c, fmt.c, proc.c: pure helpers (unit-tested)
+ */
+#ifndef HT_H
+#define HT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "plan.h"
+
+/* ---- glibc's real allocator (exported by glibc 2.36 for exactly this) ---- */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+
+/* Everything declared below is internal to the library: hidden visibility
+ * lets the compiler address it directly (no GOT load on the hook fast path). */
+#pragma GCC visibility push(hidden)
+
+#define HT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HT_API __attribute__((visibility("default")))
+
+#define HT_HUGE_2M (2ul << 20)
+#define HT_HUGE_1G (1ul << 30)
+#define HT_DEFAULT_THRESHOLD 131072
+
+/* glibc's malloc_usable_size (resolved once, see init.c). */
+size_t ht_glibc_usable_size(void *p);
+
+/* ---- global state ---- */
+enum ht_state {
+    HT_UNINIT = 0,   /* nothing decided yet (environment not readable yet) */
+    HT_INITIALIZING, /* one thread is initializing: everybody passes through */
+    HT_INERT,        /* pass-through */
+    HT_RECORD,
+    HT_APPLY,
+};
+extern _Atomic int ht_state;
+
+static inline int ht_state_get(void)
+{
+    return atomic_load_explicit(&ht_state, memory_order_acquire);
+}
+
+enum ht_category { HT_CAT_HEAP_SMALL = 0, HT_CAT_HEAP_LARGE, HT_CAT_STATIC, HT_CAT_SITES, HT_CAT_COUNT };
+const char *ht_category_name(int cat);
+
+#define HT_PATH_MAX 4096
+struct ht_config {
+    int mode; /* HT_INERT / HT_RECORD / HT_APPLY */
+    int verbose;
+    int markers;
+    uint64_t threshold;
+    int threshold_from_env;
+    int has_log, has_summary;
+    char log_tmpl[HT_PATH_MAX];
+    char summary_tmpl[HT_PATH_MAX];
+    char plan_path[HT_PATH_MAX];
+    char exe_path[HT_PATH_MAX]; /* readlink /proc/self/exe */
+    int pid;
+    int is_fork_child; /* output paths without %p get ".<pid>" appended */
+};
+extern struct ht_config ht_cfg;
+
+/* Lazy init: called by hooks while ht_state is HT_UNINIT. */
+void ht_init_slow(void);
+/* Looks up an environment variable without allocating (environ may be NULL
+ * very early; returns NULL then). */
+const char *ht_getenv(const char *name);
+/* Writes "hugetune: <a><b>\n" on stderr when HUGETUNE_VERBOSE=1. */
+void ht_verbose(const char *a, const char *b);
+/* Output path for a template: %p expansion, ".<pid>" in a forked child when
+ * the template has no %p. Returns 0 or -1 (too long). */
+int ht_output_path(const char *tmpl, char *out, size_t cap);
+
+/* ---- per-thread state (thread.c) ---- */
+enum ht_phase { HT_PH_NONE = 0, HT_PH_ACQUIRING, HT_PH_ACTIVE, HT_PH_NOSLOT, HT_PH_EXITED };
+
+/* Counter indices kept per thread (summed at exit). */
+#define HT_TC_ALLOCS(cat) ((cat) * 2)
+#define HT_TC_BYTES(cat) ((cat) * 2 + 1)
+#define HT_TC_N 8
+
+struct ht_slot {
+    _Atomic int in_use;
+    _Atomic int busy;  /* append in progress (reentrancy / exit flusher) */
+    uint32_t len;      /* bytes used in buf */
+    int tid;
+    unsigned char *buf; /* record mode with a log: HT_BUF_SIZE bytes */
+    uint64_t cnt[HT_TC_N];
+} __attribute__((aligned(64)));
+
+struct ht_tls {
+    int guard; /* >0: inside the library; hooks pass straight through */
+    int tid;   /* cached gettid, 0 = unknown */
+    int phase;
+    struct ht_slot *slot;
+};
+extern __thread struct ht_tls ht_tls __attribute__((tls_model("initial-exec")));
+
+#define HT_MAX_SLOTS 1024
+extern struct ht_slot *ht_slots; /* HT_MAX_SLOTS entries, mmap'd */
+extern size_t ht_slots_bytes;
+
+int ht_thread_setup(void);                 /* maps the slot table */
+void ht_thread_attach(void);               /* first event of a thread */
+static inline void ht_thread_ensure(void)
+{
+    if (HT_UNLIKELY(ht_tls.phase == HT_PH_NONE))
+        ht_thread_attach();
+}
+static inline int ht_tid(void) { return ht_tls.tid; }
+void ht_thread_exit(void *slot);           /* pthread key destructor */
+void ht_thread_atfork_child(void);
+/* Counters of threads that exited or have no slot. */
+extern _Atomic uint64_t ht_global_cnt[HT_TC_N];
+/* Adds one allocation of `bytes` in category cat to the thread's counters. */
+static inline void ht_count_alloc(int cat, uint64_t bytes)
+{
+    struct ht_slot *s = ht_tls.slot;
+    if (HT_LIKELY(s != NULL)) {
+        /* Only the owning thread writes; the exit summary reads concurrently. */
+        __atomic_store_n(&s->cnt[HT_TC_ALLOCS(cat)], s->cnt[HT_TC_ALLOCS(cat)] + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->cnt[HT_TC_BYTES(cat)], s->cnt[HT_TC_BYTES(cat)] + bytes, __ATOMIC_RELAXED);
+    } else {
+        atomic_fetch_add_explicit(&ht_global_cnt[HT_TC_ALLOCS(cat)], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ht_global_cnt[HT_TC_BYTES(cat)], bytes, memory_order_relaxed);
+    }
+}
+/* Sum of the global and all live threads' counters. */
+void ht_counters_sum(uint64_t out[HT_TC_N]);
+
+/* ---- record mode (record.c) ---- */
+enum ht_kind {
+    HT_K_MALLOC = 1,
+    HT_K_CALLOC = 2,
+    HT_K_REALLOC = 3,
+    HT_K_FREE = 4,
+    HT_K_POSIX_MEMALIGN = 5,
+    HT_K_ALIGNED_ALLOC = 6,
+    HT_K_MEMALIGN = 7,
+    HT_K_VALLOC = 8,
+    HT_K_PVALLOC = 9,
+    HT_K_MMAP = 10,
+    HT_K_MUNMAP = 11,
+    HT_K_MREMAP = 12,
+    HT_K_REALLOCARRAY = 13,
+    HT_K_THREAD = 20,
+    HT_K_MODULE = 21,
+    HT_K_MAPS = 22,
+    HT_K_OWN_REGION = 23,
+};
+
+struct ht_rec {
+    uint16_t kind;
+    uint16_t flags;
+    uint32_t tid;
+    uint64_t seq;
+    uint64_t time;
+    uint64_t addr;
+    uint64_t size;
+    uint64_t arg;
+    uint64_t arg2;
+    uint64_t caller;
+};
+_Static_assert(sizeof(struct ht_rec) == 64, "record is 64 bytes");
+
+#define HT_BUF_SIZE (64u << 10)
+#define HT_MARKER_SPAN (1u << 20)
+
+int ht_rec_setup(void);        /* core init: log file, arena, markers */
+void ht_rec_start(void);       /* constructor: MODULE + MAPS blobs */
+void ht_rec_finish(void);      /* destructor: exit blobs, flush everything */
+void ht_rec_atfork_prepare(void);
+void ht_rec_atfork_parent(void);
+void ht_rec_atfork_child(void);
+void ht_rec_thread_start(struct ht_slot *s, void *stack_hint);
+void ht_rec_thread_flush(struct ht_slot *s);
+void ht_rec_own_regions(void);
+const char *ht_rec_log_path(void);
+uint64_t ht_rec_records(void);
+
+extern _Atomic uint64_t ht_seq;
+extern const volatile unsigned char *ht_marker_base; /* NULL: markers off */
+
+static inline uint64_t ht_seq_next(void)
+{
+    return atomic_fetch_add_explicit(&ht_seq, 1, memory_order_relaxed) + 1;
+}
+/* Never called: the marker area is read-only zeros. */
+void ht_marker_nonzero(void);
+/* The marker load of section 2.4 of the contract. The loaded byte feeds a
+ * (never taken) branch: a load whose result is dead may be dropped by binary
+ * translators (Valgrind's VEX optimizer does), and then the trace would lack
+ * the marker. */
+static inline void ht_marker(uint64_t seq)
+{
+    const volatile unsigned char *m = ht_marker_base;
+    if (m) {
+        unsigned char v = m[seq & (HT_MARKER_SPAN - 1)];
+        if (HT_UNLIKELY(v != 0))
+            ht_marker_nonzero();
+    }
+}
+/* Appends one record for a hooked call (thread buffer or direct write). */
+void ht_rec_event(uint16_t kind, uint64_t seq, uint64_t addr, uint64_t size,
+                  uint64_t arg, uint64_t arg2, const void *caller);
+
+/* ---- apply mode (apply.c) ---- */
+int ht_apply_setup(void); /* core init: plan, registry */
+void ht_apply_start(void); /* constructor: sites, static */
+void ht_apply_finish(void); /* destructor: verification */
+void ht_apply_atfork_prepare(void);
+void ht_apply_atfork_parent(void);
+void ht_apply_atfork_child(void);
+uint64_t ht_apply_threshold(void);
+
+void *ht_apply_malloc(size_t n, const void *caller);
+void *ht_apply_calloc(size_t nmemb, size_t size, const void *caller);
+void *ht_apply_realloc(void *p, size_t n, const void *caller);
+void *ht_apply_memalign(size_t align, size_t n, const void *caller, int kind);
+/* Returns 1 if p was owned (and is released now), 0 if it belongs to glibc. */
+int ht_apply_free(void *p);
+/* Returns 1 and *out if p is owned. */
+int ht_apply_usable_size(void *p, size_t *out);
+
+/* ---- statistics and summary (stats.c) ---- */
+struct ht_stats {
+    _Atomic uint64_t cat_backed[HT_CAT_COUNT][HT_B_COUNT];
+    _Atomic uint64_t backed_bytes[HT_B_COUNT]; /* cumulative mapped bytes */
+    _Atomic uint64_t held[HT_B_COUNT];         /* currently mapped bytes */
+    _Atomic uint64_t peak[HT_B_COUNT];
+    _Atomic uint64_t thp_verified;
+    _Atomic uint64_t thp_unverified;
+    _Atomic uint64_t static_requested;
+    _Atomic uint64_t forks;
+};
+extern struct ht_stats ht_stats;
+
+void ht_stats_backed(int cat, int backing, uint64_t bytes); /* new mapping */
+void ht_stats_released(int backing, uint64_t bytes);        /* unmapped */
+void ht_stats_fallback(int cat, int from, int to, const char *reason, uint64_t bytes);
+void ht_stats_fallback_errno(int cat, int from, int to, int err, uint64_t bytes);
+void ht_stats_error(const char *a, const char *b); /* joined "a" + "b" */
+void ht_stats_reset_after_fork(void);
+void ht_stats_atfork_prepare(void);
+void ht_stats_atfork_parent(void);
+void ht_stats_atfork_child(void);
+void ht_summary_write(void);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,252 @@
+/* init.c - configuration, lazy initialization, constructor/destructor, fork
+ * handlers, thread-exit key.
+ *
+ * Why lazy: hooks run before our constructor (the loader's own allocations,
+ * constructors of libraries initialized before us), so the first hooked call
+ * initializes. One thread wins a CAS UNINIT -> INITIALIZING; every call that
+ * arrives meanwhile (other threads, or libc calls made by the initialization
+ * itself) passes straight through to glibc. Until `environ` is readable (very
+ * early loader allocations) nothing is decided and calls pass through.
+ *
+ * Work that needs the loader (dl_iterate_phdr: MODULE blobs, site resolution,
+ * static .bss advice) waits for the constructor: calling into the loader from
+ * a malloc made by the loader is asking for a deadlock. */
+#include "ht.h"
+
+#include "fmt.h"
+#include "sys.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+_Atomic int ht_state;
+struct ht_config ht_cfg;
+pthread_key_t ht_thread_key;
+int ht_thread_key_ok;
+
+static char **g_ctor_envp;
+static size_t (*_Atomic g_real_usable)(void *);
+
+const char *ht_getenv(const char *name)
+{
+    char **env = environ ? environ : g_ctor_envp;
+    size_t n = strlen(name);
+    if (!env)
+        return NULL;
+    for (; *env; env++) {
+        if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+            return *env + n + 1;
+    }
+    return NULL;
+}
+
+void ht_verbose(const char *a, const char *b)
+{
+    char line[512];
+    struct ht_buf hb;
+    if (!ht_cfg.verbose)
+        return;
+    hb_init(&hb, line, sizeof line);
+    hb_puts(&hb, "hugetune: ");
+    hb_puts(&hb, a);
+    hb_puts(&hb, b);
+    hb_putc(&hb, '\n');
+    ht_sys_write(2, hb.p, hb.len);
+}
+
+int ht_output_path(const char *tmpl, char *out, size_t cap)
+{
+    long n = ht_expand_path(tmpl, ht_cfg.pid, out, cap);
+    if (n < 0)
+        return -1;
+    if (ht_cfg.is_fork_child && !ht_path_has_pid(tmpl)) {
+        /* Do not clobber the parent's file. */
+        struct ht_buf b;
+        hb_init(&b, out + n, cap - (size_t)n);
+        hb_putc(&b, '.');
+        hb_i64(&b, ht_cfg.pid);
+        if (b.trunc)
+            return -1;
+    }
+    return 0;
+}
+
+/* glibc exports no __libc_ name for malloc_usable_size: look it up once,
+ * normally from the constructor (a calm context), lazily if called earlier. */
+static size_t (*resolve_usable(void))(void *)
+{
+    size_t (*f)(void *) = atomic_load(&g_real_usable);
+    if (!f) {
+        ht_tls.guard++; /* dlsym may allocate */
+        f = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+        ht_tls.guard--;
+        if (f)
+            atomic_store(&g_real_usable, f);
+    }
+    return f;
+}
+
+size_t ht_glibc_usable_size(void *p)
+{
+    if (!p)
+        return 0;
+    size_t (*f)(void *) = resolve_usable();
+    if (f)
+        return f(p);
+    /* Fallback: glibc chunk header (size field before the user pointer;
+     * bit 1 = mmapped chunk). */
+    size_t sz = ((size_t *)p)[-1];
+    return (sz & ~(size_t)7) - ((sz & 2) ? 16 : 8);
+}
+
+static void copy_env(const char *name, char *dst, size_t cap, int *has)
+{
+    const char *v = ht_getenv(name);
+    size_t n;
+    if (has)
+        *has = 0;
+    dst[0] = 0;
+    if (!v || !*v)
+        return;
+    n = strlen(v);
+    if (n >= cap) {
+        ht_stats_error(name, " too long: ignored");
+        return;
+    }
+    memcpy(dst, v, n + 1);
+    if (has)
+        *has = 1;
+}
+
+/* ---- fork ---- */
+
+static void fork_prepare(void)
+{
+    ht_tls.guard++; /* until the parent/child handler: fork internals pass through */
+    if (ht_cfg.mode == HT_RECORD)
+        ht_rec_atfork_prepare();
+    else
+        ht_apply_atfork_prepare();
+    ht_stats_atfork_prepare();
+}
+
+static void fork_parent(void)
+{
+    ht_stats_atfork_parent();
+    if (ht_cfg.mode == HT_RECORD)
+        ht_rec_atfork_parent();
+    else
+        ht_apply_atfork_parent();
+    ht_tls.guard--;
+}
+
+static void fork_child(void)
+{
+    ht_cfg.pid = ht_sys_getpid();
+    ht_cfg.is_fork_child = 1;
+    ht_thread_atfork_child();
+    ht_stats_atfork_child();
+    if (ht_cfg.mode == HT_RECORD)
+        ht_rec_atfork_child();
+    else
+        ht_apply_atfork_child();
+    ht_tls.guard--;
+}
+
+/* ---- init ---- */
+
+void ht_init_slow(void)
+{
+    int expect = HT_UNINIT;
+    if (!atomic_compare_exchange_strong(&ht_state, &expect, HT_INITIALIZING))
+        return;
+    if (!environ && !g_ctor_envp) {
+        atomic_store(&ht_state, HT_UNINIT); /* too early: try again later */
+        return;
+    }
+    ht_tls.guard++;
+
+    const char *m = ht_getenv("HUGETUNE_MODE");
+    int mode = HT_INERT;
+    if (m && strcmp(m, "record") == 0)
+        mode = HT_RECORD;
+    else if (m && strcmp(m, "apply") == 0)
+        mode = HT_APPLY;
+    if (mode == HT_INERT) {
+        atomic_store_explicit(&ht_state, HT_INERT, memory_order_release);
+        ht_tls.guard--;
+        return;
+    }
+
+    const char *v = ht_getenv("HUGETUNE_VERBOSE");
+    ht_cfg.verbose = v && strcmp(v, "1") == 0;
+    v = ht_getenv("HUGETUNE_MARKERS");
+    ht_cfg.markers = mode == HT_RECORD && v && strcmp(v, "1") == 0;
+    ht_cfg.pid = ht_sys_getpid();
+    ht_cfg.threshold = HT_DEFAULT_THRESHOLD;
+    v = ht_getenv("HUGETUNE_THRESHOLD");
+    if (v && *v) {
+        uint64_t t;
+        if (ht_parse_u64(v, strlen(v), 10, &t) == 0 && t > 0) {
+            ht_cfg.threshold = t;
+            ht_cfg.threshold_from_env = 1;
+        } else {
+            ht_stats_error("bad HUGETUNE_THRESHOLD ignored: ", v);
+        }
+    }
+    copy_env("HUGETUNE_SUMMARY", ht_cfg.summary_tmpl, sizeof ht_cfg.summary_tmpl, &ht_cfg.has_summary);
+    copy_env("HUGETUNE_LOG", ht_cfg.log_tmpl, sizeof ht_cfg.log_tmpl, &ht_cfg.has_log);
+    copy_env("HUGETUNE_PLAN", ht_cfg.plan_path, sizeof ht_cfg.plan_path, NULL);
+    long n = ht_sys_readlink("/proc/self/exe", ht_cfg.exe_path, sizeof ht_cfg.exe_path - 1);
+    ht_cfg.exe_path[n > 0 ? n : 0] = 0;
+    ht_cfg.mode = mode;
+
+    if (ht_thread_setup() != 0)
+        ht_stats_error("cannot map the thread slot table", "");
+    ht_thread_key_ok = pthread_key_create(&ht_thread_key, ht_thread_exit) == 0;
+    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+        ht_stats_error("pthread_atfork failed", "");
+
+    if (mode == HT_RECORD)
+        ht_rec_setup();
+    else
+        ht_apply_setup();
+    ht_verbose(mode == HT_RECORD ? "record mode" : "apply mode", "");
+    atomic_store_explicit(&ht_state, mode, memory_order_release);
+    ht_tls.guard--;
+}
+
+__attribute__((constructor)) static void ht_ctor(int argc, char **argv, char **envp)
+{
+    (void)argc;
+    (void)argv;
+    g_ctor_envp = envp;
+    resolve_usable();
+    if (ht_state_get() == HT_UNINIT)
+        ht_init_slow();
+    int s = ht_state_get();
+    if (s != HT_RECORD && s != HT_APPLY)
+        return;
+    ht_tls.guard++;
+    if (s == HT_RECORD)
+        ht_rec_start();
+    else
+        ht_apply_start();
+    ht_tls.guard--;
+}
+
+__attribute__((destructor)) static void ht_dtor(void)
+{
+    int s = ht_state_get();
+    if (s != HT_RECORD && s != HT_APPLY)
+        return;
+    ht_tls.guard++;
+    if (s == HT_RECORD)
+        ht_rec_finish();
+    else
+        ht_apply_finish();
+    ht_summary_write();
+    ht_tls.guard--;
+}

@@ -1,0 +1,294 @@
+/* stats.c - counters, fallbacks, errors, and the exit summary
+ * (docs/formats.md section 4).
+ *
+ * Why here: both modes report through the same JSON object, and everything a
+ * hook may need to note (a fallback, an error) must be recordable without
+ * allocating. Fallbacks go to a small fixed table under a mutex (they happen on
+ * the owned-allocation slow path only); errors to a fixed lock-free array. */
+#include "ht.h"
+
+#include "fmt.h"
+#include "sys.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+
+struct ht_stats ht_stats;
+
+#define MAX_FALLBACKS 32
+struct fallback {
+    int cat, from, to;
+    char reason[24];
+    uint64_t count, bytes;
+};
+static struct fallback g_fb[MAX_FALLBACKS];
+static int g_nfb;
+static uint64_t g_fb_dropped;
+static pthread_mutex_t g_fb_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define MAX_ERRORS 16
+#define ERROR_LEN 256
+static char g_err[MAX_ERRORS][ERROR_LEN];
+static _Atomic int g_err_ready[MAX_ERRORS];
+static _Atomic int g_err_n;
+
+static const char *const cat_names[HT_CAT_COUNT] = {
+    [HT_CAT_HEAP_SMALL] = "heap-small",
+    [HT_CAT_HEAP_LARGE] = "heap-large",
+    [HT_CAT_STATIC] = "static",
+    [HT_CAT_SITES] = "sites",
+};
+
+const char *ht_category_name(int cat)
+{
+    return cat >= 0 && cat < HT_CAT_COUNT ? cat_names[cat] : "other";
+}
+
+static void max_update(_Atomic uint64_t *peak, uint64_t v)
+{
+    uint64_t cur = atomic_load_explicit(peak, memory_order_relaxed);
+    while (v > cur && !atomic_compare_exchange_weak(peak, &cur, v))
+        ;
+}
+
+void ht_stats_backed(int cat, int backing, uint64_t bytes)
+{
+    atomic_fetch_add(&ht_stats.cat_backed[cat][backing], bytes);
+    atomic_fetch_add(&ht_stats.backed_bytes[backing], bytes);
+    uint64_t h = atomic_fetch_add(&ht_stats.held[backing], bytes) + bytes;
+    max_update(&ht_stats.peak[backing], h);
+}
+
+void ht_stats_released(int backing, uint64_t bytes)
+{
+    atomic_fetch_sub(&ht_stats.held[backing], bytes);
+}
+
+void ht_stats_fallback(int cat, int from, int to, const char *reason, uint64_t bytes)
+{
+    pthread_mutex_lock(&g_fb_lock);
+    int i;
+    for (i = 0; i < g_nfb; i++) {
+        struct fallback *f = &g_fb[i];
+        if (f->cat == cat && f->from == from && f->to == to && strcmp(f->reason, reason) == 0)
+            break;
+    }
+    if (i == g_nfb) {
+        if (g_nfb == MAX_FALLBACKS) {
+            g_fb_dropped++;
+            pthread_mutex_unlock(&g_fb_lock);
+            return;
+        }
+        struct fallback *f = &g_fb[g_nfb++];
+        f->cat = cat;
+        f->from = from;
+        f->to = to;
+        size_t n = strlen(reason);
+        if (n >= sizeof f->reason)
+            n = sizeof f->reason - 1;
+        memcpy(f->reason, reason, n);
+        f->reason[n] = 0;
+        f->count = 0;
+        f->bytes = 0;
+    }
+    g_fb[i].count++;
+    g_fb[i].bytes += bytes;
+    pthread_mutex_unlock(&g_fb_lock);
+}
+
+void ht_stats_fallback_errno(int cat, int from, int to, int err, uint64_t bytes)
+{
+    char eb[24];
+    ht_stats_fallback(cat, from, to, ht_errno_name(err, eb), bytes);
+}
+
+void ht_stats_error(const char *a, const char *b)
+{
+    int i = atomic_fetch_add(&g_err_n, 1);
+    ht_verbose(a, b);
+    if (i >= MAX_ERRORS)
+        return;
+    struct ht_buf hb;
+    hb_init(&hb, g_err[i], ERROR_LEN);
+    hb_puts(&hb, a);
+    hb_puts(&hb, b);
+    atomic_store_explicit(&g_err_ready[i], 1, memory_order_release);
+}
+
+void ht_stats_atfork_prepare(void) { pthread_mutex_lock(&g_fb_lock); }
+void ht_stats_atfork_parent(void)
+{
+    pthread_mutex_unlock(&g_fb_lock);
+    atomic_fetch_add(&ht_stats.forks, 1);
+}
+
+void ht_stats_atfork_child(void)
+{
+    /* The child's summary describes the child. Cumulative counters restart;
+     * what the child still maps (copies of owned mappings) stays held. */
+    for (int c = 0; c < HT_CAT_COUNT; c++)
+        for (int b = 0; b < HT_B_COUNT; b++)
+            atomic_store(&ht_stats.cat_backed[c][b], 0);
+    for (int b = 0; b < HT_B_COUNT; b++) {
+        atomic_store(&ht_stats.backed_bytes[b], 0);
+        atomic_store(&ht_stats.peak[b], atomic_load(&ht_stats.held[b]));
+    }
+    atomic_store(&ht_stats.thp_verified, 0);
+    atomic_store(&ht_stats.thp_unverified, 0);
+    atomic_store(&ht_stats.static_requested, 0);
+    atomic_store(&ht_stats.forks, 0);
+    g_nfb = 0;
+    g_fb_dropped = 0;
+    /* Errors are kept: most describe the configuration, which the child
+     * shares (e.g. an ignored plan). */
+    pthread_mutex_unlock(&g_fb_lock);
+}
+
+/* ---- summary ---- */
+
+static void backed_map(struct ht_json *j, int cat)
+{
+    static const int order[] = {HT_B_HUGETLB1G, HT_B_HUGETLB2M, HT_B_THP2M, HT_B_4K};
+    hj_obj_begin(j, "backed");
+    for (unsigned k = 0; k < sizeof order / sizeof order[0]; k++) {
+        uint64_t v = atomic_load(&ht_stats.cat_backed[cat][order[k]]);
+        if (v)
+            hj_u64(j, ht_backing_name(order[k]), v);
+    }
+    hj_obj_end(j);
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        long r = ht_sys_write(fd, p, n);
+        if (r == -EINTR)
+            continue;
+        if (r <= 0)
+            return;
+        p += r;
+        n -= (size_t)r;
+    }
+}
+
+void ht_summary_write(void)
+{
+    static char out[64 << 10];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    char path[HT_PATH_MAX];
+    struct ht_buf b;
+    struct ht_json j;
+    uint64_t cnt[HT_TC_N];
+    int mode = ht_state_get();
+
+    if (!ht_cfg.has_summary || (mode != HT_RECORD && mode != HT_APPLY))
+        return;
+    if (ht_output_path(ht_cfg.summary_tmpl, path, sizeof path) != 0)
+        return;
+    pthread_mutex_lock(&lock);
+    ht_counters_sum(cnt);
+    hb_init(&b, out, sizeof out);
+    hj_init(&j, &b);
+    hj_obj_begin(&j, NULL);
+    hj_u64(&j, "version", 1);
+    hj_i64(&j, "pid", ht_cfg.pid);
+    hj_str(&j, "mode", mode == HT_RECORD ? "record" : "apply");
+    hj_u64(&j, "threshold", ht_cfg.threshold);
+
+    hj_obj_begin(&j, "categories");
+    static const int cats[] = {HT_CAT_HEAP_LARGE, HT_CAT_HEAP_SMALL, HT_CAT_STATIC, HT_CAT_SITES};
+    for (unsigned k = 0; k < 4; k++) {
+        int c = cats[k];
+        hj_obj_begin(&j, ht_category_name(c));
+        if (c == HT_CAT_STATIC) {
+            hj_u64(&j, "requested_bytes", atomic_load(&ht_stats.static_requested));
+        } else {
+            hj_u64(&j, "allocations", cnt[HT_TC_ALLOCS(c)]);
+            hj_u64(&j, "requested_bytes", cnt[HT_TC_BYTES(c)]);
+        }
+        backed_map(&j, c);
+        hj_obj_end(&j);
+    }
+    hj_obj_end(&j);
+
+    hj_obj_begin(&j, "backed");
+    hj_obj_begin(&j, "hugetlb-2m");
+    hj_u64(&j, "bytes", atomic_load(&ht_stats.backed_bytes[HT_B_HUGETLB2M]));
+    hj_u64(&j, "peak_bytes", atomic_load(&ht_stats.peak[HT_B_HUGETLB2M]));
+    hj_obj_end(&j);
+    hj_obj_begin(&j, "hugetlb-1g");
+    hj_u64(&j, "bytes", atomic_load(&ht_stats.backed_bytes[HT_B_HUGETLB1G]));
+    hj_u64(&j, "peak_bytes", atomic_load(&ht_stats.peak[HT_B_HUGETLB1G]));
+    hj_obj_end(&j);
+    hj_obj_begin(&j, "thp-2m");
+    hj_u64(&j, "bytes", atomic_load(&ht_stats.backed_bytes[HT_B_THP2M]));
+    hj_u64(&j, "verified_bytes", atomic_load(&ht_stats.thp_verified));
+    hj_u64(&j, "unverified_bytes", atomic_load(&ht_stats.thp_unverified));
+    hj_obj_end(&j);
+    hj_obj_begin(&j, "4k");
+    hj_u64(&j, "bytes", atomic_load(&ht_stats.backed_bytes[HT_B_4K]));
+    hj_obj_end(&j);
+    hj_obj_end(&j);
+
+    hj_arr_begin(&j, "fallbacks");
+    pthread_mutex_lock(&g_fb_lock);
+    for (int i = 0; i < g_nfb; i++) {
+        struct fallback *f = &g_fb[i];
+        hj_obj_begin(&j, NULL);
+        hj_str(&j, "category", ht_category_name(f->cat));
+        hj_str(&j, "from", ht_backing_name(f->from));
+        hj_str(&j, "to", ht_backing_name(f->to));
+        hj_str(&j, "reason", f->reason);
+        hj_u64(&j, "count", f->count);
+        hj_u64(&j, "bytes", f->bytes);
+        hj_obj_end(&j);
+    }
+    uint64_t fb_dropped = g_fb_dropped;
+    pthread_mutex_unlock(&g_fb_lock);
+    hj_arr_end(&j);
+
+    hj_obj_begin(&j, "peak_huge_pages");
+    hj_u64(&j, "hugetlb-2m", atomic_load(&ht_stats.peak[HT_B_HUGETLB2M]) / HT_HUGE_2M);
+    hj_u64(&j, "hugetlb-1g", atomic_load(&ht_stats.peak[HT_B_HUGETLB1G]) / HT_HUGE_1G);
+    hj_obj_end(&j);
+    hj_u64(&j, "forks", atomic_load(&ht_stats.forks));
+    if (mode == HT_RECORD) {
+        const char *lp = ht_rec_log_path();
+        if (lp)
+            hj_str(&j, "log", lp);
+        hj_u64(&j, "records", ht_rec_records());
+    }
+
+    hj_arr_begin(&j, "errors");
+    int ne = atomic_load(&g_err_n);
+    for (int i = 0; i < ne && i < MAX_ERRORS; i++) {
+        if (atomic_load_explicit(&g_err_ready[i], memory_order_acquire))
+            hj_str(&j, NULL, g_err[i]);
+    }
+    if (ne > MAX_ERRORS || fb_dropped) {
+        char m[96];
+        struct ht_buf mb;
+        hb_init(&mb, m, sizeof m);
+        if (ne > MAX_ERRORS) {
+            hb_u64(&mb, (uint64_t)(ne - MAX_ERRORS));
+            hb_puts(&mb, " more errors not shown");
+        } else {
+            hb_u64(&mb, fb_dropped);
+            hb_puts(&mb, " fallbacks not shown (table full)");
+        }
+        hj_str(&j, NULL, m);
+    }
+    hj_arr_end(&j);
+    hj_obj_end(&j);
+    hb_putc(&b, '\n');
+
+    long fd = ht_sys_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        write_all((int)fd, b.p, b.len);
+        ht_sys_close((int)fd);
+    } else {
+        ht_verbose("cannot write summary ", path);
+    }
+    pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,97 @@
+#!/bin/sh
+# smoke.sh BUILD_DIR - run the test programs under LD_PRELOAD=libhugetune.so in
+# every mode. Needs no privileges and no hugetlb pool: apply mode is checked
+# for "owned" (whatever backing the fallback chain reached), not for a
+# specific page size. Pool-dependent checks belong to the integration tests.
+set -u
+B=${1:?usage: smoke.sh BUILD_DIR}
+L=$B/libhugetune.so
+T=$B/tests
+W=$(mktemp -d "${TMPDIR:-/tmp}/hugetune-smoke.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+fails=0
+
+pass() { echo "  ok   $1"; }
+fail() { echo "  FAIL $1"; fails=$((fails + 1)); }
+# expect NAME CMD...: command must exit 0
+expect() {
+    name=$1
+    shift
+    if "$@" >"$W/out" 2>"$W/err"; then pass "$name"; else
+        fail "$name (rc=$?)"
+        sed 's/^/       /' "$W/err" | head -20
+    fi
+}
+has() { # has NAME FILE PATTERN
+    if grep -q -- "$3" "$2" 2>/dev/null; then pass "$1"; else fail "$1: no '$3' in $2"; fi
+}
+hasnt() {
+    if grep -q -- "$3" "$2" 2>/dev/null; then fail "$1: unexpected '$3' in $2"; else pass "$1"; fi
+}
+logcheck() { # logcheck NAME GLOB
+    for f in $2; do
+        if "$T/htdump" --check -q "$f" >"$W/dump" 2>&1; then pass "$1 ($(tail -2 "$W/dump" | head -1 | cut -c1-60)...)"; else
+            fail "$1: $f"
+            tail -5 "$W/dump" | sed 's/^/       /'
+        fi
+    done
+}
+
+echo "== inert"
+expect "t_known inert" env LD_PRELOAD="$L" "$T/t_known"
+expect "t_threads inert" env LD_PRELOAD="$L" "$T/t_threads" 2 20000
+expect "t_apply inert (glibc)" env LD_PRELOAD="$L" "$T/t_apply" expect=glibc
+expect "no summary when inert" env LD_PRELOAD="$L" HUGETUNE_SUMMARY="$W/inert.json" "$T/t_known"
+[ -e "$W/inert.json" ] && fail "inert wrote a summary" || pass "inert wrote nothing"
+
+echo "== record"
+R="env LD_PRELOAD=$L HUGETUNE_MODE=record"
+expect "t_known record" $R HUGETUNE_LOG="$W/k.%p.log" HUGETUNE_SUMMARY="$W/k.%p.json" "$T/t_known"
+logcheck "t_known log" "$W/k.*.log"
+has "t_known summary mode" "$(ls "$W"/k.*.json)" '"mode":"record"'
+has "t_known summary records" "$(ls "$W"/k.*.json)" '"records":'
+has "t_known summary errors empty" "$(ls "$W"/k.*.json)" '"errors":\[\]'
+expect "t_known record+markers" $R HUGETUNE_MARKERS=1 HUGETUNE_LOG="$W/m.%p.log" "$T/t_known"
+logcheck "markers log" "$W/m.*.log"
+expect "t_threads record" $R HUGETUNE_LOG="$W/t.%p.log" "$T/t_threads" 4 20000
+logcheck "t_threads log" "$W/t.*.log"
+expect "t_signal record" $R HUGETUNE_LOG="$W/s.%p.log" "$T/t_signal" ops=300000
+logcheck "t_signal log" "$W/s.*.log"
+expect "t_fork record" $R HUGETUNE_LOG="$W/f.%p.log" HUGETUNE_SUMMARY="$W/f.%p.json" "$T/t_fork" children=2
+n=$(ls "$W"/f.*.log | wc -l)
+[ "$n" -eq 3 ] && pass "t_fork: one log per process" || fail "t_fork: $n logs, want 3"
+logcheck "t_fork logs" "$W/f.*.log"
+n=$(ls "$W"/f.*.json | wc -l)
+[ "$n" -eq 3 ] && pass "t_fork: one summary per process" || fail "t_fork: $n summaries, want 3"
+expect "record without log" $R HUGETUNE_SUMMARY="$W/nolog.json" "$T/t_known"
+has "summary without log" "$W/nolog.json" '"heap-large":{"allocations":1,'
+
+echo "== apply"
+A="env LD_PRELOAD=$L HUGETUNE_MODE=apply"
+printf 'hugetune-plan 1\nheap-large hugetlb-2m\n' >"$W/p-h.txt"
+printf 'hugetune-plan 1\nheap-large thp-2m\n' >"$W/p-t.txt"
+printf 'hugetune-plan 1\nthreshold 131072\nheap-large 4k\n' >"$W/p-4.txt"
+printf 'hugetune-plan 1\nheap-large hugetlb-2m\nnonsense here\n' >"$W/p-bad.txt"
+for p in h t 4; do
+    expect "t_apply plan $p" $A HUGETUNE_PLAN="$W/p-$p.txt" HUGETUNE_SUMMARY="$W/a-$p.json" "$T/t_apply" expect=owned
+    has "t_apply plan $p summary" "$W/a-$p.json" '"heap-large":{"allocations":4,'
+    hasnt "t_apply plan $p no errors" "$W/a-$p.json" '"errors":\["'
+    expect "t_threads plan $p" $A HUGETUNE_PLAN="$W/p-$p.txt" "$T/t_threads" 4 20000
+done
+expect "t_apply 4k backing" $A HUGETUNE_PLAN="$W/p-4.txt" "$T/t_apply" expect=4k
+expect "t_apply bad plan = glibc" $A HUGETUNE_PLAN="$W/p-bad.txt" HUGETUNE_SUMMARY="$W/a-bad.json" "$T/t_apply" expect=glibc
+has "bad plan reported" "$W/a-bad.json" 'plan line 3: unknown directive'
+expect "t_apply no plan = glibc" $A HUGETUNE_SUMMARY="$W/a-none.json" "$T/t_apply" expect=glibc
+has "missing plan reported" "$W/a-none.json" 'HUGETUNE_PLAN not set'
+off=$("$T/t_site" | sed 's/.*"a_caller_off":"\([^"]*\)".*/\1/')
+printf 'hugetune-plan 1\nsite %s %s 4k\n' "$T/t_site" "$off" >"$W/p-site.txt"
+expect "t_site site a owned, b glibc" $A HUGETUNE_PLAN="$W/p-site.txt" HUGETUNE_SUMMARY="$W/a-site.json" "$T/t_site" a=4k b=glibc
+has "site counted" "$W/a-site.json" '"sites":{"allocations":1,'
+expect "t_fork apply" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUMMARY="$W/af.json" "$T/t_fork" children=2
+has "t_fork apply forks" "$W/af.json" '"forks":2'
+printf 'hugetune-plan 1\nstatic thp-2m\nheap-small thp-2m\n' >"$W/p-st.txt"
+expect "t_static apply" $A HUGETUNE_PLAN="$W/p-st.txt" HUGETUNE_SUMMARY="$W/ast.json" GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$T/t_static"
+has "static requested" "$W/ast.json" '"static":{"requested_bytes":3'
+
+echo "== $fails failure(s)"
+[ "$fails" -eq 0 ]
