@@ -1,0 +1,64 @@
+//! Builds the C parts (runtime library, workloads, runtime tests) with their own
+//! Makefiles into OUT_DIR, so that `cargo build` is the one command that builds
+//! everything. The binaries are embedded into `hugetune` (an installed or copied
+//! binary finds them without the source tree) and copied next to it for direct use.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn make(dir: &Path, build_dir: &Path, targets: &[&str]) {
+    let out = Command::new("make")
+        .arg("-C")
+        .arg(dir)
+        .arg(format!("BUILD_DIR={}", build_dir.display()))
+        .args(targets)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run make (install make and gcc): {e}"));
+    if !out.status.success() {
+        panic!(
+            "building {} failed:\n{}\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn main() {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../..");
+    let root = root.canonicalize().expect("workspace root");
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let runtime_dir = root.join("runtime");
+    let work_dir = root.join("workloads");
+    for d in [&runtime_dir, &work_dir] {
+        println!("cargo:rerun-if-changed={}", d.join("Makefile").display());
+        println!("cargo:rerun-if-changed={}", d.join("src").display());
+    }
+    println!(
+        "cargo:rerun-if-changed={}",
+        runtime_dir.join("tests").display()
+    );
+    let rt_build = out.join("runtime");
+    let work_build = out.join("workloads");
+    make(&runtime_dir, &rt_build, &["lib", "tests"]);
+    make(&work_dir, &work_build, &["all"]);
+    let lib = rt_build.join("libhugetune.so");
+    let work = work_build.join("hugetune-work");
+    println!("cargo:rustc-env=HUGETUNE_BUILT_RUNTIME={}", lib.display());
+    println!("cargo:rustc-env=HUGETUNE_BUILT_WORK={}", work.display());
+    println!(
+        "cargo:rustc-env=HUGETUNE_BUILT_RUNTIME_TESTS={}",
+        rt_build.join("tests").display()
+    );
+    // OUT_DIR is target/<profile>/build/<pkg>-<hash>/out: put copies in target/<profile>/.
+    if let Some(profile_dir) = out.ancestors().nth(3) {
+        for f in [&lib, &work] {
+            let dest = profile_dir.join(f.file_name().unwrap());
+            let tmp =
+                profile_dir.join(format!(".{}.tmp", f.file_name().unwrap().to_string_lossy()));
+            if std::fs::copy(f, &tmp).is_ok() {
+                let _ = std::fs::rename(&tmp, &dest);
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+use crate::{pipeline, Ctx};
+use anyhow::Result;
+use hugetune_capture::machine;
+use hugetune_model::cost::CostModel;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Profile bundle written by `hugetune record`
+    bundle: PathBuf,
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+    /// Do not store the directives in the database
+    #[arg(long)]
+    no_db: bool,
+}
+
+pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    let m = machine::machine(ctx.tlb.as_deref())?;
+    let an = pipeline::analyze(&a.bundle, &m.tlb.geometry, &CostModel::default())?;
+    let ids = if a.no_db {
+        None
+    } else {
+        let mut db = ctx.db()?;
+        let bundle = std::fs::canonicalize(&a.bundle)?;
+        Some(pipeline::store_analysis(&mut db, &an, Some(&bundle), &m)?)
+    };
+    if a.json {
+        let mut v = serde_json::to_value(&an)?;
+        if let Some((p, _, _)) = ids {
+            v["profile_id"] = p.into();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    print_analysis(&an);
+    if let Some((p, _, _)) = ids {
+        println!("stored as profile #{p} in {}", ctx.db_path.display());
+    }
+    Ok(0)
+}
+
+pub fn print_analysis(an: &pipeline::Analysis) {
+    let s = &an.stream;
+    println!(
+        "profile    {} ({} references from {}, native run {:.3} s)",
+        an.meta.command.join(" "),
+        hugetune_report::count(s.refs as f64),
+        an.meta.ref_source,
+        an.meta.native.wall_s
+    );
+    let cats: Vec<String> = hugetune_model::Category::ALL
+        .iter()
+        .filter(|c| s.refs_per_category[c.index()] > 0)
+        .map(|c| {
+            format!(
+                "{c} {:.1}%",
+                100.0 * s.refs_per_category[c.index()] as f64 / s.refs.max(1) as f64
+            )
+        })
+        .collect();
+    println!("references {}", cats.join(", "));
+    let g = &an.result.geometry;
+    println!(
+        "TLB model  L1 {} / L2 {} entries (4 KB), {}",
+        g.l1.entries_4k, g.l2.entries_4k, g.source
+    );
+    let sig = &an.significance;
+    println!(
+        "significance  {} TLB misses/s, {} faults/s with 4 KB pages (model estimate): {}",
+        hugetune_report::count(sig.tlb_misses_per_s),
+        hugetune_report::count(sig.faults_per_s),
+        if sig.passes {
+            "passes"
+        } else {
+            "fails: huge pages cannot help much"
+        }
+    );
+    println!("\npredicted (on the profiled input; * = combined mapping, computed exactly)");
+    println!("{}", super::predictions_table(&an.predictions));
+}

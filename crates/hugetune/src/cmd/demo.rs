@@ -1,0 +1,61 @@
+//! `hugetune demo`: the main job. Optimizes the built-in dependent random walk over
+//! 1 GiB, profiled on a small training size, reserving the pages it needs.
+
+use super::optimize::{self, Options};
+use crate::{pipeline, Ctx};
+use anyhow::Result;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Size of the walk that is measured
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// Size of the walk that is profiled (the training input)
+    #[arg(long, default_value = "32M")]
+    train_size: String,
+    /// Baseline and optimized runs each (5 + 5 lets the exact test tolerate one outlier)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
+    /// Do not grow the hugetlb pool (use only what is free, else THP)
+    #[arg(long)]
+    no_reserve: bool,
+    /// Print one JSON object
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    let art = crate::artifacts::find()?;
+    let work = art.work.clone().into_os_string();
+    let cmd = |size: &str| vec![work.clone(), "chase".into(), "--size".into(), size.into()];
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !a.no_reserve && !root {
+        pipeline::note(
+            "not root: cannot reserve hugetlb pages; the plan will use what is free, or THP",
+        );
+    }
+    let opts = Options {
+        command: cmd(&a.size),
+        profile_command: cmd(&a.train_size),
+        runs: a.runs as usize,
+        reserve: !a.no_reserve && root,
+        min_gain: pipeline::DEFAULT_MIN_GAIN,
+        bundle: None,
+    };
+    let r = optimize::execute(ctx, &opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(0);
+    }
+    print!("{}", optimize::render(&r));
+    println!(
+        "\ndemo verdict: chase over {} ran {:.2}x {} with {} on huge pages ({})",
+        a.size,
+        r.speedup,
+        if r.speedup >= 1.0 { "faster" } else { "slower" },
+        hugetune_report::bytes(r.huge_bytes_backed),
+        r.verdict
+    );
+    Ok(0)
+}

@@ -1,0 +1,57 @@
+//! One module per command: argument parsing and rendering; the work is in `pipeline`.
+
+pub mod analyze;
+pub mod db;
+pub mod demo;
+pub mod machine;
+pub mod optimize;
+pub mod plan;
+pub mod record;
+pub mod run;
+pub mod validate;
+
+use hugetune_model::rank::Prediction;
+use hugetune_report::{count, table};
+
+/// The prediction table shared by `analyze` and `optimize`.
+pub fn predictions_table(preds: &[Prediction]) -> String {
+    let rows: Vec<Vec<String>> = preds
+        .iter()
+        .map(|p| {
+            vec![
+                format!("{}{}", p.label, if p.base { "" } else { " *" }),
+                format!("{}", p.hugetlb_pages),
+                format!("{}", p.thp_pages),
+                count(p.walks as f64),
+                count(p.faults as f64),
+                format!("{:.1} ms", p.saving_ns / 1e6),
+                format!("{:.0}%", p.pmb),
+                format!("{:.2}x", p.predicted_speedup),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "mapping",
+            "hugetlb pages",
+            "THP pages",
+            "TLB walks",
+            "faults",
+            "saving",
+            "PMB",
+            "speedup",
+        ],
+        &rows,
+    )
+}
+
+pub fn assignments_text(a: &[(hugetune_model::Category, hugetune_model::Backing)]) -> String {
+    if a.is_empty() {
+        "nothing (run unchanged)".into()
+    } else {
+        a.iter()
+            .map(|(c, b)| format!("{c} → {b}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

@@ -1,0 +1,379 @@
+//! `hugetune optimize`: record (on a training command if given) → analyze →
+//! plan for the pages available now (optionally growing the pool for the run) →
+//! validate with interleaved A/B runs → store and report.
+
+use crate::pipeline::{self, Analysis, Validation};
+use crate::Ctx;
+use anyhow::{Context, Result};
+use hugetune_capture::kernel_state::{reserve_hugetlb, PoolReservation};
+use hugetune_capture::machine;
+use hugetune_model::cost::CostModel;
+use hugetune_model::plan::{Availability, PlanDecision};
+use hugetune_model::rank::Prediction;
+use hugetune_report::{bytes, secs};
+use hugetune_store::db::NewRun;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Profile this command instead (a training input; seed 001 §5.3.3), e.g. "./app --small"
+    #[arg(long, value_name = "CMD")]
+    profile_cmd: Option<String>,
+    /// Baseline and optimized runs each, interleaved
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    runs: u32,
+    /// As root: grow the hugetlb pool for the runs, restore it afterwards
+    #[arg(long)]
+    reserve: bool,
+    /// Smallest predicted gain worth huge pages, as a fraction of the run time
+    #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
+    min_gain: f64,
+    /// Where to keep the profile bundle (default: in the data directory)
+    #[arg(long, value_name = "FILE")]
+    bundle: Option<PathBuf>,
+    /// Print one JSON object
+    #[arg(long)]
+    json: bool,
+    /// The command to optimize
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
+}
+
+pub struct Options {
+    pub command: Vec<OsString>,
+    pub profile_command: Vec<OsString>,
+    pub runs: usize,
+    pub reserve: bool,
+    pub min_gain: f64,
+    pub bundle: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanReport {
+    pub assignments: Vec<(hugetune_model::Category, hugetune_model::Backing)>,
+    pub text: String,
+    pub reasons: Vec<String>,
+    pub hugetlb_pages: u64,
+    pub reserved_pages: u64,
+    pub availability: Availability,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub command: Vec<String>,
+    pub profile_command: Vec<String>,
+    pub plan: PlanReport,
+    pub predicted: Vec<Prediction>,
+    pub chosen_prediction: Option<Prediction>,
+    pub significance: hugetune_model::rank::Significance,
+    pub baseline_s: Vec<f64>,
+    pub optimized_s: Vec<f64>,
+    pub baseline_median_s: f64,
+    pub optimized_median_s: f64,
+    pub speedup: f64,
+    pub verdict: String,
+    pub huge_bytes_backed: u64,
+    pub validation: Validation,
+    pub reference_heap_large_pages: u64,
+    pub profile: ProfileReport,
+    pub profile_id: i64,
+    pub run_id: i64,
+    pub db: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProfileReport {
+    pub bundle: String,
+    pub refs: u64,
+    pub ref_source: String,
+    pub capture_s: f64,
+    pub native_s: f64,
+    pub refs_per_category: serde_json::Value,
+    pub tlb: hugetune_model::tlb::TlbGeometry,
+}
+
+pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    let profile_command = match &a.profile_cmd {
+        Some(s) => pipeline::split_command(s).context("--profile-cmd")?,
+        None => a.command.clone(),
+    };
+    anyhow::ensure!(
+        a.min_gain.is_finite() && (0.0..1.0).contains(&a.min_gain),
+        "--min-gain must be in [0, 1)"
+    );
+    let opts = Options {
+        command: a.command,
+        profile_command,
+        runs: a.runs as usize,
+        reserve: a.reserve,
+        min_gain: a.min_gain,
+        bundle: a.bundle,
+    };
+    let report = execute(ctx, &opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(0)
+}
+
+fn default_bundle(argv: &[OsString]) -> PathBuf {
+    let name = argv
+        .first()
+        .and_then(|p| std::path::Path::new(p).file_name())
+        .map_or("program".into(), |n| n.to_string_lossy().into_owned());
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("hugetune")
+        .join("profiles")
+        .join(format!("{name}-{ts}.htb"))
+}
+
+/// Grows the pool when the plan needs more hugetlb pages than are free.
+fn reserve_for(
+    decision: &PlanDecision,
+    avail_now: &Availability,
+) -> Result<Option<PoolReservation>> {
+    let need = decision.hugetlb_pages();
+    if need <= avail_now.hugetlb_2m_free {
+        return Ok(None);
+    }
+    let extra = need - avail_now.hugetlb_2m_free;
+    let r = reserve_hugetlb(2048, extra)?;
+    pipeline::note(format!(
+        "grew the 2 MB hugetlb pool by {} pages ({} asked) for the runs; it goes back to {} afterwards",
+        r.added, r.requested, r.previous
+    ));
+    Ok(Some(r))
+}
+
+pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
+    let art = crate::artifacts::find()?;
+    let machine = machine::machine(ctx.tlb.as_deref())?;
+    let bundle = o
+        .bundle
+        .clone()
+        .unwrap_or_else(|| default_bundle(&o.profile_command));
+    let meta = pipeline::record(
+        &art,
+        &o.profile_command,
+        &bundle,
+        ctx.tlb.as_deref(),
+        ctx.verbose,
+    )?;
+    let an: Analysis = pipeline::analyze(&bundle, &machine.tlb.geometry, &CostModel::default())?;
+    let mut db = ctx.db()?;
+    let (profile_id, _, machine_id) =
+        pipeline::store_analysis(&mut db, &an, Some(&bundle), &machine)?;
+    let program = pipeline::program_of(&o.command)?;
+    let program_id = db.upsert_program(&program.path, program.build_id.as_deref())?;
+
+    pipeline::note(
+        "warm-up run in record mode (sizes the hugetlb pages this input needs; not timed)",
+    );
+    let (ref_pages, _) = pipeline::sizing_run(&art, &o.command)?;
+    let preds = pipeline::with_reference_pages(&an.predictions, ref_pages);
+    let native_s = meta.native.wall_s;
+
+    let avail_now = pipeline::availability_now();
+    let mut avail_plan = avail_now.clone();
+    if o.reserve {
+        avail_plan.hugetlb_2m_free += ref_pages;
+    }
+    let mut decision =
+        pipeline::choose(&preds, &an.significance, &avail_plan, native_s, o.min_gain);
+    let mut reserved = None;
+    if o.reserve {
+        match reserve_for(&decision, &avail_now) {
+            Ok(r) => reserved = r,
+            Err(e) => pipeline::note(format!("cannot grow the hugetlb pool: {e:#}")),
+        }
+        let got = pipeline::availability_now();
+        if decision.hugetlb_pages() > got.hugetlb_2m_free {
+            pipeline::note(format!(
+                "only {} hugetlb pages are available; planning again with what there is",
+                got.hugetlb_2m_free
+            ));
+            decision = pipeline::choose(&preds, &an.significance, &got, native_s, o.min_gain);
+        }
+    }
+    let availability = pipeline::availability_now();
+    let plan_text = hugetune_capture::launch::plan_text(&decision.assignments, an.threshold);
+    pipeline::note(format!(
+        "plan: {}",
+        super::assignments_text(&decision.assignments)
+    ));
+
+    let validation = pipeline::validate(
+        &art,
+        &o.command,
+        &decision.assignments,
+        an.threshold,
+        o.runs,
+    )?;
+    let reserved_pages = reserved.as_ref().map_or(0, |r| r.added);
+    drop(reserved);
+
+    let huge = validation
+        .huge_bytes_proc
+        .max(validation.huge_bytes_runtime);
+    let run_id = db.insert_run(&NewRun {
+        program_id,
+        profile_id: Some(profile_id),
+        machine_id: Some(machine_id),
+        args: pipeline::strings(&o.command),
+        plan: serde_json::json!({"assignments": decision.assignments, "text": plan_text}),
+        baseline_s: validation.baseline_s.clone(),
+        optimized_s: validation.optimized_s.clone(),
+        speedup: Some(validation.speedup),
+        huge_bytes_backed: huge,
+        verdict: validation.verdict.name().into(),
+        details: serde_json::to_value(&validation)?,
+    })?;
+    Ok(Report {
+        command: pipeline::strings(&o.command),
+        profile_command: pipeline::strings(&o.profile_command),
+        plan: PlanReport {
+            assignments: decision.assignments.clone(),
+            text: plan_text,
+            reasons: decision.reasons.clone(),
+            hugetlb_pages: decision.hugetlb_pages(),
+            reserved_pages,
+            availability,
+        },
+        chosen_prediction: decision.prediction.clone(),
+        predicted: preds,
+        significance: an.significance.clone(),
+        baseline_s: validation.baseline_s.clone(),
+        optimized_s: validation.optimized_s.clone(),
+        baseline_median_s: validation.baseline_median_s,
+        optimized_median_s: validation.optimized_median_s,
+        speedup: validation.speedup,
+        verdict: validation.verdict.name().into(),
+        huge_bytes_backed: huge,
+        reference_heap_large_pages: ref_pages,
+        profile: ProfileReport {
+            bundle: bundle.display().to_string(),
+            refs: an.stream.refs,
+            ref_source: an.meta.ref_source.clone(),
+            capture_s: an.meta.capture_s,
+            native_s,
+            refs_per_category: pipeline::category_map(&an.stream.refs_per_category),
+            tlb: an.result.geometry.clone(),
+        },
+        validation,
+        profile_id,
+        run_id,
+        db: ctx.db_path.display().to_string(),
+    })
+}
+
+fn range(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::MAX, f64::min);
+    let hi = v.iter().copied().fold(f64::MIN, f64::max);
+    format!("{:.3}–{:.3} s", lo, hi)
+}
+
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let same = r.command == r.profile_command;
+    s += &format!("\ncommand      {}\n", r.command.join(" "));
+    s += &format!(
+        "profile      {}{}: {} references ({}) in {:.1} s; native {}\n",
+        r.profile_command.join(" "),
+        if same { "" } else { " (training input)" },
+        hugetune_report::count(r.profile.refs as f64),
+        r.profile.ref_source,
+        r.profile.capture_s,
+        secs(r.profile.native_s)
+    );
+    let sig = &r.significance;
+    s += &format!(
+        "significance {} TLB misses/s, {} faults/s with 4 KB pages (model): {}\n",
+        hugetune_report::count(sig.tlb_misses_per_s),
+        hugetune_report::count(sig.faults_per_s),
+        if sig.passes { "passes" } else { "fails" }
+    );
+    s += &format!(
+        "\npredicted ranking (on the profiled input; hugetlb pages sized for this input: heap-large needs {})\n",
+        r.reference_heap_large_pages
+    );
+    s += &super::predictions_table(&r.predicted);
+    s += "\n\nplan         ";
+    s += &super::assignments_text(&r.plan.assignments);
+    s += "\n";
+    for why in &r.plan.reasons {
+        s += &format!("             - {why}\n");
+    }
+    if r.plan.reserved_pages > 0 {
+        s += &format!(
+            "             {} hugetlb pages reserved for the runs and released after\n",
+            r.plan.reserved_pages
+        );
+    }
+    let v = &r.validation;
+    s += &format!("\nmeasured     {} baseline and {} optimized runs, interleaved (wall time, median and range)\n", v.runs, v.runs);
+    s += &format!(
+        "  baseline   {}  ({})  {} minor faults\n",
+        secs(v.baseline_median_s),
+        range(&v.baseline_s),
+        v.baseline_minor_faults
+    );
+    s += &format!(
+        "  optimized  {}  ({})  {} minor faults\n",
+        secs(v.optimized_median_s),
+        range(&v.optimized_s),
+        v.optimized_minor_faults
+    );
+    let predicted = r
+        .chosen_prediction
+        .as_ref()
+        .map_or(1.0, |p| p.predicted_speedup);
+    s += &format!(
+        "  speedup    {:.2}x: {} (one-sided Mann-Whitney p = {:.3}); predicted {:.2}x on the profiled input\n",
+        r.speedup, r.verdict, v.p_gain, predicted
+    );
+    s += &format!(
+        "huge pages   {} huge at peak per /proc/PID/smaps_rollup (baseline {}); runtime library reports {} backed\n",
+        bytes(v.huge_bytes_proc),
+        bytes(v.baseline_huge_bytes_proc),
+        bytes(v.huge_bytes_runtime)
+    );
+    for f in fallbacks(&v.runtime_summaries) {
+        s += &format!("             fallback: {f}\n");
+    }
+    s += &format!(
+        "stored       profile #{}, run #{} in {}\n",
+        r.profile_id, r.run_id, r.db
+    );
+    s
+}
+
+/// Fallbacks the runtime library reported, deduplicated across runs.
+pub fn fallbacks(summaries: &[serde_json::Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for run in summaries {
+        for proc in run.as_array().into_iter().flatten() {
+            for f in proc["fallbacks"].as_array().into_iter().flatten() {
+                let line = format!(
+                    "{} {} → {} ({}), {} time(s)",
+                    f["category"].as_str().unwrap_or("?"),
+                    f["from"].as_str().unwrap_or("?"),
+                    f["to"].as_str().unwrap_or("?"),
+                    f["reason"].as_str().unwrap_or("?"),
+                    f["count"].as_u64().unwrap_or(0)
+                );
+                if !out.contains(&line) {
+                    out.push(line);
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,75 @@
+//! `hugetune run`: the online agent. Looks up the program's directives, plans for
+//! the pages available now, runs it with the plan applied, and records the run.
+
+use crate::{pipeline, Ctx};
+use anyhow::Result;
+use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_store::db::NewRun;
+use std::ffi::OsString;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Smallest predicted gain worth huge pages, as a fraction of the run time
+    #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
+    min_gain: f64,
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
+}
+
+pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    let art = crate::artifacts::find()?;
+    let db = ctx.db()?;
+    let stored = pipeline::stored_predictions(&db, &a.command)?;
+    let Some(st) = stored else {
+        pipeline::note(format!(
+            "no profile of this program yet: running it unchanged (try `hugetune optimize -- {}`)",
+            pipeline::display_cmd(&a.command)
+        ));
+        let mut spec = RunSpec::new(a.command.clone());
+        spec.stdout = Output::Inherit;
+        return Ok(runner::run(&spec)?.exit_code);
+    };
+    let d = pipeline::choose(
+        &st.predictions,
+        &st.significance,
+        &pipeline::availability_now(),
+        st.native_s,
+        a.min_gain,
+    );
+    pipeline::note(format!(
+        "applying {}",
+        super::assignments_text(&d.assignments)
+    ));
+    let applied = pipeline::applied_spec(
+        &art,
+        &a.command,
+        &d.assignments,
+        st.threshold,
+        Output::Inherit,
+    )?;
+    let stats = runner::run(&applied.spec)?;
+    let summaries = pipeline::take_summaries(applied.dir.path());
+    let huge = pipeline::summary_huge_bytes(&summaries).max(stats.peak.huge());
+    pipeline::note(format!(
+        "done in {:.3} s; {} on huge pages",
+        stats.wall_s,
+        hugetune_report::bytes(huge)
+    ));
+    for f in super::optimize::fallbacks(&[serde_json::Value::Array(summaries.clone())]) {
+        pipeline::note(format!("fallback: {f}"));
+    }
+    db.insert_run(&NewRun {
+        program_id: st.program_id,
+        profile_id: Some(st.profile_id),
+        machine_id: None,
+        args: pipeline::strings(&a.command),
+        plan: serde_json::json!({"assignments": d.assignments}),
+        baseline_s: vec![],
+        optimized_s: vec![stats.wall_s],
+        speedup: None,
+        huge_bytes_backed: huge,
+        verdict: "applied".into(),
+        details: serde_json::json!({"stats": stats, "summaries": summaries}),
+    })?;
+    Ok(stats.exit_code)
+}

@@ -1,0 +1,93 @@
+//! hugetune: huge pages for unmodified Linux programs, automatically and with
+//! evidence. One module per command; the stages live in `pipeline`.
+
+mod artifacts;
+mod cmd;
+mod pipeline;
+mod profile;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "hugetune",
+    version,
+    about = "Huge pages for unmodified Linux programs: profile, predict, apply, prove",
+    after_help = "Start with `hugetune demo`, or `hugetune optimize -- ./app args`."
+)]
+pub struct Cli {
+    /// Database file (default: ~/.local/share/hugetune/hugetune.db)
+    #[arg(long, global = true, value_name = "FILE")]
+    db: Option<PathBuf>,
+    /// TLB geometry override (JSON), instead of cpuid and presets
+    #[arg(long, global = true, value_name = "FILE")]
+    tlb: Option<PathBuf>,
+    /// Show the profiled program's output and more detail
+    #[arg(long, short, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Optimize `hugetune-work chase` over 1 GiB: profile, predict, apply, measure
+    Demo(cmd::demo::Args),
+    /// The whole loop: record, analyze, plan, apply and validate a command
+    Optimize(cmd::optimize::Args),
+    /// Profile a command into a bundle (allocations + references)
+    Record(cmd::record::Args),
+    /// Page size benefit analysis of a bundle; stores directives in the database
+    Analyze(cmd::analyze::Args),
+    /// Choose categories and page sizes for a program, for the pages available now
+    Plan(cmd::plan::Args),
+    /// Run a command with its stored plan applied (or unchanged if none)
+    Run(cmd::run::Args),
+    /// Interleaved A/B runs of a command with and without its plan
+    Validate(cmd::validate::Args),
+    /// TLB geometry, page sizes, THP and hugetlb settings, PMU availability
+    Machine(cmd::machine::Args),
+    /// Inspect the database
+    Db(cmd::db::Args),
+}
+
+pub struct Ctx {
+    pub db_path: PathBuf,
+    pub tlb: Option<PathBuf>,
+    pub verbose: bool,
+}
+
+impl Ctx {
+    pub fn db(&self) -> anyhow::Result<hugetune_store::db::Db> {
+        hugetune_store::db::Db::open(&self.db_path)
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    hugetune_capture::kernel_state::install_signal_guard();
+    let ctx = Ctx {
+        db_path: cli.db.unwrap_or_else(hugetune_store::db::Db::default_path),
+        tlb: cli.tlb,
+        verbose: cli.verbose,
+    };
+    let r = match cli.command {
+        Command::Demo(a) => cmd::demo::run(&ctx, a),
+        Command::Optimize(a) => cmd::optimize::run(&ctx, a),
+        Command::Record(a) => cmd::record::run(&ctx, a),
+        Command::Analyze(a) => cmd::analyze::run(&ctx, a),
+        Command::Plan(a) => cmd::plan::run(&ctx, a),
+        Command::Run(a) => cmd::run::run(&ctx, a),
+        Command::Validate(a) => cmd::validate::run(&ctx, a),
+        Command::Machine(a) => cmd::machine::run(&ctx, a),
+        Command::Db(a) => cmd::db::run(&ctx, a),
+    };
+    match r {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("hugetune: error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,625 @@
+//! The stages of the pipeline, composed by the commands:
+//! record → profile bundle → analyze → directives (DB) → plan → run → validate.
+
+use crate::artifacts::Artifacts;
+use crate::profile::{self, ProfileMeta, Program};
+use anyhow::{bail, Context, Result};
+use hugetune_capture::ab::{self, AbResult, Verdict};
+use hugetune_capture::alloclog::AllocLog;
+use hugetune_capture::elf;
+use hugetune_capture::launch;
+use hugetune_capture::machine::{self, Machine};
+use hugetune_capture::profile::inputs_from_log;
+use hugetune_capture::record::record_with_lackey;
+use hugetune_capture::refs::RefReader;
+use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
+use hugetune_model::analysis::AnalysisResult;
+use hugetune_model::categorize::Categorizer;
+use hugetune_model::category::Category;
+use hugetune_model::cost::CostModel;
+use hugetune_model::page::Backing;
+use hugetune_model::plan::{self, Availability, PlanDecision, ThpMode};
+use hugetune_model::rank::{self, Prediction, Significance};
+use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
+use hugetune_model::tlb::TlbGeometry;
+use hugetune_store::db::{Db, NewDirective};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The smallest predicted saving, as a fraction of the run time, worth huge pages.
+pub const DEFAULT_MIN_GAIN: f64 = 0.01;
+
+pub fn display_cmd(argv: &[OsString]) -> String {
+    argv.iter()
+        .map(|a| {
+            let s = a.to_string_lossy();
+            if s.is_empty() || s.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+                format!("'{}'", s.replace('\'', "'\\''"))
+            } else {
+                s.into_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn strings(argv: &[OsString]) -> Vec<String> {
+    argv.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Splits a shell-like command string (for `--profile-cmd "CMD ARGS"`): words on
+/// whitespace, with single and double quotes.
+pub fn split_command(s: &str) -> Result<Vec<OsString>> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in s.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    out.push(OsString::from(std::mem::take(&mut cur)));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        bail!("unbalanced quote in command '{s}'");
+    }
+    if in_word {
+        out.push(OsString::from(cur));
+    }
+    if out.is_empty() {
+        bail!("empty command");
+    }
+    Ok(out)
+}
+
+pub fn program_of(argv: &[OsString]) -> Result<Program> {
+    let first = argv.first().context("empty command")?;
+    let path = elf::resolve_program(first)
+        .with_context(|| format!("cannot find the program '{}'", first.to_string_lossy()))?;
+    let build_id = elf::build_id(&path).unwrap_or(None);
+    Ok(Program {
+        path: path.display().to_string(),
+        build_id,
+    })
+}
+
+pub fn note(msg: impl AsRef<str>) {
+    eprintln!("hugetune: {}", msg.as_ref());
+}
+
+// ---------------------------------------------------------------- record
+
+/// Profiles `argv`: references under Valgrind lackey with the runtime library in
+/// record mode, plus one uninstrumented run for its time and faults. Writes the
+/// bundle to `out`.
+pub fn record(
+    art: &Artifacts,
+    argv: &[OsString],
+    out: &Path,
+    tlb_override: Option<&Path>,
+    show_output: bool,
+) -> Result<ProfileMeta> {
+    let program = program_of(argv)?;
+    let dir = tempfile::Builder::new()
+        .prefix("hugetune-record.")
+        .tempdir()
+        .context("creating a scratch directory")?;
+    note(format!(
+        "profiling `{}` under valgrind lackey (slow: every reference is traced)",
+        display_cmd(argv)
+    ));
+    let tty = std::io::stderr().is_terminal();
+    let rec = record_with_lackey(&art.runtime_lib, argv, dir.path(), show_output, |n, t| {
+        if tty {
+            eprint!(
+                "\r  {:.1} M references, {:.0} s   ",
+                n as f64 / 1e6,
+                t.as_secs_f64()
+            );
+        }
+    })?;
+    if tty {
+        eprintln!();
+    }
+    note(format!(
+        "captured {:.2} M data references ({:.2} M instructions) in {:.1} s",
+        rec.lackey.refs as f64 / 1e6,
+        rec.lackey.instructions as f64 / 1e6,
+        rec.lackey.elapsed.as_secs_f64()
+    ));
+    let mut spec = RunSpec::new(argv.to_vec());
+    spec.stdout = Output::Null;
+    let native = runner::run(&spec).context("running the profiled command natively")?;
+    if native.exit_code != 0 {
+        bail!(
+            "the profiled command exited with status {} when run natively",
+            native.exit_code
+        );
+    }
+    let meta = ProfileMeta {
+        format: profile::FORMAT.into(),
+        version: profile::META_VERSION,
+        created_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        command: strings(argv),
+        program,
+        ref_source: "valgrind-lackey".into(),
+        ref_sampling: "complete".into(),
+        refs: rec.lackey.refs,
+        instructions: rec.lackey.instructions,
+        capture_s: rec.lackey.elapsed.as_secs_f64(),
+        pid: rec.log.header.pid,
+        native,
+        machine: machine::machine(tlb_override)?,
+        runtime_summary: rec.summary.clone(),
+    };
+    let log_bytes = std::fs::read(&rec.log_path)?;
+    let refs = std::fs::read(&rec.refs_path)?;
+    profile::write(out, &meta, &log_bytes, refs)?;
+    Ok(meta)
+}
+
+// ---------------------------------------------------------------- analyze
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Analysis {
+    pub meta: ProfileMeta,
+    pub stream: StreamSummary,
+    pub result: AnalysisResult,
+    pub predictions: Vec<Prediction>,
+    pub significance: Significance,
+    pub cost: CostModel,
+    pub threshold: u64,
+    /// Top allocation sites by requested bytes: (module, offset, category, bytes, count).
+    pub sites: Vec<SiteSummary>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SiteSummary {
+    pub module: String,
+    pub offset: String,
+    pub category: Category,
+    pub bytes: u64,
+    pub allocations: u64,
+}
+
+fn sites(cat: &Categorizer, modules: &[String]) -> Vec<SiteSummary> {
+    let mut acc: Vec<SiteSummary> = Vec::new();
+    for o in cat.objects() {
+        let Some(s) = o.site else { continue };
+        if o.via.is_none() {
+            continue;
+        }
+        let module = modules.get(s.module as usize).cloned().unwrap_or_default();
+        let offset = format!("{:#x}", s.offset);
+        match acc
+            .iter_mut()
+            .find(|x| x.module == module && x.offset == offset && x.category == o.category)
+        {
+            Some(x) => {
+                x.bytes += o.len;
+                x.allocations += 1;
+            }
+            None => acc.push(SiteSummary {
+                module,
+                offset,
+                category: o.category,
+                bytes: o.len,
+                allocations: 1,
+            }),
+        }
+    }
+    acc.sort_by_key(|s| std::cmp::Reverse(s.bytes));
+    acc.truncate(10);
+    acc
+}
+
+/// Runs the model over a bundle.
+pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<Analysis> {
+    let b = profile::read(path)?;
+    let log = AllocLog::parse(&b.alloc_log, path)?;
+    let inputs = inputs_from_log(&log);
+    let spec = StreamSpec {
+        space: inputs.space.clone(),
+        events: inputs.events.clone(),
+        threshold: inputs.threshold,
+        markers: inputs.markers,
+    };
+    let stream_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
+    let refs_iter = || -> Result<_> {
+        let mut r = RefReader::new(&b.refs[..]).context("reading the reference stream")?;
+        let err = &stream_error;
+        Ok(std::iter::from_fn(move || match r.next_ref() {
+            Ok(Some((a, _))) => Some(a),
+            Ok(None) => None,
+            Err(e) => {
+                *err.borrow_mut() = Some(e);
+                None
+            }
+        }))
+    };
+    let (present, _) = present_categories(&spec, refs_iter()?);
+    if let Some(e) = stream_error.take() {
+        bail!(
+            "bundle {}: the reference stream is corrupt: {e}",
+            path.display()
+        );
+    }
+    let (result, stream, cat) = analyze_stream(&spec, geometry, &present, refs_iter()?);
+    if let Some(e) = stream_error.take() {
+        bail!(
+            "bundle {}: the reference stream is corrupt: {e}",
+            path.display()
+        );
+    }
+    if stream.refs == 0 {
+        bail!(
+            "bundle {}: no program references in the stream",
+            path.display()
+        );
+    }
+    let native_s = b.meta.native.wall_s;
+    let predictions = rank::predictions(&result, cost, native_s);
+    let significance = rank::significance(&result, native_s);
+    Ok(Analysis {
+        sites: sites(&cat, &inputs.modules),
+        meta: b.meta,
+        stream,
+        result,
+        predictions,
+        significance,
+        cost: cost.clone(),
+        threshold: inputs.threshold,
+    })
+}
+
+/// Stores a profile's analysis in the database; returns (profile id, program id, machine id).
+pub fn store_analysis(
+    db: &mut Db,
+    a: &Analysis,
+    bundle: Option<&Path>,
+    machine: &Machine,
+) -> Result<(i64, i64, i64)> {
+    let m = machine_id(db, machine)?;
+    let program = db.upsert_program(&a.meta.program.path, a.meta.program.build_id.as_deref())?;
+    let summary = serde_json::json!({
+        "refs": a.stream.refs,
+        "refs_per_category": category_map(&a.stream.refs_per_category),
+        "native_s": a.meta.native.wall_s,
+        "native_minor_faults": a.meta.native.minor_faults,
+        "significance": a.significance,
+        "heap_large_peak_pages": a.result.heap_large_peak_pages,
+        "threshold": a.threshold,
+        "ref_source": a.meta.ref_source,
+        "tlb": a.result.geometry,
+        "cost": a.cost,
+    });
+    let directives: Vec<NewDirective> = a
+        .predictions
+        .iter()
+        .map(|p| NewDirective {
+            mapping: p.mapping.clone(),
+            assignments: serde_json::to_value(&p.assignments).unwrap_or_default(),
+            base: p.base,
+            saving_ns: p.saving_ns,
+            pmb: p.pmb,
+            predicted_speedup: p.predicted_speedup,
+            hugetlb_pages: p.hugetlb_pages,
+            thp_pages: p.thp_pages,
+            details: serde_json::to_value(p).unwrap_or_default(),
+        })
+        .collect();
+    let args = a.meta.command.clone();
+    let id = db.insert_profile(program, Some(m), &args, bundle, &summary, &directives)?;
+    Ok((id, program, m))
+}
+
+pub fn machine_id(db: &Db, m: &Machine) -> Result<i64> {
+    let fp = format!("{}|{}|{}", m.hostname, m.cpu.brand, m.kernel);
+    db.upsert_machine(
+        &fp,
+        &m.hostname,
+        &m.cpu.brand,
+        &m.kernel,
+        &serde_json::to_value(m)?,
+    )
+}
+
+pub fn category_map(v: &[u64; 5]) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for c in Category::ALL {
+        m.insert(c.name().into(), v[c.index()].into());
+    }
+    serde_json::Value::Object(m)
+}
+
+/// What the database holds about a program: its newest profile's predictions.
+pub struct Stored {
+    pub program_id: i64,
+    pub profile_id: i64,
+    pub predictions: Vec<Prediction>,
+    pub significance: Significance,
+    pub native_s: f64,
+    pub threshold: u64,
+}
+
+/// Directives of the newest profile of the program `argv` runs, as predictions.
+pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> {
+    let program = program_of(argv)?;
+    let program_id = db.upsert_program(&program.path, program.build_id.as_deref())?;
+    let Some((profile_id, _, summary)) = db.latest_profile(program_id)? else {
+        return Ok(None);
+    };
+    let predictions: Vec<Prediction> = db
+        .directives(profile_id)?
+        .into_iter()
+        .map(|d| {
+            serde_json::from_value(d.details)
+                .context("a stored directive is not readable by this hugetune")
+        })
+        .collect::<Result<_>>()?;
+    let significance: Significance = serde_json::from_value(summary["significance"].clone())
+        .context("stored profile has no significance test")?;
+    Ok(Some(Stored {
+        program_id,
+        profile_id,
+        predictions,
+        significance,
+        native_s: summary["native_s"].as_f64().unwrap_or(0.0),
+        threshold: summary["threshold"].as_u64().unwrap_or(128 * 1024),
+    }))
+}
+
+// ---------------------------------------------------------------- plan
+
+pub fn availability_now() -> Availability {
+    Availability {
+        hugetlb_2m_free: machine::pool(2048).map_or(0, |p| p.available()),
+        thp: machine::thp_mode(Path::new(machine::THP_SYSFS)).unwrap_or(ThpMode::Never),
+    }
+}
+
+/// Peak 2 MB pages the runtime library will hold for heap-large objects when
+/// `argv` runs, measured by one record-mode run (no reference tracing). It also
+/// warms the machine up before timed runs.
+pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<(u64, RunStats)> {
+    let dir = tempfile::Builder::new()
+        .prefix("hugetune-size.")
+        .tempdir()?;
+    let log = dir.path().join("alloc.%p.log");
+    let mut spec = RunSpec::new(argv.to_vec());
+    spec.env = launch::record_env(&launch::RecordEnv {
+        lib: &art.runtime_lib,
+        log: Some(&log),
+        summary: None,
+        markers: false,
+    });
+    let stats = runner::run(&spec)?;
+    if stats.exit_code != 0 {
+        bail!(
+            "the command exited with status {} in the sizing run",
+            stats.exit_code
+        );
+    }
+    let mut peak = 0;
+    for e in std::fs::read_dir(dir.path())?.flatten() {
+        let l = AllocLog::read(&e.path())?;
+        let inputs = inputs_from_log(&l);
+        let mut c = Categorizer::new(inputs.space, inputs.threshold);
+        for ev in &inputs.events {
+            c.apply(ev);
+        }
+        peak += c.peak_owned_frames();
+    }
+    Ok((peak, stats))
+}
+
+/// Adjusts predictions of a training profile to the pool pages the reference run needs.
+pub fn with_reference_pages(preds: &[Prediction], heap_large_pages: u64) -> Vec<Prediction> {
+    preds
+        .iter()
+        .cloned()
+        .map(|mut p| {
+            if p.assignments
+                .contains(&(Category::HeapLarge, Backing::Hugetlb2m))
+            {
+                p.hugetlb_pages = heap_large_pages;
+            }
+            p
+        })
+        .collect()
+}
+
+pub fn choose(
+    preds: &[Prediction],
+    sig: &Significance,
+    avail: &Availability,
+    native_s: f64,
+    min_gain: f64,
+) -> PlanDecision {
+    plan::choose(preds, sig, avail, native_s, min_gain)
+}
+
+// ---------------------------------------------------------------- run / validate
+
+pub struct Applied {
+    /// Holds the plan file and the runtime library's summaries.
+    pub dir: tempfile::TempDir,
+    pub spec: RunSpec,
+}
+
+/// The optimized run's spec: the plan file written, the runtime library preloaded.
+pub fn applied_spec(
+    art: &Artifacts,
+    argv: &[OsString],
+    assignments: &[(Category, Backing)],
+    threshold: u64,
+    stdout: Output,
+) -> Result<Applied> {
+    let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
+    let plan_file = dir.path().join("plan");
+    std::fs::write(&plan_file, launch::plan_text(assignments, threshold))?;
+    let summary = dir.path().join("summary.%p.json");
+    let mut spec = RunSpec::new(argv.to_vec());
+    spec.env = launch::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
+    spec.stdout = stdout;
+    Ok(Applied { dir, spec })
+}
+
+/// Collects (and removes) the runtime library summaries written in `dir`.
+pub fn take_summaries(dir: &Path) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let mut paths: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("summary."))
+        })
+        .collect();
+    paths.sort();
+    for p in paths {
+        if let Ok(t) = std::fs::read_to_string(&p) {
+            match serde_json::from_str(&t) {
+                Ok(v) => out.push(v),
+                Err(e) => note(format!(
+                    "runtime summary {} is not valid JSON: {e}",
+                    p.display()
+                )),
+            }
+        }
+        let _ = std::fs::remove_file(&p);
+    }
+    out
+}
+
+/// Huge bytes the runtime library says it backed, summed over processes:
+/// hugetlb bytes plus THP bytes verified in smaps.
+pub fn summary_huge_bytes(summaries: &[serde_json::Value]) -> u64 {
+    summaries
+        .iter()
+        .map(|s| {
+            let b = &s["backed"];
+            b["hugetlb-2m"]["bytes"].as_u64().unwrap_or(0)
+                + b["hugetlb-1g"]["bytes"].as_u64().unwrap_or(0)
+                + b["thp-2m"]["verified_bytes"].as_u64().unwrap_or(0)
+        })
+        .sum()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Validation {
+    pub runs: usize,
+    pub baseline_s: Vec<f64>,
+    pub optimized_s: Vec<f64>,
+    pub baseline_median_s: f64,
+    pub optimized_median_s: f64,
+    pub speedup: f64,
+    pub verdict: Verdict,
+    /// One-sided exact Mann-Whitney p-value for "optimized runs are faster".
+    pub p_gain: f64,
+    pub baseline_minor_faults: u64,
+    pub optimized_minor_faults: u64,
+    /// Median over optimized runs of the peak huge memory seen in /proc.
+    pub huge_bytes_proc: u64,
+    /// Median over optimized runs of what the runtime library reports backed.
+    pub huge_bytes_runtime: u64,
+    pub baseline_huge_bytes_proc: u64,
+    pub runtime_summaries: Vec<serde_json::Value>,
+    pub exit_codes_match: bool,
+}
+
+fn median_u64(v: impl Iterator<Item = u64>) -> u64 {
+    let v: Vec<f64> = v.map(|x| x as f64).collect();
+    let m = ab::median(&v);
+    if m.is_nan() {
+        0
+    } else {
+        m as u64
+    }
+}
+
+pub fn validate(
+    art: &Artifacts,
+    argv: &[OsString],
+    assignments: &[(Category, Backing)],
+    threshold: u64,
+    runs: usize,
+) -> Result<Validation> {
+    let applied = applied_spec(art, argv, assignments, threshold, Output::Null)?;
+    let mut baseline = RunSpec::new(argv.to_vec());
+    baseline.stdout = Output::Null;
+    let dir = applied.dir.path().to_path_buf();
+    let mut per_run_runtime: Vec<u64> = Vec::new();
+    let r: AbResult = ab::interleaved(
+        &baseline,
+        &applied.spec,
+        runs,
+        || {
+            let s = take_summaries(&dir);
+            per_run_runtime.push(summary_huge_bytes(&s));
+            Some(serde_json::Value::Array(s))
+        },
+        |which, i, s| {
+            note(format!(
+                "{which} run {}/{runs}: {:.3} s, {} minor faults, {} huge",
+                i + 1,
+                s.wall_s,
+                s.minor_faults,
+                hugetune_report::bytes(s.peak.huge())
+            ))
+        },
+    )?;
+    let codes_match = r
+        .baseline
+        .iter()
+        .chain(&r.optimized)
+        .all(|s| s.exit_code == r.baseline[0].exit_code);
+    if !codes_match {
+        note("warning: exit statuses differ between runs");
+    }
+    let b: Vec<f64> = r.baseline.iter().map(|s| s.wall_s).collect();
+    let o: Vec<f64> = r.optimized.iter().map(|s| s.wall_s).collect();
+    let (bm, om) = (ab::median(&b), ab::median(&o));
+    Ok(Validation {
+        runs,
+        verdict: ab::verdict(&b, &o),
+        p_gain: ab::mann_whitney_p(&o, &b),
+        speedup: bm / om,
+        baseline_median_s: bm,
+        optimized_median_s: om,
+        baseline_s: b,
+        optimized_s: o,
+        baseline_minor_faults: median_u64(r.baseline.iter().map(|s| s.minor_faults)),
+        optimized_minor_faults: median_u64(r.optimized.iter().map(|s| s.minor_faults)),
+        huge_bytes_proc: median_u64(r.optimized.iter().map(|s| s.peak.huge())),
+        huge_bytes_runtime: median_u64(per_run_runtime.into_iter()),
+        baseline_huge_bytes_proc: median_u64(r.baseline.iter().map(|s| s.peak.huge())),
+        runtime_summaries: r.summaries,
+        exit_codes_match: codes_match,
+    })
+}

@@ -1,0 +1,238 @@
+//! End to end, on small sizes: the whole `optimize` loop on the built-in workloads,
+//! and the separate pipeline commands wired to each other.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
+const WORK: &str = env!("HUGETUNE_BUILT_WORK");
+
+fn hugetune(db: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .output()
+        .expect("run hugetune");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn optimize(db: &Path, work_args: &[&str]) -> Value {
+    let bundle = db.with_extension("htb");
+    let mut args = vec![
+        "optimize",
+        "--runs",
+        "1",
+        "--json",
+        "--bundle",
+        bundle.to_str().unwrap(),
+        "--",
+        WORK,
+    ];
+    args.extend_from_slice(work_args);
+    let (code, out, err) = hugetune(db, &args);
+    assert_eq!(code, 0, "optimize failed:\n{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}\n{err}"))
+}
+
+fn huge_categories(report: &Value) -> Vec<String> {
+    report["plan"]["assignments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a[0].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn optimize_picks_heap_large_for_a_large_heap_buffer() {
+    let d = tempfile::tempdir().unwrap();
+    let r = optimize(
+        &d.path().join("h.db"),
+        &["chase", "--size", "8M", "--place", "heap-large"],
+    );
+    assert!(
+        huge_categories(&r).contains(&"heap-large".to_string()),
+        "plan: {}",
+        r["plan"]
+    );
+    for key in [
+        "plan",
+        "predicted",
+        "baseline_s",
+        "optimized_s",
+        "speedup",
+        "huge_bytes_backed",
+    ] {
+        assert!(!r[key].is_null(), "JSON lacks {key}");
+    }
+    let best = &r["predicted"][0];
+    assert!(
+        best["label"].as_str().unwrap().contains("heap-large"),
+        "best mapping {best}"
+    );
+    assert_eq!(best["pmb"].as_f64(), Some(100.0));
+    // The optimized run really had huge pages: the runtime library verified them in
+    // its smaps at exit (the run is too short for the outside sampler to be sure).
+    assert!(
+        r["huge_bytes_backed"].as_u64().unwrap() >= 2 << 20,
+        "{}",
+        r["validation"]
+    );
+    assert!(
+        r["validation"]["huge_bytes_runtime"].as_u64().unwrap() >= 2 << 20,
+        "{}",
+        r["validation"]
+    );
+}
+
+#[test]
+fn optimize_does_not_pick_heap_large_when_the_hot_data_is_static() {
+    let d = tempfile::tempdir().unwrap();
+    let r = optimize(
+        &d.path().join("h.db"),
+        &["chase", "--size", "8M", "--place", "static"],
+    );
+    let cats = huge_categories(&r);
+    assert!(
+        !cats.contains(&"heap-large".to_string()),
+        "plan: {}",
+        r["plan"]
+    );
+    // The hot data is static, and the model says so.
+    let per_cat = &r["profile"]["refs_per_category"];
+    assert!(per_cat["static"].as_u64().unwrap() > 10 * per_cat["heap-large"].as_u64().unwrap());
+    assert_eq!(cats, vec!["static".to_string()], "plan: {}", r["plan"]);
+}
+
+#[test]
+fn pipeline_commands_are_wired_together() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    let bundle = d.path().join("p.htb");
+    let work = ["chase", "--size", "4M"];
+    let mut rec = vec!["record", "-o", bundle.to_str().unwrap(), "--", WORK];
+    rec.extend_from_slice(&work);
+    let (code, _, err) = hugetune(&db, &rec);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = hugetune(&db, &["analyze", "--json", bundle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let an: Value = serde_json::from_str(&out).unwrap();
+    assert!(an["profile_id"].as_i64().unwrap() >= 1);
+    assert!(an["stream"]["refs"].as_u64().unwrap() > 100_000);
+
+    let plan_file = d.path().join("plan.txt");
+    let mut plan = vec![
+        "plan",
+        "-o",
+        plan_file.to_str().unwrap(),
+        "--json",
+        "--",
+        WORK,
+    ];
+    plan.extend_from_slice(&work);
+    let (code, out, err) = hugetune(&db, &plan);
+    assert_eq!(code, 0, "{err}");
+    let p: Value = serde_json::from_str(&out).unwrap();
+    assert!(std::fs::read_to_string(&plan_file)
+        .unwrap()
+        .starts_with("hugetune-plan 1\n"));
+    assert!(p["decision"]["assignments"].as_array().is_some());
+
+    // The online agent applies the stored plan; the program's output is unchanged.
+    let plain = Command::new(WORK).args(work).output().unwrap();
+    let mut run = vec!["run", "--", WORK];
+    run.extend_from_slice(&work);
+    let (code, out, err) = hugetune(&db, &run);
+    assert_eq!(code, 0, "{err}");
+    let checksum = |s: &str| serde_json::from_str::<Value>(s.trim()).unwrap()["checksum"].clone();
+    assert_eq!(
+        checksum(&out),
+        checksum(&String::from_utf8_lossy(&plain.stdout))
+    );
+    let (_, ls, _) = hugetune(&db, &["db", "ls"]);
+    assert!(ls.contains("applied"), "{ls}");
+}
+
+#[test]
+fn bad_inputs_get_clear_errors() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    let junk = d.path().join("junk.htb");
+    std::fs::write(&junk, b"definitely not a bundle").unwrap();
+    let (code, _, err) = hugetune(&db, &["analyze", junk.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not a hugetune profile bundle"), "{err}");
+    let (code, _, err) = hugetune(&db, &["optimize", "--", "/no/such/program"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/no/such/program"), "{err}");
+    let (code, _, err) = hugetune(
+        &db,
+        &[
+            "optimize",
+            "--profile-cmd",
+            "'unbalanced",
+            "--",
+            WORK,
+            "primes",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("unbalanced quote"), "{err}");
+    let (code, _, err) = hugetune(&db, &["plan", "--", WORK, "primes"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no profile"), "{err}");
+}
+
+#[test]
+fn reserve_gives_the_pool_back() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to reserve huge pages");
+        return;
+    }
+    let before = hugetune_capture::kernel_state::resting_pool_size(2048).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    let (code, out, err) = hugetune(
+        &db,
+        &[
+            "optimize",
+            "--reserve",
+            "--runs",
+            "1",
+            "--json",
+            "--",
+            WORK,
+            "chase",
+            "--size",
+            "8M",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        hugetune_capture::kernel_state::resting_pool_size(2048).unwrap(),
+        before
+    );
+    // With the pool grown, heap-large went to hugetlb and the runtime library says so.
+    assert!(
+        r["plan"]["assignments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a[1] == "hugetlb-2m"),
+        "{}",
+        r["plan"]
+    );
+    assert!(
+        r["validation"]["huge_bytes_runtime"].as_u64().unwrap() >= 8 << 20,
+        "{}",
+        r["validation"]
+    );
+}

@@ -1,0 +1,423 @@
+//! The runtime library, driven from the outside: its record log read with the
+//! tool's own reader, apply mode checked in /proc by the test programs, pools set
+//! under the shared kernel-state lock and always restored.
+
+use hugetune_capture::alloclog::{AllocLog, Kind};
+use hugetune_capture::kernel_state::set_hugetlb_pool;
+use hugetune_capture::profile::inputs_from_log;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const LIB: &str = env!("HUGETUNE_BUILT_RUNTIME");
+const TESTS: &str = env!("HUGETUNE_BUILT_RUNTIME_TESTS");
+
+fn prog(name: &str) -> PathBuf {
+    Path::new(TESTS).join(name)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+struct Out {
+    code: i32,
+    json: Value,
+    stderr: String,
+}
+
+fn run(program: &Path, args: &[&str], env: &[(&str, String)]) -> Out {
+    let o = Command::new(program)
+        .args(args)
+        .env("LD_PRELOAD", LIB)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run test program");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        json: serde_json::from_str(stdout.trim()).unwrap_or(Value::Null),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn hex(v: &Value) -> u64 {
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("not a hex string: {v}"));
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
+}
+
+fn summary(dir: &Path, pid: u64) -> Value {
+    let p = dir.join(format!("summary.{pid}.json"));
+    serde_json::from_str(
+        &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+    )
+    .unwrap()
+}
+
+fn plan(dir: &Path, text: &str) -> String {
+    let p = dir.join("plan");
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn record_log_of_a_known_program() {
+    let d = tempfile::tempdir().unwrap();
+    let out = run(
+        &prog("t_known"),
+        &[],
+        &[
+            ("HUGETUNE_MODE", "record".into()),
+            (
+                "HUGETUNE_LOG",
+                d.path().join("alloc.%p.log").display().to_string(),
+            ),
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = &out.json;
+    let pid = j["pid"].as_u64().unwrap();
+    let log = AllocLog::read(&d.path().join(format!("alloc.{pid}.log"))).unwrap();
+    assert_eq!(log.header.pid as u64, pid);
+    assert_eq!(log.header.threshold, 128 * 1024);
+    // Every record (blobs included) takes a sequence number: 1..N, no gaps.
+    let mut seqs: Vec<u64> = log
+        .records
+        .iter()
+        .map(|r| r.seq)
+        .chain(log.modules.iter().map(|m| m.seq))
+        .chain(log.maps.iter().map(|m| m.seq))
+        .collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+
+    let bias = hex(&j["load_bias"]);
+    let (lo, hi) = (hex(&j["seq_text_start_off"]), hex(&j["seq_text_end_off"]));
+    let find = |kind: Kind, addr: u64| {
+        log.records
+            .iter()
+            .find(|r| r.kind == kind && r.addr == addr)
+            .unwrap_or_else(|| panic!("no {kind:?} record at {addr:#x}"))
+    };
+    for (who, tid) in [
+        ("main", j["main_tid"].as_u64().unwrap()),
+        ("thread", j["thread_tid"].as_u64().unwrap()),
+    ] {
+        let p = &j[who];
+        let m = find(Kind::Malloc, hex(&p["malloc100"]));
+        assert_eq!((m.size, m.tid as u64), (100, tid));
+        let c = find(Kind::Calloc, hex(&p["calloc"]));
+        assert_eq!((c.size, c.arg, c.arg2), (200, 10, 20));
+        let r = find(Kind::Realloc, hex(&p["realloc300"]));
+        assert_eq!((r.size, r.arg), (300, hex(&p["malloc100"])));
+        let pm = find(Kind::PosixMemalign, hex(&p["posix_memalign"]));
+        assert_eq!((pm.size, pm.arg, pm.arg2), (1000, 64, 0));
+        let a = find(Kind::AlignedAlloc, hex(&p["aligned_alloc"]));
+        assert_eq!((a.size, a.arg), (8192, 4096));
+        let me = find(Kind::Memalign, hex(&p["memalign"]));
+        assert_eq!((me.size, me.arg), (500, 256));
+        let v = find(Kind::Valloc, hex(&p["valloc"]));
+        assert_eq!(v.size, 1000);
+        for r in [m, c, r, pm, a, me, v] {
+            let off = r.caller - bias;
+            assert!(
+                off >= lo && off < hi,
+                "{:?} caller offset {off:#x} outside [{lo:#x}, {hi:#x})",
+                r.kind
+            );
+            assert_eq!(r.tid as u64, tid);
+        }
+        for key in [
+            "realloc300",
+            "calloc",
+            "posix_memalign",
+            "aligned_alloc",
+            "memalign",
+            "valloc",
+        ] {
+            let f = find(Kind::Free, hex(&p[key]));
+            assert!(f.seq > find(Kind::Malloc, hex(&p["malloc100"])).seq);
+        }
+    }
+    let big = find(Kind::Malloc, hex(&j["large"]["malloc1m"]));
+    assert_eq!(big.size, 1 << 20);
+    assert!(find(Kind::Free, big.addr).seq > big.seq);
+    let mm = find(Kind::Mmap, hex(&j["large"]["mmap1m"]));
+    assert_eq!(mm.size, 1 << 20);
+    let un = find(Kind::Munmap, mm.addr);
+    assert_eq!(un.size, 1 << 20);
+    // Threads announce themselves with a stack hint; modules and maps are there.
+    let thread_tids: Vec<u32> = log
+        .records
+        .iter()
+        .filter(|r| r.kind == Kind::Thread)
+        .map(|r| r.tid)
+        .collect();
+    assert!(thread_tids.contains(&(j["thread_tid"].as_u64().unwrap() as u32)));
+    let exe = j["exe"].as_str().unwrap();
+    assert!(
+        log.modules.iter().any(|m| m.path == exe && m.bias == bias),
+        "main program module"
+    );
+    assert!(log.maps.iter().any(|m| m.at_exit) && log.maps.iter().any(|m| !m.at_exit));
+
+    // The tool resolves callers to (module, offset) of this executable.
+    let inputs = inputs_from_log(&log);
+    let exe_idx = inputs.modules.iter().position(|m| m == exe).unwrap() as u32;
+    let sites: Vec<_> = inputs
+        .events
+        .iter()
+        .filter_map(|e| match e.op {
+            hugetune_model::categorize::AllocOp::Alloc { addr, site, .. }
+                if addr == hex(&j["main"]["malloc100"]) =>
+            {
+                site
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sites.len(), 1);
+    assert_eq!(sites[0].module, exe_idx);
+    assert!(sites[0].offset >= lo && sites[0].offset < hi);
+    assert!(inputs.space.static_segments.iter().any(|s| s.main_program));
+    assert!(!inputs.space.stack_ranges.is_empty());
+    assert!(
+        !inputs.space.excluded_ranges.is_empty(),
+        "the library's own buffers are excluded"
+    );
+}
+
+#[test]
+fn apply_backs_large_allocations_with_whole_hugetlb_pages() {
+    if !is_root() {
+        eprintln!("skipped: needs root to set a hugetlb pool");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let pool = set_hugetlb_pool(2048, 40).unwrap();
+    assert!(pool.now >= 25, "the kernel gave only {} pages", pool.now);
+    let out = run(
+        &prog("t_apply"),
+        &["expect=hugetlb-2m"],
+        &[
+            ("HUGETUNE_MODE", "apply".into()),
+            (
+                "HUGETUNE_PLAN",
+                plan(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
+            ),
+            (
+                "HUGETUNE_SUMMARY",
+                d.path().join("summary.%p.json").display().to_string(),
+            ),
+        ],
+    );
+    drop(pool);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    let j = &out.json;
+    // 8 MiB + 1 byte takes 5 whole 2 MB pages: no partial huge page.
+    assert_eq!(j["big1"]["private_hugetlb_kb"], 10240);
+    assert_eq!(j["big1"]["kernel_page_kb"], 2048);
+    assert_eq!(j["big2"]["private_hugetlb_kb"], 16384);
+    // realloc of owned and of glibc pointers keeps contents and huge backing.
+    for k in [
+        "realloc_grow_ok",
+        "realloc_shrink_ok",
+        "shrunk_is_glibc",
+        "glibc_to_large_ok",
+        "usable_size_ok",
+    ] {
+        assert_eq!(j[k], true, "{k}");
+    }
+    assert_eq!(j["glibc_grown"]["private_hugetlb_kb"], 4096);
+    let s = summary(d.path(), j["pid"].as_u64().unwrap());
+    assert_eq!(s["fallbacks"].as_array().unwrap().len(), 0, "{s}");
+    assert!(s["backed"]["hugetlb-2m"]["bytes"].as_u64().unwrap() >= 8 << 20);
+    assert!(s["peak_huge_pages"]["hugetlb-2m"].as_u64().unwrap() >= 5);
+}
+
+#[test]
+fn apply_falls_back_cleanly_when_the_pool_is_empty() {
+    if !is_root() {
+        eprintln!("skipped: needs root to empty the hugetlb pool");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let pool = set_hugetlb_pool(2048, 0).unwrap();
+    let out = run(
+        &prog("t_apply"),
+        &["expect=owned"],
+        &[
+            ("HUGETUNE_MODE", "apply".into()),
+            (
+                "HUGETUNE_PLAN",
+                plan(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
+            ),
+            (
+                "HUGETUNE_SUMMARY",
+                d.path().join("summary.%p.json").display().to_string(),
+            ),
+        ],
+    );
+    drop(pool);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    assert_eq!(out.json["ok"], true);
+    assert_eq!(out.json["big1"]["private_hugetlb_kb"], 0);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    let f = &s["fallbacks"][0];
+    assert_eq!(
+        (f["from"].as_str(), f["reason"].as_str()),
+        (Some("hugetlb-2m"), Some("ENOMEM")),
+        "{s}"
+    );
+    assert!(f["count"].as_u64().unwrap() >= 4);
+}
+
+#[test]
+fn multithreaded_malloc_free_in_both_modes() {
+    let d = tempfile::tempdir().unwrap();
+    let out = run(
+        &prog("t_threads"),
+        &["threads=4", "ops=30000"],
+        &[
+            ("HUGETUNE_MODE", "record".into()),
+            (
+                "HUGETUNE_LOG",
+                d.path().join("alloc.%p.log").display().to_string(),
+            ),
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let log = AllocLog::read(&d.path().join(format!("alloc.{}.log", out.json["pid"]))).unwrap();
+    let ops = out.json["ops"].as_u64().unwrap();
+    let calls = log
+        .records
+        .iter()
+        .filter(|r| r.kind.is_malloc_alloc() || r.kind == Kind::Free || r.kind == Kind::Realloc)
+        .count();
+    assert!(calls as u64 >= ops, "{calls} records for {ops} operations");
+    let tids: std::collections::BTreeSet<u32> = log.records.iter().map(|r| r.tid).collect();
+    assert!(tids.len() >= 5, "threads seen: {tids:?}");
+    // Apply mode, whatever the pool holds: large allocations are owned (hugetlb, or
+    // THP/4 KB after a counted fallback) and every content check passes.
+    let out = run(
+        &prog("t_threads"),
+        &["threads=4", "ops=30000"],
+        &[
+            ("HUGETUNE_MODE", "apply".into()),
+            (
+                "HUGETUNE_PLAN",
+                plan(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
+            ),
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.json["large_allocs"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn a_site_directive_owns_only_that_site() {
+    let d = tempfile::tempdir().unwrap();
+    let probe = run(&prog("t_site"), &[], &[]);
+    assert_eq!(probe.code, 0);
+    let exe = probe.json["exe"].as_str().unwrap().to_string();
+    let a_off = probe.json["a_caller_off"].as_str().unwrap().to_string();
+    let out = run(
+        &prog("t_site"),
+        &["a=owned", "b=glibc"],
+        &[
+            ("HUGETUNE_MODE", "apply".into()),
+            (
+                "HUGETUNE_PLAN",
+                plan(
+                    d.path(),
+                    &format!("hugetune-plan 1\nsite {exe} {a_off} thp-2m\n"),
+                ),
+            ),
+        ],
+    );
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    assert_eq!(out.json["ok"], true);
+}
+
+#[test]
+fn a_bad_plan_changes_nothing_and_is_reported() {
+    let d = tempfile::tempdir().unwrap();
+    let out = run(
+        &prog("t_apply"),
+        &["expect=glibc"],
+        &[
+            ("HUGETUNE_MODE", "apply".into()),
+            (
+                "HUGETUNE_PLAN",
+                plan(d.path(), "hugetune-plan 1\nheap-large gigantic-pages\n"),
+            ),
+            (
+                "HUGETUNE_SUMMARY",
+                d.path().join("summary.%p.json").display().to_string(),
+            ),
+        ],
+    );
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    assert!(
+        s["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap_or("").contains("gigantic")),
+        "{s}"
+    );
+}
+
+#[test]
+fn markers_place_every_call_in_the_lackey_stream() {
+    if !hugetune_capture::lackey::valgrind_available() {
+        eprintln!("skipped: valgrind is not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let rec = hugetune_capture::record::record_with_lackey(
+        Path::new(LIB),
+        &[prog("t_known").into_os_string()],
+        d.path(),
+        false,
+        |_, _| {},
+    )
+    .unwrap();
+    let inputs = inputs_from_log(&rec.log);
+    let spec = hugetune_model::stream::StreamSpec {
+        space: inputs.space.clone(),
+        events: inputs.events.clone(),
+        threshold: inputs.threshold,
+        markers: inputs.markers,
+    };
+    let mut r =
+        hugetune_capture::refs::RefReader::new(std::fs::File::open(&rec.refs_path).unwrap())
+            .unwrap();
+    let refs = std::iter::from_fn(move || r.next_ref().unwrap().map(|(a, _)| a));
+    let (present, s) = hugetune_model::stream::present_categories(&spec, refs);
+    let hooked = rec
+        .log
+        .records
+        .iter()
+        .filter(|r| {
+            !matches!(
+                r.kind,
+                Kind::Thread | Kind::OwnRegion | Kind::Module | Kind::Maps
+            )
+        })
+        .count() as u64;
+    assert_eq!(s.markers, hooked, "one marker per hooked call");
+    assert_eq!(
+        s.events_applied, s.events,
+        "every event applied in the stream"
+    );
+    assert!(
+        present.contains(&hugetune_model::Category::HeapLarge),
+        "the 1 MiB buffer is heap-large: {present:?}"
+    );
+    assert!(present.contains(&hugetune_model::Category::Stack));
+}

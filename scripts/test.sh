@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: set up, lint, build, and run the Rust
+# tests (unit, property and end-to-end), the runtime library's C tests (plain and
+# under AddressSanitizer/UBSan) and the workloads' self-check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+
+echo "== format and lint"
+cargo fmt --all -- --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+
+echo "== runtime library: C unit tests, plain and with ASan/UBSan"
+make -C runtime BUILD_DIR="$PWD/target/c-check/runtime" check
+
+echo "== workloads: self-check"
+make -C workloads BUILD_DIR="$PWD/target/c-check/workloads"
+python3 workloads/tests/check.py "$PWD/target/c-check/workloads/hugetune-work"
+
+echo "== Rust: unit, property and end-to-end tests"
+cargo test --locked --workspace --release
+
+echo "== all tests passed"
