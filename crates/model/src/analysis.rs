@@ -32,7 +32,12 @@ impl Mapping {
             0 => "all-small".into(),
             1 => self.huge[0].name().into(),
             _ if self.all_present => "all-large".into(),
-            _ => self.huge.iter().map(|c| c.name()).collect::<Vec<_>>().join("+"),
+            _ => self
+                .huge
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join("+"),
         }
     }
 
@@ -51,8 +56,11 @@ impl Mapping {
 
     /// Every subset of `present` (mappable categories the program references).
     pub fn all_subsets(present: &[Category]) -> Vec<Mapping> {
-        let present: Vec<Category> =
-            Category::MAPPABLE.iter().copied().filter(|c| present.contains(c)).collect();
+        let present: Vec<Category> = Category::MAPPABLE
+            .iter()
+            .copied()
+            .filter(|c| present.contains(c))
+            .collect();
         (0u32..(1 << present.len()))
             .map(|bits| Mapping {
                 all_present: bits + 1 == 1 << present.len(),
@@ -152,7 +160,7 @@ fn huge_key(obj: &ObjectInfo, seg: Option<&StaticSegment>, addr: u64) -> Option<
             let (lo, hi) = seg.huge_interior_vaddr();
             let vaddr = addr.wrapping_sub(seg.bias);
             (vaddr >= lo && vaddr < hi)
-                .then(|| TAG_2M | TAG_STATIC | ((seg.module as u64) << 40) | (vaddr >> SHIFT_2M))
+                .then_some(TAG_2M | TAG_STATIC | ((seg.module as u64) << 40) | (vaddr >> SHIFT_2M))
         }
         Category::HeapSmall => Some(TAG_2M | (addr >> SHIFT_2M)),
         Category::Stack | Category::Other => None,
@@ -160,7 +168,11 @@ fn huge_key(obj: &ObjectInfo, seg: Option<&StaticSegment>, addr: u64) -> Option<
 }
 
 impl Analyzer {
-    pub fn new(geometry: TlbGeometry, static_segments: Vec<StaticSegment>, mappings: Vec<Mapping>) -> Self {
+    pub fn new(
+        geometry: TlbGeometry,
+        static_segments: Vec<StaticSegment>,
+        mappings: Vec<Mapping>,
+    ) -> Self {
         let mixed = geometry.needs_mixed();
         let split = geometry.needs_split();
         let mappings = mappings
@@ -176,11 +188,20 @@ impl Analyzer {
                     mapping: m,
                     stats: Default::default(),
                     hist_mixed: mixed.then(Histogram::default),
-                    hist_split: [split.then(Histogram::default), split.then(Histogram::default)],
+                    hist_split: [
+                        split.then(Histogram::default),
+                        split.then(Histogram::default),
+                    ],
                 },
             })
             .collect();
-        Analyzer { geometry, static_segments, mappings, refs: 0, last: (u32::MAX, u64::MAX) }
+        Analyzer {
+            geometry,
+            static_segments,
+            mappings,
+            refs: 0,
+            last: (u32::MAX, u64::MAX),
+        }
     }
 
     /// One data reference to `addr`, which lies in `obj`.
@@ -204,7 +225,9 @@ impl Analyzer {
             return;
         }
         self.last = (obj.id, k4);
-        let seg = obj.segment.and_then(|i| self.static_segments.get(i as usize));
+        let seg = obj
+            .segment
+            .and_then(|i| self.static_segments.get(i as usize));
         let k2 = huge_key(obj, seg, addr);
         for m in &mut self.mappings {
             let (size, key) = match k2 {
@@ -258,7 +281,10 @@ impl AnalysisResult {
         self.mappings.iter().find(|m| m.name == name)
     }
     pub fn all_small(&self) -> &MappingResult {
-        self.mappings.iter().find(|m| m.mapping.huge.is_empty()).expect("all-small is always analysed")
+        self.mappings
+            .iter()
+            .find(|m| m.mapping.huge.is_empty())
+            .expect("all-small is always analysed")
     }
     /// Categories with references.
     pub fn present(&self) -> Vec<Category> {
@@ -292,7 +318,11 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
             present.push(c);
         }
     }
-    let mut a = Analyzer::new(input.geometry.clone(), input.static_segments, Mapping::all_subsets(&present));
+    let mut a = Analyzer::new(
+        input.geometry.clone(),
+        input.static_segments,
+        Mapping::all_subsets(&present),
+    );
     for &(id, addr) in input.refs {
         a.feed(&input.objects[id as usize], addr);
     }
@@ -313,8 +343,16 @@ mod tests {
 
     fn geometry() -> TlbGeometry {
         TlbGeometry {
-            l1: TlbLevel { entries_4k: 64, entries_2m: 64, shared: true },
-            l2: TlbLevel { entries_4k: 1024, entries_2m: 1024, shared: true },
+            l1: TlbLevel {
+                entries_4k: 64,
+                entries_2m: 64,
+                shared: true,
+            },
+            l2: TlbLevel {
+                entries_4k: 1024,
+                entries_2m: 1024,
+                shared: true,
+            },
             source: "test".into(),
         }
     }
@@ -328,7 +366,12 @@ mod tests {
         let size = 64u64 << 20;
         cat.apply(&AllocEvent {
             seq: 1,
-            op: AllocOp::Alloc { addr: base, size, via: AllocVia::Malloc, site: None },
+            op: AllocOp::Alloc {
+                addr: base,
+                size,
+                via: AllocVia::Malloc,
+                site: None,
+            },
         });
         let mut refs = Vec::new();
         let mut x = 12345u64;
@@ -369,12 +412,19 @@ mod tests {
         let mut cat = Categorizer::new(AddressSpace::default(), 1 << 30);
         cat.apply(&AllocEvent {
             seq: 1,
-            op: AllocOp::Alloc { addr: 0x100000, size: 1 << 24, via: AllocVia::Malloc, site: None },
+            op: AllocOp::Alloc {
+                addr: 0x100000,
+                size: 1 << 24,
+                via: AllocVia::Malloc,
+                site: None,
+            },
         });
         let mut refs = Vec::new();
         let mut x = 7u64;
         for i in 0..50_000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             // Runs of 1..4 references to one page, pages random over 4 K pages.
             let page = (x >> 33) % 4096;
             for j in 0..(1 + i % 4) {
@@ -407,7 +457,10 @@ mod tests {
     fn subsets_and_names() {
         let m = Mapping::all_subsets(&[Category::HeapLarge, Category::Stack, Category::Static]);
         let names: Vec<String> = m.iter().map(|m| m.name()).collect();
-        assert_eq!(names, vec!["all-small", "static", "heap-large", "all-large"]);
+        assert_eq!(
+            names,
+            vec!["all-small", "static", "heap-large", "all-large"]
+        );
         assert!(m.iter().all(|m| m.is_base()));
         let three = Mapping::all_subsets(&Category::MAPPABLE);
         assert_eq!(three.len(), 8);

@@ -28,11 +28,30 @@ pub enum AllocVia {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum AllocOp {
-    Alloc { addr: u64, size: u64, via: AllocVia, site: Option<Site> },
-    Free { addr: u64 },
-    Realloc { old: u64, addr: u64, size: u64, site: Option<Site> },
-    Munmap { addr: u64, len: u64 },
-    Mremap { old: u64, addr: u64, len: u64 },
+    Alloc {
+        addr: u64,
+        size: u64,
+        via: AllocVia,
+        site: Option<Site>,
+    },
+    Free {
+        addr: u64,
+    },
+    Realloc {
+        old: u64,
+        addr: u64,
+        size: u64,
+        site: Option<Site>,
+    },
+    Munmap {
+        addr: u64,
+        len: u64,
+    },
+    Mremap {
+        old: u64,
+        addr: u64,
+        len: u64,
+    },
 }
 
 /// One allocation event with its global sequence number (program order).
@@ -279,7 +298,12 @@ impl Categorizer {
     pub fn apply(&mut self, ev: &AllocEvent) {
         let seq = ev.seq;
         match ev.op {
-            AllocOp::Alloc { addr, size, via, site } => self.birth(seq, addr, size, via, site),
+            AllocOp::Alloc {
+                addr,
+                size,
+                via,
+                site,
+            } => self.birth(seq, addr, size, via, site),
             AllocOp::Free { addr } => {
                 if let Some(&id) = self.live.get(&addr) {
                     if self.objects[id as usize].via == Some(AllocVia::Malloc) {
@@ -287,7 +311,12 @@ impl Categorizer {
                     }
                 }
             }
-            AllocOp::Realloc { old, addr, size, site } => {
+            AllocOp::Realloc {
+                old,
+                addr,
+                size,
+                site,
+            } => {
                 if addr == 0 {
                     // Failed realloc (or realloc(p, 0), which freed p).
                     if size == 0 {
@@ -316,7 +345,10 @@ impl Categorizer {
                 }
             }
             AllocOp::Mremap { old, addr, len } => {
-                let site = self.live.get(&old).map(|&id| self.objects[id as usize].site);
+                let site = self
+                    .live
+                    .get(&old)
+                    .map(|&id| self.objects[id as usize].site);
                 if let Some(&id) = self.live.get(&old) {
                     self.death(seq, id);
                 }
@@ -382,7 +414,15 @@ mod tests {
     }
 
     fn alloc(seq: u64, addr: u64, size: u64) -> AllocEvent {
-        AllocEvent { seq, op: AllocOp::Alloc { addr, size, via: AllocVia::Malloc, site: None } }
+        AllocEvent {
+            seq,
+            op: AllocOp::Alloc {
+                addr,
+                size,
+                via: AllocVia::Malloc,
+                site: None,
+            },
+        }
     }
 
     #[test]
@@ -399,10 +439,16 @@ mod tests {
         c.apply(&alloc(2, 0x100100, 64));
         assert_eq!(cat(&mut c, 0x5000_0000 + 4096), Some(Category::HeapLarge));
         assert_eq!(cat(&mut c, 0x100110), Some(Category::HeapSmall));
-        c.apply(&AllocEvent { seq: 3, op: AllocOp::Free { addr: 0x5000_0000 } });
+        c.apply(&AllocEvent {
+            seq: 3,
+            op: AllocOp::Free { addr: 0x5000_0000 },
+        });
         assert_eq!(cat(&mut c, 0x5000_0000 + 4096), Some(Category::Other));
         assert_eq!(c.peak_owned_frames(), 1);
-        assert_eq!(c.stats()[Category::HeapLarge.index()].requested_bytes, 1 << 20);
+        assert_eq!(
+            c.stats()[Category::HeapLarge.index()].requested_bytes,
+            1 << 20
+        );
     }
 
     #[test]
@@ -411,14 +457,22 @@ mod tests {
         c.apply(&alloc(1, 0x1000, 100));
         c.apply(&AllocEvent {
             seq: 2,
-            op: AllocOp::Realloc { old: 0x1000, addr: 0x40000, size: 5 << 20, site: None },
+            op: AllocOp::Realloc {
+                old: 0x1000,
+                addr: 0x40000,
+                size: 5 << 20,
+                site: None,
+            },
         });
         let id = c.classify(0x40000 + 10).unwrap();
         assert_eq!(c.object(id).category, Category::HeapLarge);
         assert_eq!(c.object(id).frames(), 3);
         c.apply(&alloc(3, 0x1000_0000, 2 << 20));
         assert_eq!(c.peak_owned_frames(), 4);
-        c.apply(&AllocEvent { seq: 4, op: AllocOp::Free { addr: 0x40000 } });
+        c.apply(&AllocEvent {
+            seq: 4,
+            op: AllocOp::Free { addr: 0x40000 },
+        });
         c.apply(&alloc(5, 0x2000_0000, 2 << 20));
         assert_eq!(c.peak_owned_frames(), 4);
     }
@@ -428,12 +482,23 @@ mod tests {
         let mut c = Categorizer::new(AddressSpace::default(), 1000);
         c.apply(&AllocEvent {
             seq: 1,
-            op: AllocOp::Alloc { addr: 0x10_0000, size: 8192, via: AllocVia::Mmap, site: None },
+            op: AllocOp::Alloc {
+                addr: 0x10_0000,
+                size: 8192,
+                via: AllocVia::Mmap,
+                site: None,
+            },
         });
         let id = c.classify(0x10_0100).unwrap();
         assert_eq!(c.object(id).category, Category::Other);
         assert_ne!(id, OBJ_OTHER);
-        c.apply(&AllocEvent { seq: 2, op: AllocOp::Munmap { addr: 0x10_0000, len: 8192 } });
+        c.apply(&AllocEvent {
+            seq: 2,
+            op: AllocOp::Munmap {
+                addr: 0x10_0000,
+                len: 8192,
+            },
+        });
         assert_eq!(c.classify(0x10_0100), Some(OBJ_OTHER));
     }
 

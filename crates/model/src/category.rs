@@ -25,7 +25,8 @@ impl Category {
         Category::Other,
     ];
     /// The categories a mapping can move to huge pages.
-    pub const MAPPABLE: [Category; 3] = [Category::Static, Category::HeapSmall, Category::HeapLarge];
+    pub const MAPPABLE: [Category; 3] =
+        [Category::Static, Category::HeapSmall, Category::HeapLarge];
 
     pub fn index(self) -> usize {
         self as usize

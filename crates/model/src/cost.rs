@@ -60,7 +60,11 @@ impl CostModel {
 
     /// Checks that every constant is finite and non-negative.
     pub fn validate(&self) -> Result<(), String> {
-        let all = self.l2_hit_ns.iter().chain(&self.walk_ns).chain(&self.fault_ns);
+        let all = self
+            .l2_hit_ns
+            .iter()
+            .chain(&self.walk_ns)
+            .chain(&self.fault_ns);
         if all.clone().any(|v| !v.is_finite() || *v < 0.0) {
             return Err("cost model constants must be finite and non-negative".into());
         }

@@ -5,8 +5,8 @@
 //! against brute force and benchmarkable on its own.
 
 pub mod analysis;
-pub mod category;
 pub mod categorize;
+pub mod category;
 pub mod cost;
 pub mod page;
 pub mod plan;

@@ -85,7 +85,9 @@ impl FromStr for Backing {
             .iter()
             .copied()
             .find(|b| b.name() == s)
-            .ok_or_else(|| format!("unknown page backing '{s}' (expected 4k, thp-2m or hugetlb-2m)"))
+            .ok_or_else(|| {
+                format!("unknown page backing '{s}' (expected 4k, thp-2m or hugetlb-2m)")
+            })
     }
 }
 

@@ -62,7 +62,11 @@ pub fn choose(
     min_gain: f64,
 ) -> PlanDecision {
     let mut reasons = Vec::new();
-    let empty = |reasons| PlanDecision { assignments: vec![], prediction: None, reasons };
+    let empty = |reasons| PlanDecision {
+        assignments: vec![],
+        prediction: None,
+        reasons,
+    };
     if !sig.passes {
         reasons.push(format!(
             "significance test failed: {:.0} TLB misses/s (< {:.0}) and {:.0} faults/s (< {:.0}) with 4 KB pages",
@@ -94,9 +98,15 @@ pub fn choose(
     loop {
         let mut improved = false;
         for &(c, _) in &best.assignments {
-            let without: Vec<(Category, Backing)> =
-                best.assignments.iter().copied().filter(|&(ac, _)| ac != c).collect();
-            let alt = preds.iter().find(|p| p.assignments == without && feasible(p, avail).is_ok());
+            let without: Vec<(Category, Backing)> = best
+                .assignments
+                .iter()
+                .copied()
+                .filter(|&(ac, _)| ac != c)
+                .collect();
+            let alt = preds
+                .iter()
+                .find(|p| p.assignments == without && feasible(p, avail).is_ok());
             let alt_saving = alt.map_or(0.0, |p| p.saving_ns);
             if best.saving_ns - alt_saving < threshold_ns {
                 reasons.push(format!(
@@ -135,7 +145,11 @@ pub fn choose(
         best.hugetlb_pages,
         best.thp_pages
     ));
-    PlanDecision { assignments: best.assignments.clone(), prediction: Some(best.clone()), reasons }
+    PlanDecision {
+        assignments: best.assignments.clone(),
+        prediction: Some(best.clone()),
+        reasons,
+    }
 }
 
 #[cfg(test)]
@@ -161,7 +175,12 @@ mod tests {
     }
 
     fn sig(passes: bool) -> Significance {
-        Significance { tlb_misses_per_s: 1e6, faults_per_s: 0.0, passes, source: "model".into() }
+        Significance {
+            tlb_misses_per_s: 1e6,
+            faults_per_s: 0.0,
+            passes,
+            source: "model".into(),
+        }
     }
 
     fn preds() -> Vec<Prediction> {
@@ -172,21 +191,40 @@ mod tests {
             pred("heap-large", vec![(HeapLarge, Hugetlb2m)], 300.0, 100),
             pred("heap-large thp", vec![(HeapLarge, Thp2m)], 250.0, 0),
             pred("static", vec![(Static, Thp2m)], 2.0, 0),
-            pred("all", vec![(Static, Thp2m), (HeapLarge, Hugetlb2m)], 301.0, 100),
-            pred("all thp", vec![(Static, Thp2m), (HeapLarge, Thp2m)], 251.0, 0),
+            pred(
+                "all",
+                vec![(Static, Thp2m), (HeapLarge, Hugetlb2m)],
+                301.0,
+                100,
+            ),
+            pred(
+                "all thp",
+                vec![(Static, Thp2m), (HeapLarge, Thp2m)],
+                251.0,
+                0,
+            ),
         ]
     }
 
     #[test]
     fn picks_hugetlb_when_the_pool_allows_and_drops_tiny_categories() {
-        let avail = Availability { hugetlb_2m_free: 100, thp: ThpMode::Madvise };
+        let avail = Availability {
+            hugetlb_2m_free: 100,
+            thp: ThpMode::Madvise,
+        };
         let d = choose(&preds(), &sig(true), &avail, 1.0, 0.01);
-        assert_eq!(d.assignments, vec![(Category::HeapLarge, Backing::Hugetlb2m)]);
+        assert_eq!(
+            d.assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)]
+        );
     }
 
     #[test]
     fn falls_back_to_thp_when_the_pool_is_short() {
-        let avail = Availability { hugetlb_2m_free: 10, thp: ThpMode::Madvise };
+        let avail = Availability {
+            hugetlb_2m_free: 10,
+            thp: ThpMode::Madvise,
+        };
         let d = choose(&preds(), &sig(true), &avail, 1.0, 0.01);
         assert_eq!(d.assignments, vec![(Category::HeapLarge, Backing::Thp2m)]);
         assert!(d.reasons.iter().any(|r| r.contains("needs 100 hugetlb")));
@@ -194,9 +232,17 @@ mod tests {
 
     #[test]
     fn nothing_without_significance_or_resources() {
-        let avail = Availability { hugetlb_2m_free: 0, thp: ThpMode::Never };
-        assert!(choose(&preds(), &sig(true), &avail, 1.0, 0.01).assignments.is_empty());
-        let avail = Availability { hugetlb_2m_free: 1000, thp: ThpMode::Madvise };
+        let avail = Availability {
+            hugetlb_2m_free: 0,
+            thp: ThpMode::Never,
+        };
+        assert!(choose(&preds(), &sig(true), &avail, 1.0, 0.01)
+            .assignments
+            .is_empty());
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+        };
         let d = choose(&preds(), &sig(false), &avail, 1.0, 0.01);
         assert!(d.assignments.is_empty());
         assert!(d.reasons[0].contains("significance"));
@@ -204,7 +250,10 @@ mod tests {
 
     #[test]
     fn small_gains_are_not_worth_pages() {
-        let avail = Availability { hugetlb_2m_free: 1000, thp: ThpMode::Madvise };
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+        };
         // 300 ms of a 100 s run is 0.3 %: below a 1 % bar.
         let d = choose(&preds(), &sig(true), &avail, 100.0, 0.01);
         assert!(d.assignments.is_empty(), "{:?}", d);

@@ -77,7 +77,11 @@ fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Back
         for size in [PageSize::P4k, PageSize::P2m] {
             let s = m.category(c, size);
             let backing = if size == PageSize::P2m {
-                assignments.iter().find(|(ac, _)| *ac == c).map(|&(_, b)| b).unwrap_or(Backing::Thp2m)
+                assignments
+                    .iter()
+                    .find(|(ac, _)| *ac == c)
+                    .map(|&(_, b)| b)
+                    .unwrap_or(Backing::Thp2m)
             } else {
                 Backing::Base4k
             };
@@ -91,17 +95,35 @@ fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Back
 
 /// Predictions for every analysed mapping; mappings with heap-large on huge pages
 /// come twice, with hugetlb and with THP backing. Sorted by saving, best first.
-pub fn predictions(result: &AnalysisResult, cost: &CostModel, native_seconds: f64) -> Vec<Prediction> {
+pub fn predictions(
+    result: &AnalysisResult,
+    cost: &CostModel,
+    native_seconds: f64,
+) -> Vec<Prediction> {
     let base_time = miss_time(result.all_small(), cost, &[]);
     let mut out = Vec::new();
     for m in &result.mappings {
-        let mut variants = vec![m.mapping.huge.iter().map(|&c| (c, default_backing(c))).collect::<Vec<_>>()];
+        let mut variants = vec![m
+            .mapping
+            .huge
+            .iter()
+            .map(|&c| (c, default_backing(c)))
+            .collect::<Vec<_>>()];
         if m.mapping.huge.contains(&Category::HeapLarge) {
             variants.push(
                 m.mapping
                     .huge
                     .iter()
-                    .map(|&c| (c, if c == Category::HeapLarge { Backing::Thp2m } else { default_backing(c) }))
+                    .map(|&c| {
+                        (
+                            c,
+                            if c == Category::HeapLarge {
+                                Backing::Thp2m
+                            } else {
+                                default_backing(c)
+                            },
+                        )
+                    })
                     .collect(),
             );
         }
@@ -112,7 +134,9 @@ pub fn predictions(result: &AnalysisResult, cost: &CostModel, native_seconds: f6
             let mut thp = 0;
             for &(c, b) in &assignments {
                 match (c, b) {
-                    (Category::HeapLarge, Backing::Hugetlb2m) => hugetlb += result.heap_large_peak_pages,
+                    (Category::HeapLarge, Backing::Hugetlb2m) => {
+                        hugetlb += result.heap_large_peak_pages
+                    }
                     (_, Backing::Thp2m) => thp += m.category(c, PageSize::P2m).faults,
                     _ => {}
                 }
@@ -128,7 +152,11 @@ pub fn predictions(result: &AnalysisResult, cost: &CostModel, native_seconds: f6
                 saving_ns: saving,
                 pmb: 0.0,
                 predicted_seconds,
-                predicted_speedup: if native_seconds > 0.0 { native_seconds / predicted_seconds } else { 1.0 },
+                predicted_speedup: if native_seconds > 0.0 {
+                    native_seconds / predicted_seconds
+                } else {
+                    1.0
+                },
                 hugetlb_pages: hugetlb,
                 thp_pages: thp,
                 walks: total.walks,
@@ -138,9 +166,17 @@ pub fn predictions(result: &AnalysisResult, cost: &CostModel, native_seconds: f6
     }
     let best = out.iter().map(|p| p.saving_ns).fold(0.0f64, f64::max);
     for p in &mut out {
-        p.pmb = if best > 0.0 { (p.saving_ns.max(0.0) / best * 100.0).min(100.0) } else { 0.0 };
+        p.pmb = if best > 0.0 {
+            (p.saving_ns.max(0.0) / best * 100.0).min(100.0)
+        } else {
+            0.0
+        };
     }
-    out.sort_by(|a, b| b.saving_ns.total_cmp(&a.saving_ns).then(a.label.cmp(&b.label)));
+    out.sort_by(|a, b| {
+        b.saving_ns
+            .total_cmp(&a.saving_ns)
+            .then(a.label.cmp(&b.label))
+    });
     out
 }
 

@@ -187,7 +187,10 @@ mod tests {
     #[test]
     fn seed_example() {
         // "a b c c a": the second a has reuse distance 2 (seed 001 §3.1).
-        assert_eq!(engine(&[1, 2, 3, 3, 1]), vec![None, None, None, Some(0), Some(2)]);
+        assert_eq!(
+            engine(&[1, 2, 3, 3, 1]),
+            vec![None, None, None, Some(0), Some(2)]
+        );
     }
 
     #[test]
@@ -252,7 +255,7 @@ mod tests {
             for round in 0..3u64 {
                 for k in 0..sweep {
                     trace.push(1000 + (k * 31 + round) % sweep);
-                    if (k as usize) % every == 0 {
+                    if (k as usize).is_multiple_of(every) {
                         trace.push(hot[(k as usize) % hot.len()]);
                     }
                 }

@@ -48,7 +48,10 @@ impl<'a> Driver<'a> {
             spec,
             next_event: 0,
             last_marker: 0,
-            summary: StreamSummary { events: spec.events.len() as u64, ..Default::default() },
+            summary: StreamSummary {
+                events: spec.events.len() as u64,
+                ..Default::default()
+            },
         }
     }
 
@@ -74,7 +77,9 @@ impl<'a> Driver<'a> {
             let seq = self.marker_seq(addr - base);
             self.summary.markers += 1;
             self.last_marker = self.last_marker.max(seq);
-            while self.next_event < self.spec.events.len() && self.spec.events[self.next_event].seq <= seq {
+            while self.next_event < self.spec.events.len()
+                && self.spec.events[self.next_event].seq <= seq
+            {
                 self.cat.apply(&self.spec.events[self.next_event]);
                 self.next_event += 1;
                 self.summary.events_applied += 1;
@@ -96,12 +101,19 @@ impl<'a> Driver<'a> {
 }
 
 /// First pass: which categories does the program reference?
-pub fn present_categories(spec: &StreamSpec, refs: impl Iterator<Item = u64>) -> (Vec<Category>, StreamSummary) {
+pub fn present_categories(
+    spec: &StreamSpec,
+    refs: impl Iterator<Item = u64>,
+) -> (Vec<Category>, StreamSummary) {
     let mut d = Driver::new(spec);
     for addr in refs {
         d.step(addr);
     }
-    let present = Category::ALL.iter().copied().filter(|c| d.summary.refs_per_category[c.index()] > 0).collect();
+    let present = Category::ALL
+        .iter()
+        .copied()
+        .filter(|c| d.summary.refs_per_category[c.index()] > 0)
+        .collect();
     (present, d.summary)
 }
 
@@ -113,7 +125,11 @@ pub fn analyze_stream(
     refs: impl Iterator<Item = u64>,
 ) -> (AnalysisResult, StreamSummary, Categorizer) {
     let mut d = Driver::new(spec);
-    let mut a = Analyzer::new(geometry.clone(), spec.space.static_segments.clone(), Mapping::all_subsets(present));
+    let mut a = Analyzer::new(
+        geometry.clone(),
+        spec.space.static_segments.clone(),
+        Mapping::all_subsets(present),
+    );
     for addr in refs {
         if let Some(id) = d.step(addr) {
             a.feed(d.cat.object(id), addr);
@@ -139,45 +155,78 @@ mod tests {
     fn markers_order_events_and_are_dropped() {
         let base = 0x9000_0000u64;
         let spec = StreamSpec {
-            space: AddressSpace { excluded_ranges: vec![(0xA000_0000, 0xA000_1000)], ..Default::default() },
+            space: AddressSpace {
+                excluded_ranges: vec![(0xA000_0000, 0xA000_1000)],
+                ..Default::default()
+            },
             events: vec![
                 AllocEvent {
                     seq: 1,
-                    op: AllocOp::Alloc { addr: 0x10_0000, size: 1 << 20, via: AllocVia::Malloc, site: None },
+                    op: AllocOp::Alloc {
+                        addr: 0x10_0000,
+                        size: 1 << 20,
+                        via: AllocVia::Malloc,
+                        site: None,
+                    },
                 },
-                AllocEvent { seq: 2, op: AllocOp::Free { addr: 0x10_0000 } },
+                AllocEvent {
+                    seq: 2,
+                    op: AllocOp::Free { addr: 0x10_0000 },
+                },
             ],
             threshold: 128 << 10,
             markers: (base, 1 << 20),
         };
         let refs = vec![
-            0x10_0040,    // before the allocation: other
-            base + 1,     // marker: malloc done
-            0x10_0040,    // heap-large
-            0x10_2040,    // heap-large
-            0xA000_0010,  // the tools' own memory
-            base + 2,     // marker: free
-            0x10_0040,    // other again
+            0x10_0040,   // before the allocation: other
+            base + 1,    // marker: malloc done
+            0x10_0040,   // heap-large
+            0x10_2040,   // heap-large
+            0xA000_0010, // the tools' own memory
+            base + 2,    // marker: free
+            0x10_0040,   // other again
         ];
         let (present, s) = present_categories(&spec, refs.clone().into_iter());
         assert_eq!(present, vec![Category::HeapLarge, Category::Other]);
-        assert_eq!((s.refs, s.excluded, s.markers, s.events_applied), (4, 1, 2, 2));
+        assert_eq!(
+            (s.refs, s.excluded, s.markers, s.events_applied),
+            (4, 1, 2, 2)
+        );
         assert_eq!(s.refs_per_category[Category::HeapLarge.index()], 2);
         let g = TlbGeometry {
-            l1: TlbLevel { entries_4k: 64, entries_2m: 64, shared: true },
-            l2: TlbLevel { entries_4k: 512, entries_2m: 512, shared: true },
+            l1: TlbLevel {
+                entries_4k: 64,
+                entries_2m: 64,
+                shared: true,
+            },
+            l2: TlbLevel {
+                entries_4k: 512,
+                entries_2m: 512,
+                shared: true,
+            },
             source: "t".into(),
         };
         let (r, _, cat) = analyze_stream(&spec, &g, &present, refs.into_iter());
         assert_eq!(r.refs, 4);
         assert_eq!(r.mappings.len(), 2);
         assert_eq!(r.heap_large_peak_pages, 1);
-        assert_eq!(cat.objects().iter().filter(|o| o.free_seq.is_some()).count(), 1);
+        assert_eq!(
+            cat.objects()
+                .iter()
+                .filter(|o| o.free_seq.is_some())
+                .count(),
+            1
+        );
     }
 
     #[test]
     fn marker_sequence_wraps() {
-        let spec = StreamSpec { space: Default::default(), events: vec![], threshold: 1, markers: (0x1000, 16) };
+        let spec = StreamSpec {
+            space: Default::default(),
+            events: vec![],
+            threshold: 1,
+            markers: (0x1000, 16),
+        };
         let mut d = Driver::new(&spec);
         let mut seen = Vec::new();
         for seq in 1..100u64 {

@@ -70,8 +70,16 @@ mod tests {
 
     fn zen_like() -> TlbGeometry {
         TlbGeometry {
-            l1: TlbLevel { entries_4k: 96, entries_2m: 96, shared: true },
-            l2: TlbLevel { entries_4k: 4096, entries_2m: 4096, shared: true },
+            l1: TlbLevel {
+                entries_4k: 96,
+                entries_2m: 96,
+                shared: true,
+            },
+            l2: TlbLevel {
+                entries_4k: 4096,
+                entries_2m: 4096,
+                shared: true,
+            },
             source: "test".into(),
         }
     }
@@ -79,9 +87,18 @@ mod tests {
     #[test]
     fn classify_levels() {
         let g = zen_like();
-        assert_eq!(g.classify(PageSize::P4k, Some(10), Some(10)), (false, false));
-        assert_eq!(g.classify(PageSize::P4k, Some(100), Some(100)), (true, false));
-        assert_eq!(g.classify(PageSize::P4k, Some(5000), Some(5000)), (true, true));
+        assert_eq!(
+            g.classify(PageSize::P4k, Some(10), Some(10)),
+            (false, false)
+        );
+        assert_eq!(
+            g.classify(PageSize::P4k, Some(100), Some(100)),
+            (true, false)
+        );
+        assert_eq!(
+            g.classify(PageSize::P4k, Some(5000), Some(5000)),
+            (true, true)
+        );
         assert_eq!(g.classify(PageSize::P2m, None, None), (true, true));
         assert!(g.needs_mixed() && !g.needs_split());
     }
@@ -89,13 +106,27 @@ mod tests {
     #[test]
     fn split_levels_use_their_own_distance() {
         let g = TlbGeometry {
-            l1: TlbLevel { entries_4k: 64, entries_2m: 32, shared: false },
-            l2: TlbLevel { entries_4k: 1536, entries_2m: 1536, shared: true },
+            l1: TlbLevel {
+                entries_4k: 64,
+                entries_2m: 32,
+                shared: false,
+            },
+            l2: TlbLevel {
+                entries_4k: 1536,
+                entries_2m: 1536,
+                shared: true,
+            },
             source: "test".into(),
         };
         // Far in the mixed stack, near in its own 2 MB array: L1 hit.
-        assert_eq!(g.classify(PageSize::P2m, Some(2000), Some(3)), (false, false));
-        assert_eq!(g.classify(PageSize::P2m, Some(2000), Some(40)), (true, true));
+        assert_eq!(
+            g.classify(PageSize::P2m, Some(2000), Some(3)),
+            (false, false)
+        );
+        assert_eq!(
+            g.classify(PageSize::P2m, Some(2000), Some(40)),
+            (true, true)
+        );
         assert!(g.needs_mixed() && g.needs_split());
     }
 }

@@ -6,16 +6,28 @@ use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 /// A plain, aligned table; numeric-looking cells are right-aligned.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = Table::new();
-    t.load_preset(presets::NOTHING).set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(headers.iter().map(|h| Cell::new(h)));
+    t.load_preset(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled);
+    t.set_header(headers.iter().map(Cell::new));
     for r in rows {
         t.add_row(r.iter().map(|c| {
-            let numeric = c.chars().next().is_some_and(|ch| ch.is_ascii_digit() || ch == '-' || ch == '+')
+            let numeric = c
+                .chars()
+                .next()
+                .is_some_and(|ch| ch.is_ascii_digit() || ch == '-' || ch == '+')
                 && c.chars().any(|ch| ch.is_ascii_digit());
-            Cell::new(c).set_alignment(if numeric { CellAlignment::Right } else { CellAlignment::Left })
+            Cell::new(c).set_alignment(if numeric {
+                CellAlignment::Right
+            } else {
+                CellAlignment::Left
+            })
         }));
     }
-    t.to_string().lines().map(|l| l.trim_end()).collect::<Vec<_>>().join("\n")
+    t.to_string()
+        .lines()
+        .map(|l| l.trim_end())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// 1536 → "1.5 KiB", 1073741824 → "1.0 GiB".
@@ -76,7 +88,13 @@ mod tests {
 
     #[test]
     fn tables_align() {
-        let t = table(&["mapping", "speedup"], &[vec!["all-small".into(), "1.00x".into()], vec!["heap-large".into(), "1.42x".into()]]);
+        let t = table(
+            &["mapping", "speedup"],
+            &[
+                vec!["all-small".into(), "1.00x".into()],
+                vec!["heap-large".into(), "1.42x".into()],
+            ],
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[2].contains("heap-large") && lines[2].ends_with("1.42x"));

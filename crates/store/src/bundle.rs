@@ -72,11 +72,14 @@ pub fn decode(b: &[u8]) -> Result<Vec<Section>> {
     for i in 0..n as usize {
         let e = &b[16 + ENTRY * i..16 + ENTRY * (i + 1)];
         let raw = &e[..16];
-        let name = String::from_utf8_lossy(&raw[..raw.iter().position(|&c| c == 0).unwrap_or(16)]).into_owned();
+        let name = String::from_utf8_lossy(&raw[..raw.iter().position(|&c| c == 0).unwrap_or(16)])
+            .into_owned();
         let off = u64::from_le_bytes(e[16..24].try_into().unwrap());
         let len = u64::from_le_bytes(e[24..32].try_into().unwrap());
         let crc = u32::from_le_bytes(e[32..36].try_into().unwrap());
-        let end = off.checked_add(len).filter(|&end| off >= table_end as u64 && end <= b.len() as u64);
+        let end = off
+            .checked_add(len)
+            .filter(|&end| off >= table_end as u64 && end <= b.len() as u64);
         let Some(end) = end else {
             bail!("section '{name}' ({len} bytes at {off}) lies outside the {}-byte file: truncated or corrupt", b.len());
         };
@@ -84,20 +87,34 @@ pub fn decode(b: &[u8]) -> Result<Vec<Section>> {
         if crc32fast::hash(data) != crc {
             bail!("section '{name}' fails its checksum: corrupt");
         }
-        out.push(Section { name, data: data.to_vec() });
+        out.push(Section {
+            name,
+            data: data.to_vec(),
+        });
     }
     Ok(out)
 }
 
 pub fn write(path: &Path, sections: &[Section]) -> Result<()> {
     let bytes = encode(sections)?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = dir.join(format!(".{}.tmp{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("bundle"), std::process::id()));
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("bundle"),
+        std::process::id()
+    ));
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     f.write_all(&bytes)?;
     f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -121,8 +138,14 @@ mod tests {
 
     fn sample() -> Vec<Section> {
         vec![
-            Section { name: "meta".into(), data: br#"{"a":1}"#.to_vec() },
-            Section { name: "refs".into(), data: (0..1000u32).flat_map(|x| x.to_le_bytes()).collect() },
+            Section {
+                name: "meta".into(),
+                data: br#"{"a":1}"#.to_vec(),
+            },
+            Section {
+                name: "refs".into(),
+                data: (0..1000u32).flat_map(|x| x.to_le_bytes()).collect(),
+            },
         ]
     }
 
@@ -149,7 +172,10 @@ mod tests {
         let mut b = encode(&sample()).unwrap();
         let last = b.len() - 1;
         b[last] ^= 0xff;
-        assert!(decode(&b).unwrap_err().to_string().contains("'refs' fails its checksum"));
+        assert!(decode(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("'refs' fails its checksum"));
         let mut b = encode(&sample()).unwrap();
         b[8] = 7;
         assert!(decode(&b).unwrap_err().to_string().contains("version 7"));

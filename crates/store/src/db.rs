@@ -114,19 +114,27 @@ pub struct Listing {
 impl Db {
     /// `$XDG_DATA_HOME/hugetune/hugetune.db` (usually ~/.local/share/hugetune/).
     pub fn default_path() -> PathBuf {
-        dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("hugetune").join("hugetune.db")
+        dirs::data_dir()
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join("hugetune")
+            .join("hugetune.db")
     }
 
     pub fn open(path: &Path) -> Result<Db> {
         if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let conn = Connection::open(path).with_context(|| format!("opening database {}", path.display()))?;
+        let conn = Connection::open(path)
+            .with_context(|| format!("opening database {}", path.display()))?;
         conn.busy_timeout(std::time::Duration::from_secs(30))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        let mut db = Db { conn, path: path.to_path_buf() };
-        db.migrate().with_context(|| format!("database {}", path.display()))?;
+        let mut db = Db {
+            conn,
+            path: path.to_path_buf(),
+        };
+        db.migrate()
+            .with_context(|| format!("database {}", path.display()))?;
         Ok(db)
     }
 
@@ -135,13 +143,16 @@ impl Db {
     }
 
     fn migrate(&mut self) -> Result<()> {
-        let v: u32 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let v: u32 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?;
         if v > SCHEMA_VERSION {
             bail!("schema version {v} is newer than this hugetune understands ({SCHEMA_VERSION}); upgrade hugetune");
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(v as usize) {
             let tx = self.conn.transaction()?;
-            tx.execute_batch(sql).with_context(|| format!("migrating schema to version {}", i + 1))?;
+            tx.execute_batch(sql)
+                .with_context(|| format!("migrating schema to version {}", i + 1))?;
             tx.pragma_update(None, "user_version", (i + 1) as u32)?;
             tx.commit()?;
         }
@@ -149,22 +160,42 @@ impl Db {
     }
 
     pub fn schema_version(&self) -> Result<u32> {
-        Ok(self.conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+        Ok(self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?)
     }
 
-    pub fn upsert_machine(&self, fingerprint: &str, hostname: &str, cpu: &str, kernel: &str, details: &serde_json::Value) -> Result<i64> {
+    pub fn upsert_machine(
+        &self,
+        fingerprint: &str,
+        hostname: &str,
+        cpu: &str,
+        kernel: &str,
+        details: &serde_json::Value,
+    ) -> Result<i64> {
         self.conn.execute(
             "INSERT INTO machines (fingerprint, hostname, cpu, kernel, details) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (fingerprint) DO UPDATE SET details = excluded.details",
             params![fingerprint, hostname, cpu, kernel, details.to_string()],
         )?;
-        Ok(self.conn.query_row("SELECT id FROM machines WHERE fingerprint = ?1", [fingerprint], |r| r.get(0))?)
+        Ok(self.conn.query_row(
+            "SELECT id FROM machines WHERE fingerprint = ?1",
+            [fingerprint],
+            |r| r.get(0),
+        )?)
     }
 
     pub fn upsert_program(&self, path: &str, build_id: Option<&str>) -> Result<i64> {
         let bid = build_id.unwrap_or("");
-        self.conn.execute("INSERT OR IGNORE INTO programs (path, build_id) VALUES (?1, ?2)", params![path, bid])?;
-        Ok(self.conn.query_row("SELECT id FROM programs WHERE path = ?1 AND build_id = ?2", params![path, bid], |r| r.get(0))?)
+        self.conn.execute(
+            "INSERT OR IGNORE INTO programs (path, build_id) VALUES (?1, ?2)",
+            params![path, bid],
+        )?;
+        Ok(self.conn.query_row(
+            "SELECT id FROM programs WHERE path = ?1 AND build_id = ?2",
+            params![path, bid],
+            |r| r.get(0),
+        )?)
     }
 
     /// Stores a profile and its directives atomically.
@@ -234,14 +265,16 @@ impl Db {
             let (mapping, a, base, saving_ns, pmb, sp, h, t, d) = row?;
             out.push(NewDirective {
                 mapping,
-                assignments: serde_json::from_str(&a).context("directive assignments in the database are corrupt")?,
+                assignments: serde_json::from_str(&a)
+                    .context("directive assignments in the database are corrupt")?,
                 base,
                 saving_ns,
                 pmb,
                 predicted_speedup: sp,
                 hugetlb_pages: h.max(0) as u64,
                 thp_pages: t.max(0) as u64,
-                details: serde_json::from_str(&d).context("directive details in the database are corrupt")?,
+                details: serde_json::from_str(&d)
+                    .context("directive details in the database are corrupt")?,
             });
         }
         Ok(out)
@@ -269,7 +302,10 @@ impl Db {
     }
 
     /// The newest profile of a program, with its arguments and summary.
-    pub fn latest_profile(&self, program_id: i64) -> Result<Option<(i64, Vec<String>, serde_json::Value)>> {
+    pub fn latest_profile(
+        &self,
+        program_id: i64,
+    ) -> Result<Option<(i64, Vec<String>, serde_json::Value)>> {
         let row = self
             .conn
             .query_row(
@@ -278,7 +314,9 @@ impl Db {
                 |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)),
             )
             .optional()?;
-        let Some((id, args, summary)) = row else { return Ok(None) };
+        let Some((id, args, summary)) = row else {
+            return Ok(None);
+        };
         Ok(Some((
             id,
             serde_json::from_str(&args).context("profile arguments in the database are corrupt")?,
@@ -296,7 +334,12 @@ impl Db {
              ORDER BY 3, 2",
         )?;
         for row in st.query_map([], |r| {
-            Ok(Listing { table: r.get(0)?, id: r.get(1)?, created: r.get(2)?, what: r.get(3)? })
+            Ok(Listing {
+                table: r.get(0)?,
+                id: r.get(1)?,
+                created: r.get(2)?,
+                what: r.get(3)?,
+            })
         })? {
             out.push(row?);
         }
@@ -311,7 +354,9 @@ impl Db {
             other => bail!("unknown entry kind '{other}' (expected profile or run)"),
         };
         let text: Option<String> = self.conn.query_row(sql, [id], |r| r.get(0)).optional()?;
-        let Some(text) = text else { bail!("no {table} with id {id}") };
+        let Some(text) = text else {
+            bail!("no {table} with id {id}")
+        };
         let mut v: serde_json::Value = serde_json::from_str(&text)?;
         if table == "profile" {
             v["directives"] = serde_json::to_value(self.directives(id)?)?;
@@ -343,17 +388,33 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut db = Db::open(&d.path().join("sub/h.db")).unwrap();
         assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
-        let m = db.upsert_machine("fp", "host", "cpu", "6.18", &serde_json::json!({"x": 1})).unwrap();
-        assert_eq!(db.upsert_machine("fp", "host", "cpu", "6.18", &serde_json::json!({"x": 2})).unwrap(), m);
+        let m = db
+            .upsert_machine("fp", "host", "cpu", "6.18", &serde_json::json!({"x": 1}))
+            .unwrap();
+        assert_eq!(
+            db.upsert_machine("fp", "host", "cpu", "6.18", &serde_json::json!({"x": 2}))
+                .unwrap(),
+            m
+        );
         let p = db.upsert_program("/bin/x", Some("abcd")).unwrap();
         assert_eq!(db.upsert_program("/bin/x", Some("abcd")).unwrap(), p);
         assert_ne!(db.upsert_program("/bin/x", None).unwrap(), p);
         let args = vec!["x".to_string(), "--size".into(), "1G".into()];
         let prof = db
-            .insert_profile(p, Some(m), &args, None, &serde_json::json!({"refs": 5}), &[directive("a", 1.0), directive("b", 5.0)])
+            .insert_profile(
+                p,
+                Some(m),
+                &args,
+                None,
+                &serde_json::json!({"refs": 5}),
+                &[directive("a", 1.0), directive("b", 5.0)],
+            )
             .unwrap();
         let ds = db.directives(prof).unwrap();
-        assert_eq!(ds.iter().map(|d| d.mapping.as_str()).collect::<Vec<_>>(), vec!["b", "a"]);
+        assert_eq!(
+            ds.iter().map(|d| d.mapping.as_str()).collect::<Vec<_>>(),
+            vec!["b", "a"]
+        );
         let (id, a, s) = db.latest_profile(p).unwrap().unwrap();
         assert_eq!((id, a, s["refs"].as_u64()), (prof, args.clone(), Some(5)));
         let run = db
@@ -375,9 +436,19 @@ mod tests {
         assert_eq!(l.len(), 2);
         assert!(l[1].what.contains("gain (1.45x)"));
         assert_eq!(db.show("run", run).unwrap()["speedup"].as_f64(), Some(1.45));
-        assert_eq!(db.show("profile", prof).unwrap()["directives"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            db.show("profile", prof).unwrap()["directives"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
         assert!(db.show("bogus", 1).is_err());
-        assert!(db.show("run", 999).unwrap_err().to_string().contains("no run with id 999"));
+        assert!(db
+            .show("run", 999)
+            .unwrap_err()
+            .to_string()
+            .contains("no run with id 999"));
     }
 
     #[test]
@@ -411,7 +482,10 @@ mod tests {
             t.join().unwrap();
         }
         let db = Db::open(&p).unwrap();
-        let n: i64 = db.conn.query_row("SELECT count(*) FROM programs", [], |r| r.get(0)).unwrap();
+        let n: i64 = db
+            .conn
+            .query_row("SELECT count(*) FROM programs", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(n, 100);
     }
 }
