@@ -116,7 +116,9 @@ fn erfc(x: f64) -> f64 {
             + t * (0.37409196
                 + t * (0.09678418
                     + t * (-0.18628806
-                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+                        + t * (0.27886807
+                            + t * (-1.13520398
+                                + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
     let r = t * (-z * z + poly).exp();
     if x >= 0.0 {
         r
@@ -150,7 +152,11 @@ pub fn interleaved(
     mut after_optimized: impl FnMut() -> Option<serde_json::Value>,
     mut progress: impl FnMut(&str, usize, &RunStats),
 ) -> Result<AbResult> {
-    let mut r = AbResult { baseline: vec![], optimized: vec![], summaries: vec![] };
+    let mut r = AbResult {
+        baseline: vec![],
+        optimized: vec![],
+        summaries: vec![],
+    };
     for i in 0..runs {
         let b = run(baseline)?;
         progress("baseline", i, &b);
@@ -174,13 +180,22 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(&[]).is_nan());
-        assert_eq!(verdict(&[10.0, 11.0, 10.5], &[7.0, 7.2, 7.1]), Verdict::Gain);
-        assert_eq!(verdict(&[10.0, 11.0], &[10.5, 7.0]), Verdict::NoSignificantChange);
+        assert_eq!(
+            verdict(&[10.0, 11.0, 10.5], &[7.0, 7.2, 7.1]),
+            Verdict::Gain
+        );
+        assert_eq!(
+            verdict(&[10.0, 11.0], &[10.5, 7.0]),
+            Verdict::NoSignificantChange
+        );
         assert_eq!(verdict(&[7.0, 7.1, 7.2], &[9.0, 9.1, 9.3]), Verdict::Loss);
         // One run per side can never be significant.
         assert_eq!(verdict(&[7.0], &[9.0]), Verdict::NoSignificantChange);
         // 5 + 5 tolerates one outlier.
-        assert_eq!(verdict(&[5.9, 5.4, 6.6, 5.8, 6.0], &[3.8, 3.7, 6.0, 3.9, 3.6]), Verdict::Gain);
+        assert_eq!(
+            verdict(&[5.9, 5.4, 6.6, 5.8, 6.0], &[3.8, 3.7, 6.0, 3.9, 3.6]),
+            Verdict::Gain
+        );
     }
 
     #[test]

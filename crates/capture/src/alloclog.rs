@@ -66,7 +66,10 @@ impl Kind {
     /// A hooked call of the malloc family that returns a new object.
     pub fn is_malloc_alloc(self) -> bool {
         use Kind::*;
-        matches!(self, Malloc | Calloc | PosixMemalign | AlignedAlloc | Memalign | Valloc | Pvalloc)
+        matches!(
+            self,
+            Malloc | Calloc | PosixMemalign | AlignedAlloc | Memalign | Valloc | Pvalloc
+        )
     }
 }
 
@@ -116,6 +119,7 @@ pub struct Module {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MapsSnapshot {
+    pub seq: u64,
     pub at_exit: bool,
     pub text: String,
 }
@@ -138,7 +142,13 @@ pub struct LogError {
 
 impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "allocation log {}: at byte {}: {}", self.path.display(), self.offset, self.what)
+        write!(
+            f,
+            "allocation log {}: at byte {}: {}",
+            self.path.display(),
+            self.offset,
+            self.what
+        )
     }
 }
 
@@ -162,20 +172,33 @@ impl AllocLog {
     }
 
     pub fn parse(b: &[u8], path: &Path) -> Result<AllocLog, LogError> {
-        let err = |offset: usize, what: String| LogError { path: path.to_path_buf(), offset, what };
+        let err = |offset: usize, what: String| LogError {
+            path: path.to_path_buf(),
+            offset,
+            what,
+        };
         if b.len() < HEADER_SIZE {
-            return Err(err(0, format!("file is {} bytes, shorter than the 64-byte header", b.len())));
+            return Err(err(
+                0,
+                format!("file is {} bytes, shorter than the 64-byte header", b.len()),
+            ));
         }
         if &b[0..8] != MAGIC {
             return Err(err(0, "not a hugetune allocation log (bad magic)".into()));
         }
         let version = u32_at(b, 8);
         if version != VERSION {
-            return Err(err(8, format!("unsupported version {version} (this hugetune reads version {VERSION})")));
+            return Err(err(
+                8,
+                format!("unsupported version {version} (this hugetune reads version {VERSION})"),
+            ));
         }
         let hsize = u32_at(b, 12) as usize;
         if hsize != HEADER_SIZE {
-            return Err(err(12, format!("header size {hsize}, expected {HEADER_SIZE}")));
+            return Err(err(
+                12,
+                format!("header size {hsize}, expected {HEADER_SIZE}"),
+            ));
         }
         let header = Header {
             pid: u32_at(b, 16),
@@ -186,7 +209,10 @@ impl AllocLog {
             threshold: u64_at(b, 48),
         };
         if header.marker_span != 0 && !header.marker_span.is_power_of_two() {
-            return Err(err(40, format!("marker span {} is not a power of two", header.marker_span)));
+            return Err(err(
+                40,
+                format!("marker span {} is not a power of two", header.marker_span),
+            ));
         }
         let mut records = Vec::new();
         let mut modules = Vec::new();
@@ -194,10 +220,17 @@ impl AllocLog {
         let mut o = HEADER_SIZE;
         while o < b.len() {
             if b.len() - o < RECORD_SIZE {
-                return Err(err(o, format!("truncated record: {} bytes left, a record has 64", b.len() - o)));
+                return Err(err(
+                    o,
+                    format!(
+                        "truncated record: {} bytes left, a record has 64",
+                        b.len() - o
+                    ),
+                ));
             }
             let raw_kind = u16_at(b, o);
-            let kind = Kind::from_u16(raw_kind).ok_or_else(|| err(o, format!("unknown record kind {raw_kind}")))?;
+            let kind = Kind::from_u16(raw_kind)
+                .ok_or_else(|| err(o, format!("unknown record kind {raw_kind}")))?;
             let r = Record {
                 kind,
                 flags: u16_at(b, o + 2),
@@ -214,18 +247,31 @@ impl AllocLog {
             o += RECORD_SIZE;
             if kind.is_blob() {
                 if r.size > MAX_BLOB {
-                    return Err(err(rec_off, format!("blob of {} bytes is implausibly large", r.size)));
+                    return Err(err(
+                        rec_off,
+                        format!("blob of {} bytes is implausibly large", r.size),
+                    ));
                 }
                 let len = r.size as usize;
                 let padded = len.div_ceil(8) * 8;
                 if b.len() - o < padded {
-                    return Err(err(o, format!("truncated blob: {} bytes declared, {} left", padded, b.len() - o)));
+                    return Err(err(
+                        o,
+                        format!(
+                            "truncated blob: {} bytes declared, {} left",
+                            padded,
+                            b.len() - o
+                        ),
+                    ));
                 }
                 let payload = &b[o..o + len];
                 o += padded;
                 match kind {
-                    Kind::Module => modules.push(parse_module(payload, &r).map_err(|w| err(rec_off, w))?),
+                    Kind::Module => {
+                        modules.push(parse_module(payload, &r).map_err(|w| err(rec_off, w))?)
+                    }
                     Kind::Maps => maps.push(MapsSnapshot {
+                        seq: r.seq,
                         at_exit: r.arg == 1,
                         text: String::from_utf8_lossy(payload).into_owned(),
                     }),
@@ -236,25 +282,46 @@ impl AllocLog {
             records.push(r);
         }
         records.sort_by_key(|r| r.seq);
-        Ok(AllocLog { header, records, modules, maps })
+        Ok(AllocLog {
+            header,
+            records,
+            modules,
+            maps,
+        })
     }
 }
 
 fn parse_module(p: &[u8], r: &Record) -> Result<Module, String> {
-    let nul = p.iter().position(|&c| c == 0).ok_or("module record without a NUL-terminated path")?;
+    let nul = p
+        .iter()
+        .position(|&c| c == 0)
+        .ok_or("module record without a NUL-terminated path")?;
     let path = String::from_utf8_lossy(&p[..nul]).into_owned();
     let seg_start = (nul + 1).div_ceil(8) * 8;
     let n = r.arg as usize;
     if n > 4096 || seg_start + n * 32 > p.len() {
-        return Err(format!("module {path}: {n} segments do not fit in its {}-byte record", p.len()));
+        return Err(format!(
+            "module {path}: {n} segments do not fit in its {}-byte record",
+            p.len()
+        ));
     }
     let segments = (0..n)
         .map(|i| {
             let o = seg_start + i * 32;
-            Segment { vaddr: u64_at(p, o), memsz: u64_at(p, o + 8), filesz: u64_at(p, o + 16), flags: u32_at(p, o + 24) }
+            Segment {
+                vaddr: u64_at(p, o),
+                memsz: u64_at(p, o + 8),
+                filesz: u64_at(p, o + 16),
+                flags: u32_at(p, o + 24),
+            }
         })
         .collect();
-    Ok(Module { path, bias: r.addr, segments, seq: r.seq })
+    Ok(Module {
+        path,
+        bias: r.addr,
+        segments,
+        seq: r.seq,
+    })
 }
 
 #[cfg(test)]
@@ -269,7 +336,13 @@ pub(crate) mod tests {
         b.extend_from_slice(&64u32.to_le_bytes());
         b.extend_from_slice(&header.pid.to_le_bytes());
         b.extend_from_slice(&header.ppid.to_le_bytes());
-        for v in [header.start_ns, header.marker_base, header.marker_span, header.threshold, 0] {
+        for v in [
+            header.start_ns,
+            header.marker_base,
+            header.marker_span,
+            header.threshold,
+            0,
+        ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
         for (r, payload) in recs {
@@ -288,7 +361,7 @@ pub(crate) mod tests {
                 b.extend_from_slice(&v.to_le_bytes());
             }
             b.extend_from_slice(payload);
-            while b.len() % 8 != 0 {
+            while !b.len().is_multiple_of(8) {
                 b.push(0);
             }
         }
@@ -296,17 +369,35 @@ pub(crate) mod tests {
     }
 
     fn rec(kind: Kind, seq: u64, addr: u64, size: u64, arg: u64) -> Record {
-        Record { kind, flags: 0, tid: 7, seq, time_ns: seq * 10, addr, size, arg, arg2: 0, caller: 0x1234 }
+        Record {
+            kind,
+            flags: 0,
+            tid: 7,
+            seq,
+            time_ns: seq * 10,
+            addr,
+            size,
+            arg,
+            arg2: 0,
+            caller: 0x1234,
+        }
     }
 
     fn header() -> Header {
-        Header { pid: 42, ppid: 1, start_ns: 5, marker_base: 0x1000_0000, marker_span: 1 << 20, threshold: 131072 }
+        Header {
+            pid: 42,
+            ppid: 1,
+            start_ns: 5,
+            marker_base: 0x1000_0000,
+            marker_span: 1 << 20,
+            threshold: 131072,
+        }
     }
 
     #[test]
     fn round_trip_sorted_by_seq_with_blobs() {
         let mut module = b"/bin/prog\0".to_vec();
-        while module.len() % 8 != 0 {
+        while !module.len().is_multiple_of(8) {
             module.push(0);
         }
         for v in [0x1000u64, 0x2000, 0x1800] {
@@ -318,17 +409,31 @@ pub(crate) mod tests {
         let recs = vec![
             (rec(Kind::Free, 3, 0x5000, 0, 0), vec![]),
             (rec(Kind::Malloc, 2, 0x5000, 100, 0), vec![]),
-            (rec(Kind::Module, 1, 0x5555_0000_0000, module.len() as u64, 1), module.clone()),
+            (
+                rec(Kind::Module, 1, 0x5555_0000_0000, module.len() as u64, 1),
+                module.clone(),
+            ),
             (rec(Kind::Maps, 4, 0, maps.len() as u64, 1), maps.clone()),
         ];
         let b = build_log(&header(), &recs);
         let log = AllocLog::parse(&b, Path::new("t.log")).unwrap();
         assert_eq!(log.header, header());
-        assert_eq!(log.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(
+            log.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
         assert_eq!(log.modules.len(), 1);
         assert_eq!(log.modules[0].path, "/bin/prog");
         assert_eq!(log.modules[0].bias, 0x5555_0000_0000);
-        assert_eq!(log.modules[0].segments[0], Segment { vaddr: 0x1000, memsz: 0x2000, filesz: 0x1800, flags: PF_W | 4 });
+        assert_eq!(
+            log.modules[0].segments[0],
+            Segment {
+                vaddr: 0x1000,
+                memsz: 0x2000,
+                filesz: 0x1800,
+                flags: PF_W | 4
+            }
+        );
         assert!(log.maps[0].at_exit);
         assert!(log.maps[0].text.contains("/bin/prog"));
     }
@@ -337,17 +442,32 @@ pub(crate) mod tests {
     fn corrupt_logs_fail_cleanly() {
         let good = build_log(&header(), &[(rec(Kind::Malloc, 1, 0x5000, 100, 0), vec![])]);
         let p = Path::new("x.log");
-        assert!(AllocLog::parse(&good[..10], p).unwrap_err().to_string().contains("shorter than"));
+        assert!(AllocLog::parse(&good[..10], p)
+            .unwrap_err()
+            .to_string()
+            .contains("shorter than"));
         let mut bad = good.clone();
         bad[0] = b'X';
-        assert!(AllocLog::parse(&bad, p).unwrap_err().to_string().contains("bad magic"));
+        assert!(AllocLog::parse(&bad, p)
+            .unwrap_err()
+            .to_string()
+            .contains("bad magic"));
         let mut bad = good.clone();
         bad[8] = 9;
-        assert!(AllocLog::parse(&bad, p).unwrap_err().to_string().contains("unsupported version 9"));
-        assert!(AllocLog::parse(&good[..good.len() - 3], p).unwrap_err().to_string().contains("truncated record"));
+        assert!(AllocLog::parse(&bad, p)
+            .unwrap_err()
+            .to_string()
+            .contains("unsupported version 9"));
+        assert!(AllocLog::parse(&good[..good.len() - 3], p)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated record"));
         let mut bad = good.clone();
         bad[64] = 99;
-        assert!(AllocLog::parse(&bad, p).unwrap_err().to_string().contains("unknown record kind 99"));
+        assert!(AllocLog::parse(&bad, p)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown record kind 99"));
     }
 
     proptest::proptest! {

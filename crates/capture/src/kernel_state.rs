@@ -82,7 +82,10 @@ pub fn track_child(pid: u32) -> ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).retain(|&p| p != self.0);
+        CHILDREN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|&p| p != self.0);
     }
 }
 
@@ -118,7 +121,8 @@ fn read_nr(path: &Path) -> Result<u64> {
 }
 
 fn write_nr(path: &Path, n: u64) -> Result<()> {
-    std::fs::write(path, format!("{n}\n")).with_context(|| format!("writing {n} to {}", path.display()))
+    std::fs::write(path, format!("{n}\n"))
+        .with_context(|| format!("writing {n} to {}", path.display()))
 }
 
 /// A temporary growth of a hugetlb pool; dropping it puts the pool back.
@@ -136,7 +140,10 @@ pub struct PoolReservation {
 pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolReservation> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        bail!("reserving huge pages needs root (writing {})", nr_path(page_kb).display());
+        bail!(
+            "reserving huge pages needs root (writing {})",
+            nr_path(page_kb).display()
+        );
     }
     let lock = lock_kernel_state()?;
     let path = nr_path(page_kb);
@@ -144,7 +151,10 @@ pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolReservation> {
     let restore_path = path.clone();
     let restore = on_restore(move || {
         if let Err(e) = write_nr(&restore_path, previous) {
-            eprintln!("hugetune: could not restore {}: {e:#}", restore_path.display());
+            eprintln!(
+                "hugetune: could not restore {}: {e:#}",
+                restore_path.display()
+            );
         }
     });
     write_nr(&path, previous + extra)?;
@@ -177,12 +187,21 @@ pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolSetting> {
     let restore_path = path.clone();
     let restore = on_restore(move || {
         if let Err(e) = write_nr(&restore_path, previous) {
-            eprintln!("hugetune: could not restore {}: {e:#}", restore_path.display());
+            eprintln!(
+                "hugetune: could not restore {}: {e:#}",
+                restore_path.display()
+            );
         }
     });
     write_nr(&path, pages)?;
     let now = read_nr(&path)?;
-    Ok(PoolSetting { page_kb, previous, now, _restore: restore, _lock: lock })
+    Ok(PoolSetting {
+        page_kb,
+        previous,
+        now,
+        _restore: restore,
+        _lock: lock,
+    })
 }
 
 /// Reads a pool's size under the lock: the resting value, not a test's temporary one.

@@ -63,7 +63,12 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
 }
 
 pub fn valgrind_available() -> bool {
-    Command::new("valgrind").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Runs `argv` under lackey with `env` added, writing the reference stream to
@@ -84,14 +89,19 @@ pub fn capture(
     const LOG_FD: i32 = 3;
     let (rd, wr) = pipe()?;
     let mut cmd = Command::new("valgrind");
-    cmd.args(["--tool=lackey", "--trace-mem=yes", "--basic-counts=no", "--trace-children=no"])
-        .arg(format!("--log-fd={LOG_FD}"))
-        .arg("--")
-        .args(argv)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(Stdio::inherit());
+    cmd.args([
+        "--tool=lackey",
+        "--trace-mem=yes",
+        "--basic-counts=no",
+        "--trace-children=no",
+    ])
+    .arg(format!("--log-fd={LOG_FD}"))
+    .arg("--")
+    .args(argv)
+    .envs(env.iter().map(|(k, v)| (k, v)))
+    .stdin(Stdio::null())
+    .stdout(stdout)
+    .stderr(Stdio::inherit());
     let wr_raw = {
         use std::os::fd::AsRawFd;
         wr.as_raw_fd()
@@ -136,7 +146,13 @@ pub fn capture(
     let refs = writer.count();
     writer.finish()?;
     let status = child.wait()?;
-    Ok(LackeyRun { status, refs, instructions, elapsed: start.elapsed(), messages })
+    Ok(LackeyRun {
+        status,
+        refs,
+        instructions,
+        elapsed: start.elapsed(),
+        messages,
+    })
 }
 
 #[cfg(test)]
@@ -145,7 +161,10 @@ mod tests {
 
     #[test]
     fn parses_lackey_lines() {
-        assert_eq!(parse_line(b" L 1fff000678,8\n"), Some((0x1fff000678, false)));
+        assert_eq!(
+            parse_line(b" L 1fff000678,8\n"),
+            Some((0x1fff000678, false))
+        );
         assert_eq!(parse_line(b" S 04010f0,4"), Some((0x4010f0, true)));
         assert_eq!(parse_line(b" M ffffffffffffffff,8"), Some((u64::MAX, true)));
         assert_eq!(parse_line(b"I  0401ab70,3"), None);

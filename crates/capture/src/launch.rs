@@ -22,7 +22,10 @@ pub struct RecordEnv<'a> {
 }
 
 pub fn record_env(r: &RecordEnv<'_>) -> Vec<(String, String)> {
-    let mut env = vec![("LD_PRELOAD".into(), preload_value(r.lib)), ("HUGETUNE_MODE".into(), "record".into())];
+    let mut env = vec![
+        ("LD_PRELOAD".into(), preload_value(r.lib)),
+        ("HUGETUNE_MODE".into(), "record".into()),
+    ];
     if let Some(l) = r.log {
         env.push(("HUGETUNE_LOG".into(), l.display().to_string()));
     }
@@ -51,7 +54,12 @@ pub fn plan_text(assignments: &[(Category, Backing)], threshold: u64) -> String 
 }
 
 /// Environment for a run with `plan` applied; `plan` is the plan file's path.
-pub fn apply_env(lib: &Path, plan: &Path, summary: Option<&Path>, assignments: &[(Category, Backing)]) -> Vec<(String, String)> {
+pub fn apply_env(
+    lib: &Path,
+    plan: &Path,
+    summary: Option<&Path>,
+    assignments: &[(Category, Backing)],
+) -> Vec<(String, String)> {
     let mut env = vec![
         ("LD_PRELOAD".into(), preload_value(lib)),
         ("HUGETUNE_MODE".into(), "apply".into()),
@@ -60,7 +68,10 @@ pub fn apply_env(lib: &Path, plan: &Path, summary: Option<&Path>, assignments: &
     if let Some(s) = summary {
         env.push(("HUGETUNE_SUMMARY".into(), s.display().to_string()));
     }
-    if assignments.iter().any(|&(c, b)| c == Category::HeapSmall && b.is_huge()) {
+    if assignments
+        .iter()
+        .any(|&(c, b)| c == Category::HeapSmall && b.is_huge())
+    {
         let mut t = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
         if !t.is_empty() {
             t.push(':');
@@ -78,10 +89,20 @@ mod tests {
     #[test]
     fn plan_files() {
         let t = plan_text(&[(Category::HeapLarge, Backing::Hugetlb2m)], 131072);
-        assert_eq!(t, "hugetune-plan 1\nthreshold 131072\nheap-large hugetlb-2m\n");
+        assert_eq!(
+            t,
+            "hugetune-plan 1\nthreshold 131072\nheap-large hugetlb-2m\n"
+        );
         let t = plan_text(&[(Category::HeapSmall, Backing::Thp2m)], 131072);
         assert!(t.ends_with("heap-small thp-2m\nheap-large 4k\n"));
-        let env = apply_env(Path::new("/l.so"), Path::new("/p"), None, &[(Category::HeapSmall, Backing::Thp2m)]);
-        assert!(env.iter().any(|(k, v)| k == "GLIBC_TUNABLES" && v.ends_with("glibc.malloc.hugetlb=1")));
+        let env = apply_env(
+            Path::new("/l.so"),
+            Path::new("/p"),
+            None,
+            &[(Category::HeapSmall, Backing::Thp2m)],
+        );
+        assert!(env
+            .iter()
+            .any(|(k, v)| k == "GLIBC_TUNABLES" && v.ends_with("glibc.malloc.hugetlb=1")));
     }
 }

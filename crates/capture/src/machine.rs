@@ -29,16 +29,30 @@ pub struct TlbReport {
 
 pub fn cpu_ident() -> CpuIdent {
     let c = raw_cpuid::CpuId::new();
-    let vendor = c.get_vendor_info().map(|v| v.as_str().to_string()).unwrap_or_default();
-    let (family, model) = c.get_feature_info().map(|f| (f.family_id() as u32, f.model_id() as u32)).unwrap_or((0, 0));
+    let vendor = c
+        .get_vendor_info()
+        .map(|v| v.as_str().to_string())
+        .unwrap_or_default();
+    let (family, model) = c
+        .get_feature_info()
+        .map(|f| (f.family_id() as u32, f.model_id() as u32))
+        .unwrap_or((0, 0));
     let brand = c
         .get_processor_brand_string()
         .map(|b| b.as_str().trim().to_string())
         .filter(|b| !b.is_empty())
         .or_else(|| cpuinfo_field("model name"))
         .unwrap_or_else(|| "unknown".into());
-    let hypervisor = c.get_hypervisor_info().map(|h| format!("{:?}", h.identify()));
-    CpuIdent { vendor, family, model, brand, hypervisor }
+    let hypervisor = c
+        .get_hypervisor_info()
+        .map(|h| format!("{:?}", h.identify()));
+    CpuIdent {
+        vendor,
+        family,
+        model,
+        brand,
+        hypervisor,
+    }
 }
 
 fn cpuinfo_field(name: &str) -> Option<String> {
@@ -61,21 +75,44 @@ pub fn cpuid_geometry(id: &CpuIdent) -> Option<TlbGeometry> {
         // AMD's L1 DTLB is fully associative and holds every page size; the L2 is
         // one (skewed) array shared by 4 KB and 2 MB translations.
         return Some(TlbGeometry {
-            l1: TlbLevel { entries_4k: l1.dtlb_4k_size() as u64, entries_2m: l1.dtlb_2m_4m_size() as u64, shared: true },
-            l2: TlbLevel { entries_4k: l2.dtlb_4k_size() as u64, entries_2m: l2.dtlb_2m_4m_size() as u64, shared: true },
+            l1: TlbLevel {
+                entries_4k: l1.dtlb_4k_size() as u64,
+                entries_2m: l1.dtlb_2m_4m_size() as u64,
+                shared: true,
+            },
+            l2: TlbLevel {
+                entries_4k: l2.dtlb_4k_size() as u64,
+                entries_2m: l2.dtlb_2m_4m_size() as u64,
+                shared: true,
+            },
             source: "cpuid 0x80000005/0x80000006".into(),
         });
     }
     if id.vendor == "GenuineIntel" {
-        let mut l1 = TlbLevel { entries_4k: 0, entries_2m: 0, shared: false };
-        let mut l2 = TlbLevel { entries_4k: 0, entries_2m: 0, shared: true };
+        let mut l1 = TlbLevel {
+            entries_4k: 0,
+            entries_2m: 0,
+            shared: false,
+        };
+        let mut l2 = TlbLevel {
+            entries_4k: 0,
+            entries_2m: 0,
+            shared: true,
+        };
         for d in c.get_deterministic_address_translation_info()? {
             use raw_cpuid::DatType;
-            if !matches!(d.cache_type(), DatType::DataTLB | DatType::UnifiedTLB | DatType::LoadOnly) {
+            if !matches!(
+                d.cache_type(),
+                DatType::DataTLB | DatType::UnifiedTLB | DatType::LoadOnly
+            ) {
                 continue;
             }
             let n = d.ways() as u64 * d.sets() as u64;
-            let lvl = if d.cache_level() <= 1 { &mut l1 } else { &mut l2 };
+            let lvl = if d.cache_level() <= 1 {
+                &mut l1
+            } else {
+                &mut l2
+            };
             if d.has_4k_entries() {
                 lvl.entries_4k = lvl.entries_4k.max(n);
             }
@@ -86,7 +123,11 @@ pub fn cpuid_geometry(id: &CpuIdent) -> Option<TlbGeometry> {
         if l1.entries_4k == 0 || l2.entries_4k == 0 {
             return None;
         }
-        return Some(TlbGeometry { l1, l2, source: "cpuid leaf 0x18".into() });
+        return Some(TlbGeometry {
+            l1,
+            l2,
+            source: "cpuid leaf 0x18".into(),
+        });
     }
     None
 }
@@ -98,15 +139,27 @@ pub fn preset(id: &CpuIdent) -> Option<(&'static str, TlbGeometry)> {
         Some((
             name,
             TlbGeometry {
-                l1: TlbLevel { entries_4k: l1, entries_2m: l1, shared: true },
-                l2: TlbLevel { entries_4k: l2, entries_2m: l2, shared: true },
+                l1: TlbLevel {
+                    entries_4k: l1,
+                    entries_2m: l1,
+                    shared: true,
+                },
+                l2: TlbLevel {
+                    entries_4k: l2,
+                    entries_2m: l2,
+                    shared: true,
+                },
                 source: format!("preset {name}"),
             },
         ))
     };
     match (id.vendor.as_str(), id.family, id.model) {
         ("AuthenticAMD", 0x1a, _) => amd("AMD Zen 5 (L1 96, L2 4096: Hot Chips 2024)", 96, 4096),
-        ("AuthenticAMD", 0x19, m) if (0x10..0x20).contains(&m) || (0x60..0x80).contains(&m) || (0xa0..0xb0).contains(&m) => {
+        ("AuthenticAMD", 0x19, m)
+            if (0x10..0x20).contains(&m)
+                || (0x60..0x80).contains(&m)
+                || (0xa0..0xb0).contains(&m) =>
+        {
             amd("AMD Zen 4 (L1 72, L2 3072)", 72, 3072)
         }
         ("AuthenticAMD", 0x19, _) => amd("AMD Zen 3 (L1 64, L2 2048)", 64, 2048),
@@ -118,8 +171,16 @@ pub fn preset(id: &CpuIdent) -> Option<(&'static str, TlbGeometry)> {
 /// A conservative geometry when nothing better is known (Skylake-like).
 pub fn generic_geometry() -> TlbGeometry {
     TlbGeometry {
-        l1: TlbLevel { entries_4k: 64, entries_2m: 32, shared: false },
-        l2: TlbLevel { entries_4k: 1536, entries_2m: 1536, shared: true },
+        l1: TlbLevel {
+            entries_4k: 64,
+            entries_2m: 32,
+            shared: false,
+        },
+        l2: TlbLevel {
+            entries_4k: 1536,
+            entries_2m: 1536,
+            shared: true,
+        },
         source: "generic (Skylake-like) default".into(),
     }
 }
@@ -132,14 +193,23 @@ pub fn tlb_report(override_file: Option<&Path>) -> Result<TlbReport> {
     let cpuid = cpuid_geometry(&id);
     let mut notes = Vec::new();
     if let Some(p) = override_file {
-        let text = std::fs::read_to_string(p).with_context(|| format!("reading TLB override {}", p.display()))?;
-        let mut g: TlbGeometry = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a TLB geometry (expected JSON with l1, l2, source)", p.display()))?;
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("reading TLB override {}", p.display()))?;
+        let mut g: TlbGeometry = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: not a TLB geometry (expected JSON with l1, l2, source)",
+                p.display()
+            )
+        })?;
         if g.l1.entries_4k == 0 || g.l2.entries_4k == 0 {
             anyhow::bail!("{}: TLB entries must be positive", p.display());
         }
         g.source = format!("override file {}", p.display());
-        return Ok(TlbReport { geometry: g, cpuid, notes });
+        return Ok(TlbReport {
+            geometry: g,
+            cpuid,
+            notes,
+        });
     }
     let geometry = match (&cpuid, preset(&id)) {
         (Some(c), Some((name, p))) if id.hypervisor.is_some() && c.l2 != p.l2 => {
@@ -157,7 +227,11 @@ pub fn tlb_report(override_file: Option<&Path>) -> Result<TlbReport> {
             generic_geometry()
         }
     };
-    Ok(TlbReport { geometry, cpuid, notes })
+    Ok(TlbReport {
+        geometry,
+        cpuid,
+        notes,
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -181,10 +255,15 @@ pub const THP_SYSFS: &str = "/sys/kernel/mm/transparent_hugepage";
 
 pub fn hugetlb_pools(root: &Path) -> Vec<HugetlbPool> {
     let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir(root) else { return out };
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return out;
+    };
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(kb) = name.strip_prefix("hugepages-").and_then(|s| s.strip_suffix("kB")).and_then(|s| s.parse().ok())
+        let Some(kb) = name
+            .strip_prefix("hugepages-")
+            .and_then(|s| s.strip_suffix("kB"))
+            .and_then(|s| s.parse().ok())
         else {
             continue;
         };
@@ -203,7 +282,9 @@ pub fn hugetlb_pools(root: &Path) -> Vec<HugetlbPool> {
 }
 
 pub fn pool(kb: u64) -> Option<HugetlbPool> {
-    hugetlb_pools(Path::new(HUGEPAGES_SYSFS)).into_iter().find(|p| p.page_kb == kb)
+    hugetlb_pools(Path::new(HUGEPAGES_SYSFS))
+        .into_iter()
+        .find(|p| p.page_kb == kb)
 }
 
 pub fn thp_mode(root: &Path) -> Option<ThpMode> {
@@ -218,10 +299,15 @@ pub fn thp_mode(root: &Path) -> Option<ThpMode> {
 /// Multi-size THP settings: (size in kB, setting), from hugepages-<size>kB/enabled.
 pub fn mthp_sizes(root: &Path) -> Vec<(u64, String)> {
     let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir(root) else { return out };
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return out;
+    };
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(kb) = name.strip_prefix("hugepages-").and_then(|s| s.strip_suffix("kB")).and_then(|s| s.parse().ok())
+        let Some(kb) = name
+            .strip_prefix("hugepages-")
+            .and_then(|s| s.strip_suffix("kB"))
+            .and_then(|s| s.parse().ok())
         else {
             continue;
         };
@@ -250,12 +336,21 @@ pub fn pmu_available() -> bool {
     let attr = Attr {
         type_: 0, // PERF_TYPE_HARDWARE
         size: std::mem::size_of::<Attr>() as u32,
-        config: 1,            // PERF_COUNT_HW_INSTRUCTIONS
+        config: 1,                  // PERF_COUNT_HW_INSTRUCTIONS
         flags: 1 | 1 << 5 | 1 << 6, // disabled, exclude_kernel, exclude_hv
         ..Default::default()
     };
     // SAFETY: perf_event_open reads `attr` (size given) and returns a descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const Attr, 0, -1, -1, 0) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const Attr,
+            0,
+            -1,
+            -1,
+            0,
+        )
+    };
     if fd >= 0 {
         // SAFETY: fd is a descriptor we own.
         unsafe { libc::close(fd as i32) };
@@ -284,7 +379,11 @@ pub fn machine(tlb_override: Option<&Path>) -> Result<Machine> {
     let thp_root = Path::new(THP_SYSFS);
     let mem_total_kb = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|t| t.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0);
     Ok(Machine {
         hostname: read_trimmed(Path::new("/proc/sys/kernel/hostname")).unwrap_or_default(),
@@ -310,12 +409,26 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p2 = d.path().join("hugepages-2048kB");
         std::fs::create_dir(&p2).unwrap();
-        for (f, v) in [("nr_hugepages", "10"), ("free_hugepages", "8"), ("resv_hugepages", "3"), ("surplus_hugepages", "0")] {
+        for (f, v) in [
+            ("nr_hugepages", "10"),
+            ("free_hugepages", "8"),
+            ("resv_hugepages", "3"),
+            ("surplus_hugepages", "0"),
+        ] {
             std::fs::write(p2.join(f), format!("{v}\n")).unwrap();
         }
         std::fs::create_dir(d.path().join("hugepages-bogus")).unwrap();
         let pools = hugetlb_pools(d.path());
-        assert_eq!(pools, vec![HugetlbPool { page_kb: 2048, nr: 10, free: 8, resv: 3, surplus: 0 }]);
+        assert_eq!(
+            pools,
+            vec![HugetlbPool {
+                page_kb: 2048,
+                nr: 10,
+                free: 8,
+                resv: 3,
+                surplus: 0
+            }]
+        );
         assert_eq!(pools[0].available(), 5);
         std::fs::write(d.path().join("enabled"), "always madvise [never]\n").unwrap();
         assert_eq!(thp_mode(d.path()), Some(ThpMode::Never));
@@ -326,12 +439,20 @@ mod tests {
     #[test]
     fn this_machine_has_a_geometry() {
         let r = tlb_report(None).unwrap();
-        assert!(r.geometry.l1.entries_4k > 0 && r.geometry.l2.entries_4k >= r.geometry.l1.entries_4k);
+        assert!(
+            r.geometry.l1.entries_4k > 0 && r.geometry.l2.entries_4k >= r.geometry.l1.entries_4k
+        );
     }
 
     #[test]
     fn zen5_in_a_vm_uses_the_preset() {
-        let id = CpuIdent { vendor: "AuthenticAMD".into(), family: 0x1a, model: 2, brand: "x".into(), hypervisor: Some("KVM".into()) };
+        let id = CpuIdent {
+            vendor: "AuthenticAMD".into(),
+            family: 0x1a,
+            model: 2,
+            brand: "x".into(),
+            hypervisor: Some("KVM".into()),
+        };
         let (_, p) = preset(&id).unwrap();
         assert_eq!(p.l2.entries_4k, 4096);
     }

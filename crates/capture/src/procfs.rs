@@ -24,7 +24,13 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
             let _inode = it.next()?;
             let path = it.next().unwrap_or("").trim().to_string();
             let (s, e) = range.split_once('-')?;
-            Some(MapEntry { start: u64::from_str_radix(s, 16).ok()?, end: u64::from_str_radix(e, 16).ok()?, perms, offset, path })
+            Some(MapEntry {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                perms,
+                offset,
+                path,
+            })
         })
         .collect()
 }
@@ -42,17 +48,27 @@ impl HugeUsage {
         self.anon_huge + self.hugetlb
     }
     pub fn max(self, o: HugeUsage) -> HugeUsage {
-        HugeUsage { rss: self.rss.max(o.rss), anon_huge: self.anon_huge.max(o.anon_huge), hugetlb: self.hugetlb.max(o.hugetlb) }
+        HugeUsage {
+            rss: self.rss.max(o.rss),
+            anon_huge: self.anon_huge.max(o.anon_huge),
+            hugetlb: self.hugetlb.max(o.hugetlb),
+        }
     }
-    pub fn add(self, o: HugeUsage) -> HugeUsage {
-        HugeUsage { rss: self.rss + o.rss, anon_huge: self.anon_huge + o.anon_huge, hugetlb: self.hugetlb + o.hugetlb }
+    pub fn plus(self, o: HugeUsage) -> HugeUsage {
+        HugeUsage {
+            rss: self.rss + o.rss,
+            anon_huge: self.anon_huge + o.anon_huge,
+            hugetlb: self.hugetlb + o.hugetlb,
+        }
     }
 }
 
 pub fn parse_smaps_rollup(text: &str) -> HugeUsage {
     let mut u = HugeUsage::default();
     for l in text.lines() {
-        let Some((k, v)) = l.split_once(':') else { continue };
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
         let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
         match k {
             "Rss" => u.rss = kb * 1024,
@@ -65,13 +81,17 @@ pub fn parse_smaps_rollup(text: &str) -> HugeUsage {
 }
 
 pub fn read_huge_usage(pid: u32) -> Option<HugeUsage> {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok().map(|t| parse_smaps_rollup(&t))
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .map(|t| parse_smaps_rollup(&t))
 }
 
 /// Children of a process (all its threads' children), from /proc/PID/task/*/children.
 pub fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
     for t in tasks.flatten() {
         if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
             out.extend(s.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
@@ -82,7 +102,9 @@ pub fn children(pid: u32) -> Vec<u32> {
 
 /// Reads a small sysfs/procfs value, trimmed.
 pub fn read_trimmed(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 pub fn read_u64(path: &Path) -> Option<u64> {
@@ -102,7 +124,8 @@ mod tests {
 
     #[test]
     fn maps_lines() {
-        let t = "55fd73c00000-55fd73c01000 r--p 00000000 fe:00 9977924                    /tmp/bss\n\
+        let t =
+            "55fd73c00000-55fd73c01000 r--p 00000000 fe:00 9977924                    /tmp/bss\n\
                  55fd73e00000-55fe33e00000 rw-p 00000000 00:00 0 \n\
                  55fe3c292000-55fe3c2b3000 rw-p 00000000 00:00 0                          [heap]\n\
                  garbage line\n";
@@ -119,12 +142,22 @@ mod tests {
     fn rollup() {
         let t = "55a0-7ff [rollup]\nRss:             1048576 kB\nAnonHugePages:    2048 kB\nShared_Hugetlb:        0 kB\nPrivate_Hugetlb:  1048576 kB\nBogus\n";
         let u = parse_smaps_rollup(t);
-        assert_eq!(u, HugeUsage { rss: 1 << 30, anon_huge: 2 << 20, hugetlb: 1 << 30 });
+        assert_eq!(
+            u,
+            HugeUsage {
+                rss: 1 << 30,
+                anon_huge: 2 << 20,
+                hugetlb: 1 << 30
+            }
+        );
     }
 
     #[test]
     fn choices() {
-        assert_eq!(selected_choice("always [madvise] never\n").as_deref(), Some("madvise"));
+        assert_eq!(
+            selected_choice("always [madvise] never\n").as_deref(),
+            Some("madvise")
+        );
         assert_eq!(selected_choice("no brackets"), None);
     }
 }

@@ -4,7 +4,9 @@
 
 use crate::alloclog::{AllocLog, Kind, Module, PF_W, PF_X};
 use crate::procfs::{parse_maps, MapEntry};
-use hugetune_model::categorize::{AddressSpace, AllocEvent, AllocOp, AllocVia, Site, StaticSegment};
+use hugetune_model::categorize::{
+    AddressSpace, AllocEvent, AllocOp, AllocVia, Site, StaticSegment,
+};
 use hugetune_model::page::align_up;
 use serde::{Deserialize, Serialize};
 
@@ -39,7 +41,10 @@ fn resolve_site(modules: &[&Module], names: &[String], caller: u64) -> Option<Si
             let lo = m.bias.wrapping_add(s.vaddr);
             if s.flags & PF_X != 0 && caller >= lo && caller < lo.wrapping_add(s.memsz) {
                 let module = names.iter().position(|n| *n == m.path)? as u32;
-                return Some(Site { module, offset: caller - m.bias });
+                return Some(Site {
+                    module,
+                    offset: caller - m.bias,
+                });
             }
         }
     }
@@ -65,12 +70,20 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
         }
     }
     // The main program is the first object dl_iterate_phdr reports at start-up.
-    let main = log.modules.iter().min_by_key(|m| m.seq).map(|m| (m.path.clone(), m.bias));
+    let main = log
+        .modules
+        .iter()
+        .min_by_key(|m| m.seq)
+        .map(|m| (m.path.clone(), m.bias));
 
     let mut space = AddressSpace::default();
     for m in &modules {
         let module = names.iter().position(|n| *n == m.path).unwrap_or(0) as u32;
-        for s in m.segments.iter().filter(|s| s.flags & PF_W != 0 && s.memsz > 0) {
+        for s in m
+            .segments
+            .iter()
+            .filter(|s| s.flags & PF_W != 0 && s.memsz > 0)
+        {
             space.static_segments.push(StaticSegment {
                 module,
                 start: m.bias.wrapping_add(s.vaddr),
@@ -112,13 +125,35 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
                         }
                     }
                 }
-                AllocOp::Alloc { addr: r.addr, size: r.size, via: AllocVia::Malloc, site: site() }
+                AllocOp::Alloc {
+                    addr: r.addr,
+                    size: r.size,
+                    via: AllocVia::Malloc,
+                    site: site(),
+                }
             }
-            Kind::Realloc | Kind::Reallocarray => AllocOp::Realloc { old: r.arg, addr: r.addr, size: r.size, site: site() },
+            Kind::Realloc | Kind::Reallocarray => AllocOp::Realloc {
+                old: r.arg,
+                addr: r.addr,
+                size: r.size,
+                site: site(),
+            },
             Kind::Free => AllocOp::Free { addr: r.addr },
-            Kind::Mmap => AllocOp::Alloc { addr: r.addr, size: r.size, via: AllocVia::Mmap, site: site() },
-            Kind::Munmap => AllocOp::Munmap { addr: r.addr, len: r.size },
-            Kind::Mremap => AllocOp::Mremap { old: r.arg, addr: r.addr, len: r.size },
+            Kind::Mmap => AllocOp::Alloc {
+                addr: r.addr,
+                size: r.size,
+                via: AllocVia::Mmap,
+                site: site(),
+            },
+            Kind::Munmap => AllocOp::Munmap {
+                addr: r.addr,
+                len: r.size,
+            },
+            Kind::Mremap => AllocOp::Mremap {
+                old: r.arg,
+                addr: r.addr,
+                len: r.size,
+            },
             Kind::Thread => {
                 if let Some(e) = containing(&maps, r.addr) {
                     push_range(&mut space.stack_ranges, (e.start, e.end));
@@ -126,7 +161,10 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
                 continue;
             }
             Kind::OwnRegion => {
-                push_range(&mut space.excluded_ranges, (r.addr, r.addr.saturating_add(r.size)));
+                push_range(
+                    &mut space.excluded_ranges,
+                    (r.addr, r.addr.saturating_add(r.size)),
+                );
                 continue;
             }
             _ => continue,
@@ -135,13 +173,25 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
     }
     let markers = (log.header.marker_base, log.header.marker_span);
     if markers.1 != 0 {
-        push_range(&mut space.excluded_ranges, (markers.0, markers.0 + markers.1));
+        push_range(
+            &mut space.excluded_ranges,
+            (markers.0, markers.0 + markers.1),
+        );
     }
     // A heap range must not swallow a stack or a static segment (defensive: maps of
     // unusual processes).
     space.heap_ranges.retain(|&(lo, hi)| {
         !space.stack_ranges.iter().any(|&(s, e)| s < hi && lo < e)
-            && !space.static_segments.iter().any(|s| s.start < hi && lo < s.end)
+            && !space
+                .static_segments
+                .iter()
+                .any(|s| s.start < hi && lo < s.end)
     });
-    ProfileInputs { space, events, modules: names, threshold, markers }
+    ProfileInputs {
+        space,
+        events,
+        modules: names,
+        threshold,
+        markers,
+    }
 }

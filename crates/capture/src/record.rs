@@ -38,7 +38,9 @@ fn main_log(dir: &Path) -> Result<(PathBuf, AllocLog)> {
     }
     // The profiled process is the one that is not a child of another logged one.
     let pids: Vec<u32> = parsed.iter().map(|(_, l)| l.header.pid).collect();
-    let idx = parsed.iter().position(|(_, l)| !pids.contains(&l.header.ppid));
+    let idx = parsed
+        .iter()
+        .position(|(_, l)| !pids.contains(&l.header.ppid));
     match idx {
         Some(i) => Ok(parsed.swap_remove(i)),
         None => bail!(
@@ -57,13 +59,33 @@ pub fn record_with_lackey(
 ) -> Result<Recorded> {
     let log_pattern = dir.join("alloc.%p.log");
     let summary_pattern = dir.join("summary.%p.json");
-    let env = record_env(&RecordEnv { lib, log: Some(&log_pattern), summary: Some(&summary_pattern), markers: true });
+    let env = record_env(&RecordEnv {
+        lib,
+        log: Some(&log_pattern),
+        summary: Some(&summary_pattern),
+        markers: true,
+    });
     let refs_path = dir.join("refs.zst");
-    let stdout = if show_output { Stdio::inherit() } else { Stdio::null() };
+    let stdout = if show_output {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    };
     let run = lackey::capture(argv, &env, &refs_path, stdout, progress)?;
     if run.status.code() != Some(0) {
-        let tail = run.messages.iter().rev().take(8).rev().cloned().collect::<Vec<_>>().join("\n");
-        bail!("the profiled command failed under valgrind ({}); valgrind said:\n{tail}", run.status);
+        let tail = run
+            .messages
+            .iter()
+            .rev()
+            .take(8)
+            .rev()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n");
+        bail!(
+            "the profiled command failed under valgrind ({}); valgrind said:\n{tail}",
+            run.status
+        );
     }
     let (log_path, log) = main_log(dir).context("reading the allocation log")?;
     if log.header.marker_span == 0 {
@@ -72,5 +94,11 @@ pub fn record_with_lackey(
     let summary = std::fs::read_to_string(dir.join(format!("summary.{}.json", log.header.pid)))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
-    Ok(Recorded { refs_path, log_path, log, lackey: run, summary })
+    Ok(Recorded {
+        refs_path,
+        log_path,
+        log,
+        lackey: run,
+        summary,
+    })
 }

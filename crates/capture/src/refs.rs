@@ -24,7 +24,12 @@ fn unzigzag(v: u64) -> i64 {
 
 impl<W: Write> RefWriter<W> {
     pub fn new(w: W) -> std::io::Result<Self> {
-        Ok(RefWriter { enc: zstd::stream::Encoder::new(BufWriter::new(w), 3)?, prev: 0, count: 0, buf: Vec::with_capacity(1 << 16) })
+        Ok(RefWriter {
+            enc: zstd::stream::Encoder::new(BufWriter::new(w), 3)?,
+            prev: 0,
+            count: 0,
+            buf: Vec::with_capacity(1 << 16),
+        })
     }
 
     pub fn push(&mut self, addr: u64, write: bool) -> std::io::Result<()> {
@@ -67,7 +72,10 @@ pub struct RefReader<R: Read> {
 
 impl<R: Read> RefReader<R> {
     pub fn new(r: R) -> std::io::Result<Self> {
-        Ok(RefReader { dec: BufReader::with_capacity(1 << 16, zstd::stream::Decoder::new(r)?), prev: 0 })
+        Ok(RefReader {
+            dec: BufReader::with_capacity(1 << 16, zstd::stream::Decoder::new(r)?),
+            prev: 0,
+        })
     }
 
     fn byte(&mut self) -> std::io::Result<Option<u8>> {
@@ -87,10 +95,16 @@ impl<R: Read> RefReader<R> {
                 if shift == 0 {
                     return Ok(None);
                 }
-                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "reference stream ends inside a value"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "reference stream ends inside a value",
+                ));
             };
             if shift > 70 {
-                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "reference stream: varint too long"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "reference stream: varint too long",
+                ));
             }
             v |= ((b & 0x7f) as u128) << shift;
             shift += 7;

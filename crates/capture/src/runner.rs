@@ -87,7 +87,7 @@ fn tree_usage(pid: u32) -> HugeUsage {
             break;
         }
         if let Some(u) = read_huge_usage(p) {
-            total = total.add(u);
+            total = total.plus(u);
         }
         stack.extend(children(p));
     }
@@ -95,15 +95,22 @@ fn tree_usage(pid: u32) -> HugeUsage {
 }
 
 pub fn run(spec: &RunSpec) -> Result<RunStats> {
-    let Some((prog, args)) = spec.argv.split_first() else { bail!("empty command") };
+    let Some((prog, args)) = spec.argv.split_first() else {
+        bail!("empty command")
+    };
     let mut cmd = Command::new(prog);
-    cmd.args(args).stdin(Stdio::null()).stdout(spec.stdout.stdio()).stderr(spec.stderr.stdio());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(spec.stdout.stdio())
+        .stderr(spec.stderr.stdio());
     for k in &spec.env_remove {
         cmd.env_remove(k);
     }
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     let start = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", prog.to_string_lossy()))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
     let pid = child.id();
     let _tracked = track_child(pid);
     let reader = |r: Option<Box<dyn Read + Send>>| {
@@ -115,8 +122,18 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
             })
         })
     };
-    let out_t = reader(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let err_t = reader(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let out_t = reader(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err_t = reader(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
     let mut peak = HugeUsage::default();
     let mut pause = Duration::from_millis(1);
     let mut status: i32 = 0;
@@ -159,8 +176,12 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
         major_faults: ru.ru_majflt as u64,
         max_rss_kb: ru.ru_maxrss as u64,
         peak,
-        stdout: out_t.map(|t| t.join().unwrap_or_default()).unwrap_or_default(),
-        stderr: err_t.map(|t| t.join().unwrap_or_default()).unwrap_or_default(),
+        stdout: out_t
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default(),
+        stderr: err_t
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default(),
     })
 }
 
@@ -174,7 +195,11 @@ mod tests {
 
     #[test]
     fn runs_and_measures() {
-        let mut s = RunSpec::new(vec!["sh".into(), "-c".into(), "echo hi; echo err >&2; exit 3".into()]);
+        let mut s = RunSpec::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo hi; echo err >&2; exit 3".into(),
+        ]);
         s.stdout = Output::Capture;
         s.stderr = Output::Capture;
         let r = run(&s).unwrap();
@@ -186,7 +211,12 @@ mod tests {
 
     #[test]
     fn signals_are_reported() {
-        let r = run(&RunSpec::new(vec!["sh".into(), "-c".into(), "kill -9 $$".into()])).unwrap();
+        let r = run(&RunSpec::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "kill -9 $$".into(),
+        ]))
+        .unwrap();
         assert_eq!(r.signal, Some(9));
         assert_eq!(r.exit_code, 137);
     }
