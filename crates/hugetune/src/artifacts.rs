@@ -64,10 +64,11 @@ fn locate(env_var: &str, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf>
             return Ok(p);
         }
     }
+    // One directory per build of hugetune, keyed by everything it embeds.
     let base = dirs::cache_dir().unwrap_or_else(std::env::temp_dir);
-    let dir =
-        base.join("hugetune")
-            .join(format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), fnv(bytes)));
+    let key = fnv(RUNTIME) ^ fnv(WORK).rotate_left(1);
+    let version = env!("CARGO_PKG_VERSION");
+    let dir = base.join("hugetune").join(format!("{version}-{key:016x}"));
     extract(&dir, name, bytes, mode)
 }
 

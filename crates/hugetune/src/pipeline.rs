@@ -583,7 +583,10 @@ pub fn validate(
         let w = runner::run(&applied.spec)?;
         take_summaries(&dir);
         if w.exit_code != 0 {
-            note(format!("warning: the warm-up run exited with status {}", w.exit_code));
+            note(format!(
+                "warning: the warm-up run exited with status {}",
+                w.exit_code
+            ));
         }
     }
     let mut per_run_runtime: Vec<u64> = Vec::new();

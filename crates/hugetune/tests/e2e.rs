@@ -236,3 +236,34 @@ fn reserve_gives_the_pool_back() {
         r["validation"]
     );
 }
+
+#[test]
+fn a_copied_binary_finds_its_runtime_and_workloads() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("bin/hugetune");
+    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    std::fs::copy(HUGETUNE, &bin).unwrap();
+    let cache = d.path().join("cache");
+    let out = Command::new(&bin)
+        .args(["machine", "--json"])
+        .env("XDG_CACHE_HOME", &cache)
+        .env_remove("HUGETUNE_RUNTIME_LIB")
+        .env_remove("HUGETUNE_WORK")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lib = Path::new(m["runtime_lib"].as_str().unwrap());
+    let work = Path::new(m["work"].as_str().unwrap());
+    assert!(lib.starts_with(&cache) && work.starts_with(&cache), "{lib:?} {work:?}");
+    assert_eq!(std::fs::read(lib).unwrap(), std::fs::read(env!("HUGETUNE_BUILT_RUNTIME")).unwrap());
+    // The extracted workload runs, and the extracted library preloads cleanly.
+    let o = Command::new(work)
+        .args(["primes", "--limit", "1000"])
+        .env("LD_PRELOAD", lib)
+        .env("HUGETUNE_MODE", "record")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"kernel\":\"primes\""));
+}
