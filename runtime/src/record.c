@@ -410,26 +410,28 @@ static void maps_emit(uint64_t which)
     write_blob(HT_K_MAPS, 0, (uint64_t)n, which, g_scratch, (size_t)n);
 }
 
+/* MODULE blobs of every loaded object and a MAPS blob (which: 0 start, 1 exit). */
+static void snapshot(int which)
+{
+    pthread_mutex_lock(&g_blob_lock);
+    modcache_build();
+    modcache_emit();
+    maps_emit(which);
+    pthread_mutex_unlock(&g_blob_lock);
+}
+
 void ht_rec_start(void)
 {
     if (g_fd < 0)
         return;
-    pthread_mutex_lock(&g_blob_lock);
-    modcache_build();
-    modcache_emit();
-    maps_emit(0);
-    pthread_mutex_unlock(&g_blob_lock);
+    snapshot(0);
 }
 
 void ht_rec_finish(void)
 {
     if (g_fd < 0)
         return;
-    pthread_mutex_lock(&g_blob_lock);
-    modcache_build();
-    modcache_emit();
-    maps_emit(1);
-    pthread_mutex_unlock(&g_blob_lock);
+    snapshot(1);
 
     /* From now on appends go direct; then drain every live buffer. */
     atomic_store(&g_final, 1);

@@ -93,11 +93,7 @@ void kernel_chase(const struct config *cfg, struct kresult *res)
 
     phase_begin(&ph);
     if (cfg->place == PLACE_HEAP_SMALL) {
-        const uint64_t lseed = stream_seed(cfg->seed, RNG_LAYOUT, 0);
-        struct nodeplan plan;
-        nodelist_plan(lseed, cfg->size, &plan);
-        arena_init(&ar, cfg, plan.alloc_bytes);
-        nodelist_build(&l, &ar, lseed, cfg->size);
+        nodelist_setup(cfg, &ar, &l);
         ns.ix = &l.ix;
         n = l.count;
         res->buffer = (uintptr_t)l.first;

@@ -68,17 +68,10 @@ static void gups_small(const struct config *cfg, struct kresult *res)
 {
     struct phase ph;
     phase_begin(&ph);
-    const uint64_t lseed = stream_seed(cfg->seed, RNG_LAYOUT, 0);
-    struct nodeplan plan;
-    nodelist_plan(lseed, cfg->size, &plan);
     struct arena ar;
-    arena_init(&ar, cfg, plan.alloc_bytes);
     struct nodelist l;
-    nodelist_build(&l, &ar, lseed, cfg->size);
-    uint64_t g = 0;
-    for (struct node *p = l.first; p; p = p->next.ptr)
-        for (uint64_t w = 0; w < p->meta; w++)
-            p->data[w].u = g++;
+    nodelist_setup(cfg, &ar, &l);
+    nodelist_number_words(&l);
     warm_threads(cfg);
     phase_end(&ph, &res->init_seconds, &res->init_minor_faults);
 
@@ -106,8 +99,7 @@ static void gups_small(const struct config *cfg, struct kresult *res)
     }
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
-    uint64_t sum = 0;
-    g = 0;
+    uint64_t sum = 0, g = 0;
     for (struct node *p = l.first; p; p = p->next.ptr)
         for (uint64_t w = 0; w < p->meta; w++, g++)
             sum += checksum_word(g, p->data[w].u);

@@ -81,17 +81,10 @@ static void randmem_small(const struct config *cfg, struct kresult *res)
 {
     struct phase ph;
     phase_begin(&ph);
-    const uint64_t lseed = stream_seed(cfg->seed, RNG_LAYOUT, 0);
-    struct nodeplan plan;
-    nodelist_plan(lseed, cfg->size, &plan);
     struct arena ar;
-    arena_init(&ar, cfg, plan.alloc_bytes);
     struct nodelist l;
-    nodelist_build(&l, &ar, lseed, cfg->size);
-    uint64_t g = 0;
-    for (struct node *n = l.first; n; n = n->next.ptr)
-        for (uint64_t w = 0; w < n->meta; w++)
-            n->data[w].u = g++;
+    nodelist_setup(cfg, &ar, &l);
+    nodelist_number_words(&l);
     struct node *start[MAX_THREADS];
     for (unsigned t = 0; t < cfg->threads; t++) {
         uint64_t lo, cnt;

@@ -98,6 +98,23 @@ void nodelist_build(struct nodelist *l, struct arena *a, uint64_t layout_seed, s
     }
 }
 
+void nodelist_setup(const struct config *cfg, struct arena *a, struct nodelist *l)
+{
+    const uint64_t lseed = stream_seed(cfg->seed, RNG_LAYOUT, 0);
+    struct nodeplan plan;
+    nodelist_plan(lseed, cfg->size, &plan);
+    arena_init(a, cfg, plan.alloc_bytes);
+    nodelist_build(l, a, lseed, cfg->size);
+}
+
+void nodelist_number_words(struct nodelist *l)
+{
+    uint64_t g = 0;
+    for (struct node *n = l->first; n; n = n->next.ptr)
+        for (uint64_t w = 0; w < n->meta; w++)
+            n->data[w].u = g++;
+}
+
 /* level 1 = leaf chunk (slots point to nodes). */
 static void free_chunk(struct arena *a, void **c, unsigned level)
 {

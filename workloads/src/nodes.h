@@ -62,6 +62,13 @@ void nodelist_plan(uint64_t layout_seed, size_t bytes, struct nodeplan *plan);
 void nodelist_build(struct nodelist *l, struct arena *a, uint64_t layout_seed, size_t bytes);
 void nodelist_free(struct nodelist *l, struct arena *a);
 
+/* A kernel's heap-small data: an arena sized exactly for one list of cfg->size node
+ * bytes (from the workload's layout seed), and the list built in it. */
+void nodelist_setup(const struct config *cfg, struct arena *a, struct nodelist *l);
+
+/* Numbers the payload words 0, 1, 2, ... in allocation order (the kernels' data). */
+void nodelist_number_words(struct nodelist *l);
+
 /* Node number i (0-based, allocation order): top, `levels` chunk loads, node. */
 static inline struct node *nx_get(const struct nodeindex *x, size_t i)
 {

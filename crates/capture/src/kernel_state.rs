@@ -125,23 +125,29 @@ fn write_nr(path: &Path, n: u64) -> Result<()> {
         .with_context(|| format!("writing {n} to {}", path.display()))
 }
 
-/// A temporary growth of a hugetlb pool; dropping it puts the pool back.
-pub struct PoolReservation {
+/// A hugetlb pool changed for as long as the value lives: dropping it (or an
+/// interrupt) puts the old size back. It holds the kernel-state lock meanwhile, so
+/// nobody else changes pools in between.
+pub struct PoolChange {
     pub page_kb: u64,
     pub previous: u64,
-    pub requested: u64,
-    /// Pages the kernel actually added (fragmentation can make it fewer).
-    pub added: u64,
+    /// What the kernel actually gave (fragmentation can make it fewer than asked).
+    pub now: u64,
     _restore: Restore,
     _lock: KernelStateLock,
 }
 
-/// Grows the `page_kb` pool by `extra` pages for as long as the returned value lives.
-pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolReservation> {
+impl PoolChange {
+    pub fn added(&self) -> u64 {
+        self.now.saturating_sub(self.previous)
+    }
+}
+
+fn change_pool(page_kb: u64, target: impl FnOnce(u64) -> u64) -> Result<PoolChange> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!(
-            "reserving huge pages needs root (writing {})",
+            "changing a hugetlb pool needs root (writing {})",
             nr_path(page_kb).display()
         );
     }
@@ -157,51 +163,25 @@ pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolReservation> {
             );
         }
     });
-    write_nr(&path, previous + extra)?;
+    write_nr(&path, target(previous))?;
     let now = read_nr(&path)?;
-    Ok(PoolReservation {
-        page_kb,
-        previous,
-        requested: extra,
-        added: now.saturating_sub(previous),
-        _restore: restore,
-        _lock: lock,
-    })
-}
-
-/// A hugetlb pool set to an exact size while the value lives (tests, `frag --try`).
-/// Holds the kernel-state lock, so nobody else changes pools meanwhile.
-pub struct PoolSetting {
-    pub page_kb: u64,
-    pub previous: u64,
-    /// What the kernel actually gave (it may give fewer pages than asked).
-    pub now: u64,
-    _restore: Restore,
-    _lock: KernelStateLock,
-}
-
-pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolSetting> {
-    let lock = lock_kernel_state()?;
-    let path = nr_path(page_kb);
-    let previous = read_nr(&path)?;
-    let restore_path = path.clone();
-    let restore = on_restore(move || {
-        if let Err(e) = write_nr(&restore_path, previous) {
-            eprintln!(
-                "hugetune: could not restore {}: {e:#}",
-                restore_path.display()
-            );
-        }
-    });
-    write_nr(&path, pages)?;
-    let now = read_nr(&path)?;
-    Ok(PoolSetting {
+    Ok(PoolChange {
         page_kb,
         previous,
         now,
         _restore: restore,
         _lock: lock,
     })
+}
+
+/// Grows the `page_kb` pool by `extra` pages.
+pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolChange> {
+    change_pool(page_kb, |previous| previous + extra)
+}
+
+/// Sets the `page_kb` pool to exactly `pages` (tests, `frag --try`).
+pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolChange> {
+    change_pool(page_kb, |_| pages)
 }
 
 /// Reads a pool's size under the lock: the resting value, not a test's temporary one.

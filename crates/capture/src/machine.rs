@@ -253,32 +253,41 @@ impl HugetlbPool {
 pub const HUGEPAGES_SYSFS: &str = "/sys/kernel/mm/hugepages";
 pub const THP_SYSFS: &str = "/sys/kernel/mm/transparent_hugepage";
 
-pub fn hugetlb_pools(root: &Path) -> Vec<HugetlbPool> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir(root) else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(kb) = name
-            .strip_prefix("hugepages-")
-            .and_then(|s| s.strip_suffix("kB"))
-            .and_then(|s| s.parse().ok())
-        else {
-            continue;
-        };
-        let p = e.path();
-        let get = |f: &str| read_u64(&p.join(f)).unwrap_or(0);
-        out.push(HugetlbPool {
-            page_kb: kb,
-            nr: get("nr_hugepages"),
-            free: get("free_hugepages"),
-            resv: get("resv_hugepages"),
-            surplus: get("surplus_hugepages"),
-        });
-    }
-    out.sort_by_key(|p| p.page_kb);
+/// The `hugepages-<size>kB` directories under `root`: (size in kB, path), by size.
+/// Both the hugetlb pools and the mTHP settings are laid out this way.
+fn page_size_dirs(root: &Path) -> Vec<(u64, std::path::PathBuf)> {
+    let mut out: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let kb = name
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            Some((kb, e.path()))
+        })
+        .collect();
+    out.sort();
     out
+}
+
+pub fn hugetlb_pools(root: &Path) -> Vec<HugetlbPool> {
+    page_size_dirs(root)
+        .into_iter()
+        .map(|(page_kb, p)| {
+            let get = |f: &str| read_u64(&p.join(f)).unwrap_or(0);
+            HugetlbPool {
+                page_kb,
+                nr: get("nr_hugepages"),
+                free: get("free_hugepages"),
+                resv: get("resv_hugepages"),
+                surplus: get("surplus_hugepages"),
+            }
+        })
+        .collect()
 }
 
 pub fn pool(kb: u64) -> Option<HugetlbPool> {
@@ -298,25 +307,10 @@ pub fn thp_mode(root: &Path) -> Option<ThpMode> {
 
 /// Multi-size THP settings: (size in kB, setting), from hugepages-<size>kB/enabled.
 pub fn mthp_sizes(root: &Path) -> Vec<(u64, String)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir(root) else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(kb) = name
-            .strip_prefix("hugepages-")
-            .and_then(|s| s.strip_suffix("kB"))
-            .and_then(|s| s.parse().ok())
-        else {
-            continue;
-        };
-        if let Some(v) = read_trimmed(&e.path().join("enabled")).and_then(|t| selected_choice(&t)) {
-            out.push((kb, v));
-        }
-    }
-    out.sort();
-    out
+    page_size_dirs(root)
+        .into_iter()
+        .filter_map(|(kb, p)| Some((kb, selected_choice(&read_trimmed(&p.join("enabled"))?)?)))
+        .collect()
 }
 
 /// Whether hardware performance counters work (perf_event_open of a hardware event).

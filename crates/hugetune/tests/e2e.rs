@@ -251,12 +251,22 @@ fn a_copied_binary_finds_its_runtime_and_workloads() {
         .env_remove("HUGETUNE_WORK")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let m: Value = serde_json::from_slice(&out.stdout).unwrap();
     let lib = Path::new(m["runtime_lib"].as_str().unwrap());
     let work = Path::new(m["work"].as_str().unwrap());
-    assert!(lib.starts_with(&cache) && work.starts_with(&cache), "{lib:?} {work:?}");
-    assert_eq!(std::fs::read(lib).unwrap(), std::fs::read(env!("HUGETUNE_BUILT_RUNTIME")).unwrap());
+    assert!(
+        lib.starts_with(&cache) && work.starts_with(&cache),
+        "{lib:?} {work:?}"
+    );
+    assert_eq!(
+        std::fs::read(lib).unwrap(),
+        std::fs::read(env!("HUGETUNE_BUILT_RUNTIME")).unwrap()
+    );
     // The extracted workload runs, and the extracted library preloads cleanly.
     let o = Command::new(work)
         .args(["primes", "--limit", "1000"])

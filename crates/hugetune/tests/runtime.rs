@@ -57,10 +57,18 @@ fn summary(dir: &Path, pid: u64) -> Value {
     .unwrap()
 }
 
-fn plan(dir: &Path, text: &str) -> String {
-    let p = dir.join("plan");
-    std::fs::write(&p, text).unwrap();
-    p.display().to_string()
+/// Apply mode with `plan_text`, the summary written into `dir`.
+fn apply_env(dir: &Path, plan_text: &str) -> Vec<(&'static str, String)> {
+    let plan = dir.join("plan");
+    std::fs::write(&plan, plan_text).unwrap();
+    vec![
+        ("HUGETUNE_MODE", "apply".into()),
+        ("HUGETUNE_PLAN", plan.display().to_string()),
+        (
+            "HUGETUNE_SUMMARY",
+            dir.join("summary.%p.json").display().to_string(),
+        ),
+    ]
 }
 
 #[test]
@@ -202,17 +210,7 @@ fn apply_backs_large_allocations_with_whole_hugetlb_pages() {
     let out = run(
         &prog("t_apply"),
         &["expect=hugetlb-2m"],
-        &[
-            ("HUGETUNE_MODE", "apply".into()),
-            (
-                "HUGETUNE_PLAN",
-                plan(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
-            ),
-            (
-                "HUGETUNE_SUMMARY",
-                d.path().join("summary.%p.json").display().to_string(),
-            ),
-        ],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
     );
     drop(pool);
     assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
@@ -249,17 +247,7 @@ fn apply_falls_back_cleanly_when_the_pool_is_empty() {
     let out = run(
         &prog("t_apply"),
         &["expect=owned"],
-        &[
-            ("HUGETUNE_MODE", "apply".into()),
-            (
-                "HUGETUNE_PLAN",
-                plan(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
-            ),
-            (
-                "HUGETUNE_SUMMARY",
-                d.path().join("summary.%p.json").display().to_string(),
-            ),
-        ],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
     );
     drop(pool);
     assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
@@ -305,13 +293,7 @@ fn multithreaded_malloc_free_in_both_modes() {
     let out = run(
         &prog("t_threads"),
         &["threads=4", "ops=30000"],
-        &[
-            ("HUGETUNE_MODE", "apply".into()),
-            (
-                "HUGETUNE_PLAN",
-                plan(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
-            ),
-        ],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.json["large_allocs"].as_u64().unwrap() > 0);
@@ -327,16 +309,10 @@ fn a_site_directive_owns_only_that_site() {
     let out = run(
         &prog("t_site"),
         &["a=owned", "b=glibc"],
-        &[
-            ("HUGETUNE_MODE", "apply".into()),
-            (
-                "HUGETUNE_PLAN",
-                plan(
-                    d.path(),
-                    &format!("hugetune-plan 1\nsite {exe} {a_off} thp-2m\n"),
-                ),
-            ),
-        ],
+        &apply_env(
+            d.path(),
+            &format!("hugetune-plan 1\nsite {exe} {a_off} thp-2m\n"),
+        ),
     );
     assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
     assert_eq!(out.json["ok"], true);
@@ -348,17 +324,7 @@ fn a_bad_plan_changes_nothing_and_is_reported() {
     let out = run(
         &prog("t_apply"),
         &["expect=glibc"],
-        &[
-            ("HUGETUNE_MODE", "apply".into()),
-            (
-                "HUGETUNE_PLAN",
-                plan(d.path(), "hugetune-plan 1\nheap-large gigantic-pages\n"),
-            ),
-            (
-                "HUGETUNE_SUMMARY",
-                d.path().join("summary.%p.json").display().to_string(),
-            ),
-        ],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-large gigantic-pages\n"),
     );
     assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
     let s = summary(d.path(), out.json["pid"].as_u64().unwrap());

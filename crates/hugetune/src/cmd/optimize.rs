@@ -5,7 +5,7 @@
 use crate::pipeline::{self, Analysis, Validation};
 use crate::Ctx;
 use anyhow::{Context, Result};
-use hugetune_capture::kernel_state::{reserve_hugetlb, PoolReservation};
+use hugetune_capture::kernel_state::{reserve_hugetlb, PoolChange};
 use hugetune_capture::machine;
 use hugetune_model::cost::CostModel;
 use hugetune_model::plan::{Availability, PlanDecision};
@@ -136,10 +136,7 @@ fn default_bundle(argv: &[OsString]) -> PathBuf {
 }
 
 /// Grows the pool when the plan needs more hugetlb pages than are free.
-fn reserve_for(
-    decision: &PlanDecision,
-    avail_now: &Availability,
-) -> Result<Option<PoolReservation>> {
+fn reserve_for(decision: &PlanDecision, avail_now: &Availability) -> Result<Option<PoolChange>> {
     let need = decision.hugetlb_pages();
     if need <= avail_now.hugetlb_2m_free {
         return Ok(None);
@@ -148,7 +145,9 @@ fn reserve_for(
     let r = reserve_hugetlb(2048, extra)?;
     pipeline::note(format!(
         "grew the 2 MB hugetlb pool by {} pages ({} asked) for the runs; it goes back to {} afterwards",
-        r.added, r.requested, r.previous
+        r.added(),
+        extra,
+        r.previous
     ));
     Ok(Some(r))
 }
@@ -217,7 +216,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         an.threshold,
         o.runs,
     )?;
-    let reserved_pages = reserved.as_ref().map_or(0, |r| r.added);
+    let reserved_pages = reserved.as_ref().map_or(0, |r| r.added());
     drop(reserved);
 
     let huge = validation
