@@ -1,12 +1,16 @@
 //! The cost model (seed 001 eq. 2), in nanoseconds rather than cycles: this
 //! machine class (VMs without a PMU) cannot count cycles, but it can time.
 //!
-//! MissTime(M) = Σ L1-miss/L2-hit × c_l2_hit(size) + Σ walks × c_walk(size)
+//! MissTime(M) = Σ L1-miss/L2-hit × c_l2hit(size)
+//!             + Σ walks × c_walk(size, page-table working set)
 //!             + Σ faults × c_fault(backing)
 //!
-//! The defaults were measured on the reference machine (AMD EPYC Zen 5 KVM guest,
-//! kernel 6.18); `docs/model.md` gives the experiments. `hugetune calibrate`
-//! replaces them with this machine's figures.
+//! A page walk costs what fetching its page-table entries costs, and that depends
+//! on where they are: in the caches while the leaf entries of the pages a mapping
+//! touches (8 bytes per page) are few, in memory when they are many, and in a VM
+//! the nested walk multiplies it. So the walk cost is a curve over that working
+//! set, not a constant. The defaults were measured on the reference machine (AMD
+//! EPYC Zen 5 KVM guest, kernel 6.18); `docs/model.md` gives the experiments.
 
 use crate::page::{Backing, PageSize};
 use serde::{Deserialize, Serialize};
@@ -15,25 +19,38 @@ use serde::{Deserialize, Serialize};
 pub struct CostModel {
     /// Extra time of an access that misses the L1 DTLB and hits the L2, per size.
     pub l2_hit_ns: [f64; 2],
-    /// Extra time of a page walk (L2 DTLB miss), per size.
-    pub walk_ns: [f64; 2],
+    /// Time of a page walk per size, as (page-table working set in bytes, ns)
+    /// points sorted by working set; interpolated on a log scale, flat beyond.
+    pub walk_curve: [Vec<(f64, f64)>; 2],
     /// Time of a first-touch fault, per backing (4k, thp-2m, hugetlb-2m).
     pub fault_ns: [f64; 3],
     /// Where the constants come from.
     pub source: String,
 }
 
+const KIB: f64 = 1024.0;
+
 impl Default for CostModel {
     fn default() -> Self {
         CostModel {
             // Pointer chase, one line per page: 1.1 ns (in L1 DTLB) vs 3.0 ns (L2 hit).
             l2_hit_ns: [2.0, 2.0],
-            // Chase over 1 GiB: 260 ns/access with 4 KB pages, 180 ns with 2 MB.
-            // 2 MB walks with cached page-directory entries: ~15 ns.
-            walk_ns: [80.0, 15.0],
-            // First touch of 1 GiB: 3.5 us per 4 KB fault, 209 us per THP fault
-            // (allocation + zeroing), 105 us per hugetlb fault (zeroing).
-            fault_ns: [3_500.0, 209_000.0, 105_000.0],
+            walk_curve: [
+                // Chase over 64 MiB .. 2 GiB, 4 KB pages against THP, per walk.
+                vec![
+                    (256.0 * KIB, 7.0),
+                    (512.0 * KIB, 22.0),
+                    (1024.0 * KIB, 25.0),
+                    (2048.0 * KIB, 95.0),
+                    (4096.0 * KIB, 121.0),
+                ],
+                // 2 MB pages: page-directory entries stay cached; 96..512 pages: ~15 ns.
+                vec![(4.0 * KIB, 15.0)],
+            ],
+            // First touch of 1 GiB, memory already backed by the host: 2.0 us per
+            // 4 KB fault, 201 us per THP fault (allocation + zeroing), 92 us per
+            // hugetlb fault (zeroing). Memory the host took back costs far more once.
+            fault_ns: [2_000.0, 201_000.0, 92_000.0],
             source: "defaults measured on an AMD EPYC (Zen 5) KVM guest, see docs/model.md".into(),
         }
     }
@@ -47,6 +64,27 @@ fn backing_index(b: Backing) -> usize {
     }
 }
 
+/// Log-scale interpolation over sorted points, flat outside them.
+fn interpolate(points: &[(f64, f64)], x: f64) -> f64 {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return 0.0;
+    };
+    if x <= first.0 {
+        return first.1;
+    }
+    if x >= last.0 {
+        return last.1;
+    }
+    for w in points.windows(2) {
+        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+        if x <= x1 {
+            let t = (x.ln() - x0.ln()) / (x1.ln() - x0.ln());
+            return y0 + t * (y1 - y0);
+        }
+    }
+    last.1
+}
+
 impl CostModel {
     pub fn fault(&self, b: Backing) -> f64 {
         self.fault_ns[backing_index(b)]
@@ -54,20 +92,63 @@ impl CostModel {
     pub fn l2_hit(&self, s: PageSize) -> f64 {
         self.l2_hit_ns[s.index()]
     }
-    pub fn walk(&self, s: PageSize) -> f64 {
-        self.walk_ns[s.index()]
+    /// Time of one walk for pages of size `s` when the mapping touches `pages`
+    /// distinct pages of that size (8 bytes of leaf page table each).
+    pub fn walk(&self, s: PageSize, pages: u64) -> f64 {
+        interpolate(&self.walk_curve[s.index()], (pages.max(1) * 8) as f64)
     }
 
-    /// Checks that every constant is finite and non-negative.
+    /// Checks that every constant is finite and non-negative and the curves sorted.
     pub fn validate(&self) -> Result<(), String> {
+        let curves = self.walk_curve.iter().flatten().flat_map(|&(x, y)| [x, y]);
         let all = self
             .l2_hit_ns
             .iter()
-            .chain(&self.walk_ns)
-            .chain(&self.fault_ns);
-        if all.clone().any(|v| !v.is_finite() || *v < 0.0) {
+            .copied()
+            .chain(self.fault_ns.iter().copied())
+            .chain(curves);
+        if all.clone().any(|v| !v.is_finite() || v < 0.0) {
             return Err("cost model constants must be finite and non-negative".into());
         }
+        for c in &self.walk_curve {
+            if c.is_empty() || c.windows(2).any(|w| w[0].0 >= w[1].0) || c[0].0 <= 0.0 {
+                return Err(
+                    "a walk cost curve must be non-empty, with increasing positive working sets"
+                        .into(),
+                );
+            }
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walk_cost_follows_the_page_table_working_set() {
+        let c = CostModel::default();
+        c.validate().unwrap();
+        // 64 MiB of 4 KB pages: 128 KiB of page table, cached: cheap.
+        assert_eq!(c.walk(PageSize::P4k, 16 * 1024), 7.0);
+        // 1 GiB: 2 MiB of page table.
+        assert_eq!(c.walk(PageSize::P4k, 256 * 1024), 95.0);
+        // Between points: log-linear.
+        let mid = c.walk(PageSize::P4k, 64 * 1024 + 32 * 1024);
+        assert!(mid > 22.0 && mid < 25.0, "{mid}");
+        // Beyond the last point: flat.
+        assert_eq!(c.walk(PageSize::P4k, 1 << 30), 121.0);
+        assert_eq!(c.walk(PageSize::P2m, 512), 15.0);
+    }
+
+    #[test]
+    fn bad_constants_are_rejected() {
+        let mut c = CostModel::default();
+        c.walk_curve[0] = vec![(2.0, 1.0), (1.0, 2.0)];
+        assert!(c.validate().is_err());
+        let mut c = CostModel::default();
+        c.fault_ns[0] = f64::NAN;
+        assert!(c.validate().is_err());
     }
 }

@@ -72,6 +72,18 @@ pub fn default_backing(c: Category) -> Backing {
 }
 
 fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Backing)]) -> f64 {
+    // Distinct pages of each size the mapping touches (first touches), whose
+    // page-table entries the walks fetch.
+    let pages = |size: PageSize| {
+        Category::ALL
+            .iter()
+            .map(|&c| m.category(c, size).faults)
+            .sum::<u64>()
+    };
+    let walk_ns = [
+        cost.walk(PageSize::P4k, pages(PageSize::P4k)),
+        cost.walk(PageSize::P2m, pages(PageSize::P2m)),
+    ];
     let mut t = 0.0;
     for c in Category::ALL {
         for size in [PageSize::P4k, PageSize::P2m] {
@@ -86,7 +98,7 @@ fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Back
                 Backing::Base4k
             };
             t += (s.l1_misses - s.walks) as f64 * cost.l2_hit(size)
-                + s.walks as f64 * cost.walk(size)
+                + s.walks as f64 * walk_ns[size.index()]
                 + s.faults as f64 * cost.fault(backing);
         }
     }

@@ -75,12 +75,24 @@ pub struct Report {
     pub speedup: f64,
     pub verdict: String,
     pub huge_bytes_backed: u64,
+    /// Predicted next to measured, for the mappings that were run.
+    pub compared: Vec<Compared>,
     pub validation: Validation,
     pub reference_heap_large_pages: u64,
     pub profile: ProfileReport,
     pub profile_id: i64,
     pub run_id: i64,
     pub db: String,
+}
+
+/// A mapping that was both predicted and measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Compared {
+    pub mapping: String,
+    pub predicted_speedup: f64,
+    pub predicted_pmb: f64,
+    pub measured_speedup: f64,
+    pub measured_median_s: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -235,7 +247,24 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         verdict: validation.verdict.name().into(),
         details: serde_json::to_value(&validation)?,
     })?;
+    let mut compared = vec![Compared {
+        mapping: "all-small".into(),
+        predicted_speedup: 1.0,
+        predicted_pmb: 0.0,
+        measured_speedup: 1.0,
+        measured_median_s: validation.baseline_median_s,
+    }];
+    if let Some(p) = &decision.prediction {
+        compared.push(Compared {
+            mapping: p.label.clone(),
+            predicted_speedup: p.predicted_speedup,
+            predicted_pmb: p.pmb,
+            measured_speedup: validation.speedup,
+            measured_median_s: validation.optimized_median_s,
+        });
+    }
     Ok(Report {
+        compared,
         command: pipeline::strings(&o.command),
         profile_command: pipeline::strings(&o.profile_command),
         plan: PlanReport {
@@ -338,6 +367,25 @@ pub fn render(r: &Report) -> String {
         "  speedup    {:.2}x: {} (one-sided Mann-Whitney p = {:.3}); predicted {:.2}x on the profiled input\n",
         r.speedup, r.verdict, v.p_gain, predicted
     );
+    let rows: Vec<Vec<String>> = r
+        .compared
+        .iter()
+        .map(|c| {
+            vec![
+                c.mapping.clone(),
+                format!("{:.2}x", c.predicted_speedup),
+                format!("{:.0}%", c.predicted_pmb),
+                format!("{:.2}x", c.measured_speedup),
+                secs(c.measured_median_s),
+            ]
+        })
+        .collect();
+    s += "\npredicted (profiled input) next to measured (this command)\n";
+    s += &hugetune_report::table(
+        &["mapping", "predicted", "PMB", "measured", "median"],
+        &rows,
+    );
+    s += "\n\n";
     s += &format!(
         "huge pages   {} huge at peak per /proc/PID/smaps_rollup (baseline {}); runtime library reports {} backed\n",
         bytes(v.huge_bytes_proc),
