@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what hugetune needs on a fresh Debian machine; safe to run again.
 # Debian packages: gcc/make/libc6-dev (the C parts; libgomp comes with gcc),
-# valgrind (the reference source every machine has), python3 (workload self-check).
+# valgrind (the reference source every machine has), python3 (workload self-check),
+# procps (pgrep, in the tests).
 set -euo pipefail
 
 missing=()
-for p in gcc make libc6-dev valgrind python3; do
+for p in gcc make libc6-dev valgrind python3 procps; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

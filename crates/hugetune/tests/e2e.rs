@@ -277,3 +277,57 @@ fn a_copied_binary_finds_its_runtime_and_workloads() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"kernel\":\"primes\""));
 }
+
+#[test]
+fn an_interrupt_restores_the_pool_and_stops_the_program() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to reserve huge pages");
+        return;
+    }
+    let before = hugetune_capture::kernel_state::resting_pool_size(2048).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let mut child = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(d.path().join("h.db"))
+        .args(["optimize", "--reserve", "--runs", "20", "--profile-cmd"])
+        .arg(format!("{WORK} chase --size 2M"))
+        .args(["--", WORK, "chase", "--size", "256M", "--iters", "4"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the timed runs have started: the pool is grown by then.
+    let mut err = child.stderr.take().unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("baseline run 1/") {
+        use std::io::Read;
+        let n = err.read(&mut buf).unwrap();
+        assert!(n > 0, "hugetune ended early:\n{seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.contains("grew the 2 MB hugetlb pool"), "{seen}");
+    // SAFETY: kill has no memory effects; the pid is our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains("kernel settings restored"), "{rest}");
+    assert_eq!(
+        hugetune_capture::kernel_state::resting_pool_size(2048).unwrap(),
+        before
+    );
+    // The workload it was measuring did not outlive it.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let ps = Command::new("pgrep")
+        .args(["-f", "chase --size 256M --iters 4"])
+        .output()
+        .unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "left running: {}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+}
