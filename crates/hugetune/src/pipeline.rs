@@ -18,7 +18,7 @@ use hugetune_model::categorize::Categorizer;
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
 use hugetune_model::page::Backing;
-use hugetune_model::plan::{self, Availability, PlanDecision, ThpMode};
+use hugetune_model::plan::{Availability, ThpMode};
 use hugetune_model::rank::{self, Prediction, Significance};
 use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
 use hugetune_model::tlb::TlbGeometry;
@@ -461,16 +461,6 @@ pub fn with_reference_pages(preds: &[Prediction], heap_large_pages: u64) -> Vec<
             p
         })
         .collect()
-}
-
-pub fn choose(
-    preds: &[Prediction],
-    sig: &Significance,
-    avail: &Availability,
-    native_s: f64,
-    min_gain: f64,
-) -> PlanDecision {
-    plan::choose(preds, sig, avail, native_s, min_gain)
 }
 
 // ---------------------------------------------------------------- run / validate

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use hugetune_capture::kernel_state::{reserve_hugetlb, PoolChange};
 use hugetune_capture::machine;
 use hugetune_model::cost::CostModel;
+use hugetune_model::plan;
 use hugetune_model::plan::{Availability, PlanDecision};
 use hugetune_model::rank::Prediction;
 use hugetune_report::{bytes, secs};
@@ -197,8 +198,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     if o.reserve {
         avail_plan.hugetlb_2m_free += ref_pages;
     }
-    let mut decision =
-        pipeline::choose(&preds, &an.significance, &avail_plan, native_s, o.min_gain);
+    let mut decision = plan::choose(&preds, &an.significance, &avail_plan, native_s, o.min_gain);
     let mut reserved = None;
     if o.reserve {
         match reserve_for(&decision, &avail_now) {
@@ -211,7 +211,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
                 "only {} hugetlb pages are available; planning again with what there is",
                 got.hugetlb_2m_free
             ));
-            decision = pipeline::choose(&preds, &an.significance, &got, native_s, o.min_gain);
+            decision = plan::choose(&preds, &an.significance, &got, native_s, o.min_gain);
         }
     }
     let availability = pipeline::availability_now();

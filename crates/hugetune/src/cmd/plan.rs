@@ -1,5 +1,6 @@
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Result};
+use hugetune_model::plan;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -34,7 +35,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     if let Some(b) = a.budget {
         avail.hugetlb_2m_free = b;
     }
-    let d = pipeline::choose(
+    let d = plan::choose(
         &st.predictions,
         &st.significance,
         &avail,

@@ -4,6 +4,7 @@
 use crate::{pipeline, Ctx};
 use anyhow::Result;
 use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_model::plan;
 use hugetune_store::db::NewRun;
 use std::ffi::OsString;
 
@@ -29,7 +30,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         spec.stdout = Output::Inherit;
         return Ok(runner::run(&spec)?.exit_code);
     };
-    let d = pipeline::choose(
+    let d = plan::choose(
         &st.predictions,
         &st.significance,
         &pipeline::availability_now(),

@@ -1,5 +1,6 @@
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Result};
+use hugetune_model::plan;
 use std::ffi::OsString;
 
 #[derive(clap::Args)]
@@ -24,7 +25,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             ctx.db_path.display()
         );
     };
-    let d = pipeline::choose(
+    let d = plan::choose(
         &st.predictions,
         &st.significance,
         &pipeline::availability_now(),
