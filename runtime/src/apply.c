@@ -12,6 +12,7 @@
  * aligned pointers; a glibc pointer that happens to be aligned is simply not
  * found and goes back to glibc. */
 #include "ht.h"
+#include "next.h"
 
 #include "fmt.h"
 #include "proc.h"
@@ -469,10 +470,10 @@ void *ht_apply_malloc(size_t n, const void *caller)
     int b = decide(n, caller, &cat);
     ht_count_alloc(cat, n);
     if (b == HT_B_NONE)
-        return __libc_malloc(n);
+        return ht_fwd_malloc(n);
     void *p = owned_alloc(n, b, cat);
     /* Never fail where glibc might still succeed. */
-    return p ? p : __libc_malloc(n);
+    return p ? p : ht_fwd_malloc(n);
 }
 
 void *ht_apply_calloc(size_t nmemb, size_t size, const void *caller)
@@ -486,9 +487,9 @@ void *ht_apply_calloc(size_t nmemb, size_t size, const void *caller)
     int b = decide(n, caller, &cat);
     ht_count_alloc(cat, n);
     if (b == HT_B_NONE)
-        return __libc_calloc(nmemb, size);
+        return ht_fwd_calloc(nmemb, size);
     void *p = owned_alloc(n, b, cat); /* fresh mapping: already zero */
-    return p ? p : __libc_calloc(nmemb, size);
+    return p ? p : ht_fwd_calloc(nmemb, size);
 }
 
 void *ht_apply_memalign(size_t align, size_t n, const void *caller, int kind)
@@ -513,9 +514,9 @@ void *ht_apply_memalign(size_t align, size_t n, const void *caller, int kind)
         /* fall through: glibc may still succeed */
     }
     switch (kind) {
-    case HT_K_VALLOC: return __libc_valloc(n);
-    case HT_K_PVALLOC: return __libc_pvalloc(n);
-    default: return __libc_memalign(align, n);
+    case HT_K_VALLOC: return ht_fwd_valloc(n);
+    case HT_K_PVALLOC: return ht_fwd_pvalloc(n);
+    default: return ht_fwd_memalign(align, n);
     }
 }
 
@@ -564,7 +565,7 @@ static void *owned_grow(const struct ht_reg_entry *e, size_t n, int b, int cat)
                 pthread_mutex_unlock(&g_lock);
                 if (r != 0) {
                     /* Cannot track it: hand the data to glibc instead. */
-                    void *q = __libc_malloc(n);
+                    void *q = ht_fwd_malloc(n);
                     if (q)
                         memcpy(q, (void *)m, e->size < n ? e->size : n);
                     ht_sys_munmap((void *)m, newlen);
@@ -598,7 +599,7 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
             if (owned_take(p, &e))
                 owned_release(&e);
         } else {
-            __libc_free(p);
+            ht_fwd_free(p);
         }
         return NULL;
     }
@@ -618,7 +619,7 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
             if (q)
                 return q;
             /* Every owned backing failed: let glibc hold the grown block. */
-            q = __libc_malloc(n);
+            q = ht_fwd_malloc(n);
             if (!q)
                 return NULL;
             memcpy(q, p, e.size);
@@ -627,7 +628,7 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
             return q;
         }
         /* Dropped below the threshold: back to glibc. */
-        void *q = __libc_malloc(n);
+        void *q = ht_fwd_malloc(n);
         if (!q)
             return NULL;
         memcpy(q, p, e.size < n ? e.size : n);
@@ -639,13 +640,13 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
         /* glibc -> owned: grew past the threshold (or a planned site). */
         void *q = owned_alloc(n, b, cat);
         if (!q)
-            return __libc_realloc(p, n);
-        size_t old = ht_glibc_usable_size(p);
+            return ht_fwd_realloc(p, n);
+        size_t old = ht_fwd_usable_size(p);
         memcpy(q, p, old < n ? old : n);
-        __libc_free(p);
+        ht_fwd_free(p);
         return q;
     }
-    return __libc_realloc(p, n);
+    return ht_fwd_realloc(p, n);
 }
 
 /* ---- exit: verify what THP actually delivered ---- */

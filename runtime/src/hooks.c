@@ -1,15 +1,16 @@
 /* hooks.c - the exported entry points (the only symbols the library exports).
  *
  * Each hook first checks for the inert state: one relaxed load and a
- * predictable branch, then the call goes straight to glibc (malloc family, via
- * the __libc_* entry points, no dlsym on the hot path) or to the kernel (mmap
- * family, raw syscalls with errno set as libc would). Everything else lives in
+ * predictable branch, then the call goes straight to the allocator behind us
+ * (malloc family: glibc's or the program's own, resolved once, see next.c) or
+ * to the kernel (mmap family, raw syscalls with errno set as libc would). Everything else lives in
  * a non-inlined slow path so the inert fast path stays small.
  *
  * The caller is taken with __builtin_return_address(0) in the exported
  * function itself: the return address in the program, as the log and the plan's
  * `site` lines define it. */
 #include "ht.h"
+#include "next.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -70,20 +71,20 @@ static SLOW void *malloc_slow(size_t n, const void *ra)
 {
     int m = active_mode();
     if (m == HT_RECORD) {
-        void *p = __libc_malloc(n);
+        void *p = ht_fwd_malloc(n);
         rec_after(HT_K_MALLOC, p, n, 0, 0, ra);
         ht_count_alloc(cat_of(n), n);
         return p;
     }
     if (m == HT_APPLY)
         return ht_apply_malloc(n, ra);
-    return __libc_malloc(n);
+    return ht_fwd_malloc(n);
 }
 
 HT_API void *malloc(size_t n)
 {
     if (HT_LIKELY(inert()))
-        return __libc_malloc(n);
+        return ht_next.malloc(n);
     return malloc_slow(n, RA());
 }
 
@@ -94,7 +95,7 @@ static SLOW void free_slow(void *p, const void *ra)
     if (HT_LIKELY(ht_state_get() == HT_APPLY)) {
         /* Owned blocks are 2 MB aligned: everything else is glibc's. */
         if (((uintptr_t)p & (HT_HUGE_2M - 1)) != 0 || !ht_apply_free(p))
-            __libc_free(p);
+            ht_fwd_free(p);
         return;
     }
     int m = active_mode();
@@ -102,19 +103,19 @@ static SLOW void free_slow(void *p, const void *ra)
         /* Free events: the marker load comes before the real call. */
         uint64_t seq = ht_seq_next();
         ht_marker(seq);
-        __libc_free(p);
+        ht_fwd_free(p);
         ht_rec_event(HT_K_FREE, seq, (uint64_t)(uintptr_t)p, 0, 0, 0, ra);
         return;
     }
     if ((m == HT_APPLY || apply_state()) && ht_apply_free(p))
         return;
-    __libc_free(p);
+    ht_fwd_free(p);
 }
 
 HT_API void free(void *p)
 {
     if (HT_LIKELY(inert())) {
-        __libc_free(p);
+        ht_fwd_free(p);
         return;
     }
     free_slow(p, RA());
@@ -128,7 +129,7 @@ static SLOW void *calloc_slow(size_t nm, size_t sz, const void *ra)
     if (m == HT_RECORD) {
         size_t total;
         int ovf = __builtin_mul_overflow(nm, sz, &total);
-        void *p = __libc_calloc(nm, sz);
+        void *p = ht_fwd_calloc(nm, sz);
         rec_after(HT_K_CALLOC, p, ovf ? UINT64_MAX : total, nm, sz, ra);
         if (!ovf)
             ht_count_alloc(cat_of(total), total);
@@ -136,13 +137,13 @@ static SLOW void *calloc_slow(size_t nm, size_t sz, const void *ra)
     }
     if (m == HT_APPLY)
         return ht_apply_calloc(nm, sz, ra);
-    return __libc_calloc(nm, sz);
+    return ht_fwd_calloc(nm, sz);
 }
 
 HT_API void *calloc(size_t nm, size_t sz)
 {
     if (HT_LIKELY(inert()))
-        return __libc_calloc(nm, sz);
+        return ht_next.calloc(nm, sz);
     return calloc_slow(nm, sz, RA());
 }
 
@@ -152,7 +153,7 @@ static SLOW void *realloc_slow(void *p, size_t n, const void *ra, uint16_t kind,
 {
     int m = active_mode();
     if (m == HT_RECORD) {
-        void *r = ovf ? NULL : __libc_realloc(p, n);
+        void *r = ovf ? NULL : ht_fwd_realloc(p, n);
         if (ovf)
             errno = ENOMEM;
         rec_after(kind, r, ovf ? UINT64_MAX : n, (uint64_t)(uintptr_t)p, 0, ra);
@@ -166,13 +167,13 @@ static SLOW void *realloc_slow(void *p, size_t n, const void *ra, uint16_t kind,
     }
     if (m == HT_APPLY || apply_state())
         return ht_apply_realloc(p, n, ra);
-    return __libc_realloc(p, n);
+    return ht_fwd_realloc(p, n);
 }
 
 HT_API void *realloc(void *p, size_t n)
 {
     if (HT_LIKELY(inert()))
-        return __libc_realloc(p, n);
+        return ht_fwd_realloc(p, n);
     return realloc_slow(p, n, RA(), HT_K_REALLOC, 0);
 }
 
@@ -185,20 +186,20 @@ HT_API void *reallocarray(void *p, size_t nm, size_t sz)
             errno = ENOMEM;
             return NULL;
         }
-        return __libc_realloc(p, n);
+        return ht_fwd_realloc(p, n);
     }
     return realloc_slow(p, n, RA(), HT_K_REALLOCARRAY, ovf);
 }
 
 /* ---------------- aligned allocations ---------------- */
 
-/* kind: HT_K_MEMALIGN / ALIGNED_ALLOC / VALLOC / PVALLOC. */
-static void *glibc_aligned(int kind, size_t align, size_t n)
+/* kind: HT_K_MEMALIGN / ALIGNED_ALLOC / VALLOC / PVALLOC, forwarded. */
+static void *next_aligned(int kind, size_t align, size_t n)
 {
     switch (kind) {
-    case HT_K_VALLOC: return __libc_valloc(n);
-    case HT_K_PVALLOC: return __libc_pvalloc(n);
-    default: return __libc_memalign(align, n);
+    case HT_K_VALLOC: return ht_fwd_valloc(n);
+    case HT_K_PVALLOC: return ht_fwd_pvalloc(n);
+    default: return ht_fwd_memalign(align, n);
     }
 }
 
@@ -206,20 +207,20 @@ static SLOW void *aligned_slow(int kind, size_t align, size_t n, const void *ra)
 {
     int m = active_mode();
     if (m == HT_RECORD) {
-        void *p = glibc_aligned(kind, align, n);
+        void *p = next_aligned(kind, align, n);
         rec_after((uint16_t)kind, p, n, align, 0, ra);
         ht_count_alloc(cat_of(n), n);
         return p;
     }
     if (m == HT_APPLY)
         return ht_apply_memalign(align, n, ra, kind);
-    return glibc_aligned(kind, align, n);
+    return next_aligned(kind, align, n);
 }
 
 HT_API void *memalign(size_t align, size_t n)
 {
     if (HT_LIKELY(inert()))
-        return __libc_memalign(align, n);
+        return ht_next.memalign(align, n);
     return aligned_slow(HT_K_MEMALIGN, align, n, RA());
 }
 
@@ -227,21 +228,21 @@ HT_API void *memalign(size_t align, size_t n)
 HT_API void *aligned_alloc(size_t align, size_t n)
 {
     if (HT_LIKELY(inert()))
-        return __libc_memalign(align, n);
+        return ht_next.memalign(align, n);
     return aligned_slow(HT_K_ALIGNED_ALLOC, align, n, RA());
 }
 
 HT_API void *valloc(size_t n)
 {
     if (HT_LIKELY(inert()))
-        return __libc_valloc(n);
+        return ht_next.valloc(n);
     return aligned_slow(HT_K_VALLOC, (size_t)getpagesize(), n, RA());
 }
 
 HT_API void *pvalloc(size_t n)
 {
     if (HT_LIKELY(inert()))
-        return __libc_pvalloc(n);
+        return ht_next.pvalloc(n);
     return aligned_slow(HT_K_PVALLOC, (size_t)getpagesize(), n, RA());
 }
 
@@ -257,7 +258,7 @@ static SLOW int posix_memalign_slow(void **out, size_t align, size_t n, const vo
         if (m == HT_APPLY)
             p = ht_apply_memalign(align, n, ra, HT_K_POSIX_MEMALIGN);
         else
-            p = __libc_memalign(align, n);
+            p = ht_fwd_memalign(align, n);
         rc = p ? 0 : ENOMEM;
     }
     if (m == HT_RECORD) {
@@ -277,7 +278,7 @@ HT_API int posix_memalign(void **out, size_t align, size_t n)
         if (bad_posix_align(align))
             return EINVAL;
         int saved = errno;
-        void *p = __libc_memalign(align, n);
+        void *p = ht_next.memalign(align, n);
         if (!p) {
             errno = saved;
             return ENOMEM;
@@ -295,7 +296,7 @@ HT_API size_t malloc_usable_size(void *p)
     size_t n;
     if (HT_UNLIKELY(!inert()) && apply_state() && ht_apply_usable_size(p, &n))
         return n;
-    return ht_glibc_usable_size(p);
+    return ht_fwd_usable_size(p);
 }
 
 /* ---------------- mmap family ---------------- */

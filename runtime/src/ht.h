@@ -45,8 +45,6 @@ extern void *__libc_pvalloc(size_t);
 #define HT_HUGE_1G (1ul << 30)
 #define HT_DEFAULT_THRESHOLD 131072
 
-/* glibc's malloc_usable_size (resolved once, see init.c). */
-size_t ht_glibc_usable_size(void *p);
 
 /* ---- global state ---- */
 enum ht_state {

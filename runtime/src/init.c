@@ -12,6 +12,7 @@
  * static .bss advice) waits for the constructor: calling into the loader from
  * a malloc made by the loader is asking for a deadlock. */
 #include "ht.h"
+#include "next.h"
 
 #include "fmt.h"
 #include "sys.h"
@@ -27,7 +28,6 @@ pthread_key_t ht_thread_key;
 int ht_thread_key_ok;
 
 static char **g_ctor_envp;
-static size_t (*_Atomic g_real_usable)(void *);
 
 const char *ht_getenv(const char *name)
 {
@@ -71,34 +71,6 @@ int ht_output_path(const char *tmpl, char *out, size_t cap)
             return -1;
     }
     return 0;
-}
-
-/* glibc exports no __libc_ name for malloc_usable_size: look it up once,
- * normally from the constructor (a calm context), lazily if called earlier. */
-static size_t (*resolve_usable(void))(void *)
-{
-    size_t (*f)(void *) = atomic_load(&g_real_usable);
-    if (!f) {
-        ht_tls.guard++; /* dlsym may allocate */
-        f = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-        ht_tls.guard--;
-        if (f)
-            atomic_store(&g_real_usable, f);
-    }
-    return f;
-}
-
-size_t ht_glibc_usable_size(void *p)
-{
-    if (!p)
-        return 0;
-    size_t (*f)(void *) = resolve_usable();
-    if (f)
-        return f(p);
-    /* Fallback: glibc chunk header (size field before the user pointer;
-     * bit 1 = mmapped chunk). */
-    size_t sz = ((size_t *)p)[-1];
-    return (sz & ~(size_t)7) - ((sz & 2) ? 16 : 8);
 }
 
 static void copy_env(const char *name, char *dst, size_t cap, int *has)
@@ -162,6 +134,8 @@ void ht_init_slow(void)
     int expect = HT_UNINIT;
     if (!atomic_compare_exchange_strong(&ht_state, &expect, HT_INITIALIZING))
         return;
+    /* Before anything is forwarded: whose allocator is behind us? */
+    ht_next_resolve();
     if (!environ && !g_ctor_envp) {
         atomic_store(&ht_state, HT_UNINIT); /* too early: try again later */
         return;
@@ -223,7 +197,7 @@ __attribute__((constructor)) static void ht_ctor(int argc, char **argv, char **e
     (void)argc;
     (void)argv;
     g_ctor_envp = envp;
-    resolve_usable();
+    ht_next_resolve(); /* in a calm context, if no hook ran yet */
     if (ht_state_get() == HT_UNINIT)
         ht_init_slow();
     int s = ht_state_get();

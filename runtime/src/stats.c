@@ -6,6 +6,7 @@
  * allocating. Fallbacks go to a small fixed table under a mutex (they happen on
  * the owned-allocation slow path only); errors to a fixed lock-free array. */
 #include "ht.h"
+#include "next.h"
 
 #include "fmt.h"
 #include "sys.h"
@@ -253,6 +254,8 @@ void ht_summary_write(void)
     hj_u64(&j, "hugetlb-1g", atomic_load(&ht_stats.peak[HT_B_HUGETLB1G]) / HT_HUGE_1G);
     hj_obj_end(&j);
     hj_u64(&j, "forks", atomic_load(&ht_stats.forks));
+    /* Whose allocator serves what the library does not own. */
+    hj_str(&j, "allocator", ht_next_foreign() ? ht_next_module() : "glibc");
     if (mode == HT_RECORD) {
         const char *lp = ht_rec_log_path();
         if (lp)
