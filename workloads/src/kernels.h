@@ -23,6 +23,7 @@ void kernel_chase(const struct config *cfg, struct kresult *res);
 void kernel_gups(const struct config *cfg, struct kresult *res);
 void kernel_stream(const struct config *cfg, struct kresult *res);
 void kernel_primes(const struct config *cfg, struct kresult *res);
+void kernel_malloc(const struct config *cfg, struct kresult *res);
 
 /* Deterministic order-independent checksum contribution of word v at position i. */
 static inline uint64_t checksum_word(uint64_t i, uint64_t v)

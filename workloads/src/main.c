@@ -20,6 +20,7 @@ static void print_result(const struct config *cfg, const struct kresult *r)
     case K_GUPS: rate = total / 1e6; unit = "M updates/s"; break;
     case K_STREAM: rate = total * 24.0 / 1e9; unit = "GB/s"; break;
     case K_PRIMES: rate = total; unit = "events/s"; break;
+    case K_MALLOC: rate = total / 1e6; unit = "M ops/s"; break;
     }
     rate = secs > 0.0 ? rate / secs : 0.0;
 
@@ -55,6 +56,7 @@ int main(int argc, char **argv)
     case K_GUPS: kernel_gups(&cfg, &res); break;
     case K_STREAM: kernel_stream(&cfg, &res); break;
     case K_PRIMES: kernel_primes(&cfg, &res); break;
+    case K_MALLOC: kernel_malloc(&cfg, &res); break;
     }
     print_result(&cfg, &res);
     return fflush(stdout) == 0 ? 0 : 1;

@@ -16,7 +16,7 @@
 #define MAX_COUNT (1ULL << 48)       /* --iters, --accesses */
 #define MAX_LIMIT 4294967295ULL      /* --limit */
 
-static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes" };
+static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc" };
 static const char *const place_names[] = { "heap-large", "heap-small", "static" };
 static const char *const page_names[] = { "default", "4k", "thp", "hugetlb-2m", "hugetlb-1g" };
 
@@ -41,12 +41,16 @@ static const char usage_text[] =
     "  stream    STREAM triad a[i] = b[i] + s*c[i] over three arrays of size/3 bytes (GB/s)\n"
     "  primes    CPU-bound control: count primes up to --limit by trial division, one\n"
     "            event per pass; ignores --size, --place and --page\n"
+    "  malloc    allocator-bound: each thread frees and reallocates random blocks of a\n"
+    "            ring of live 16..1024-byte blocks (--size in all); --accesses operations\n"
+    "            per pass (default 10 M); ignores --place and --page\n"
     "\n"
     "options:\n"
     "  --size BYTES       memory size; suffixes K, M, G, T are powers of 1024 (default 64M;\n"
     "                     at least 4K per thread)\n"
     "  --iters N          passes (default 1)\n"
-    "  --accesses N       accesses/steps/updates per pass (randmem, chase, gups; default above)\n"
+    "  --accesses N       accesses/steps/updates/operations per pass (randmem, chase, gups,\n"
+    "                     malloc; default above)\n"
     "  --threads N        OpenMP threads, 1..256 (default 1)\n"
     "  --seed N           random seed; runs are deterministic (default 42)\n"
     "  --place P          heap-large: one big malloc (stream: three)   [default]\n"
@@ -157,7 +161,7 @@ void parse_options(int argc, char **argv, struct config *cfg)
                 die_usage("unexpected argument '%s' (only one KERNEL; see --help)", arg);
             int k = lookup(arg, kernel_names, COUNT_OF(kernel_names));
             if (k < 0)
-                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream or primes)", arg);
+                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes or malloc)", arg);
             cfg->kernel = (enum kernel_id)k;
             have_kernel = 1;
             continue;
@@ -201,7 +205,7 @@ void parse_options(int argc, char **argv, struct config *cfg)
     }
 
     if (!have_kernel)
-        die_usage("missing KERNEL (randmem, chase, gups, stream or primes; see --help)");
+        die_usage("missing KERNEL (randmem, chase, gups, stream, primes or malloc; see --help)");
     if (seen[O_PCT] && cfg->kernel != K_RANDMEM)
         die_usage("--random-pct applies to randmem only");
     if (seen[O_LIMIT] && cfg->kernel != K_PRIMES)

@@ -17,14 +17,14 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "build", "hugetune-work")
-KERNELS = ["randmem", "chase", "gups", "stream", "primes"]
+KERNELS = ["randmem", "chase", "gups", "stream", "primes", "malloc"]
 PLACES = ["heap-large", "heap-small", "static"]
 PAGES = ["default", "4k", "thp"]
 FIELDS = ["kernel", "size", "iters", "threads", "place", "page", "random_pct", "accesses",
           "seconds", "rate", "rate_unit", "checksum", "init_seconds", "minor_faults",
           "init_minor_faults", "buffer", "pid"]
 UNITS = {"randmem": "M accesses/s", "chase": "M accesses/s", "gups": "M updates/s",
-         "stream": "GB/s", "primes": "events/s"}
+         "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s"}
 
 failures = []
 
@@ -64,7 +64,7 @@ def run_json(args):
 
 def matrix():
     for k in KERNELS:
-        extra = ["--random-pct", "40"] if k == "randmem" else []
+        extra = {"randmem": ["--random-pct", "40"], "malloc": ["--accesses", "100000"]}.get(k, [])
         for t in ("1", "2"):
             by_place = {}
             for pl in PLACES:

@@ -331,3 +331,31 @@ fn an_interrupt_restores_the_pool_and_stops_the_program() {
         String::from_utf8_lossy(&ps.stdout)
     );
 }
+
+#[test]
+fn the_runtime_overhead_benchmark_prints_figures() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, out, err) = hugetune(
+        &d.path().join("h.db"),
+        &["bench", "runtime", "--quick", "--runs", "1", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    let w = r["workloads"].as_array().unwrap();
+    assert!(!w.is_empty());
+    for wl in w {
+        let configs: Vec<&str> = wl["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["config"].as_str().unwrap())
+            .collect();
+        assert_eq!(configs, ["none", "inert", "record", "apply"]);
+        for m in wl["results"].as_array().unwrap() {
+            assert!(
+                m["ratio"].as_f64().unwrap() > 0.0 && m["median_s"].as_f64().unwrap() > 0.0,
+                "{m}"
+            );
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! One module per command: argument parsing and rendering; the work is in `pipeline`.
 
 pub mod analyze;
+pub mod bench;
 pub mod db;
 pub mod demo;
 pub mod machine;
