@@ -10,6 +10,7 @@
  * function itself: the return address in the program, as the log and the plan's
  * `site` lines define it. */
 #include "ht.h"
+#include "apply_fast.h"
 #include "next.h"
 
 #include <errno.h>
@@ -83,8 +84,12 @@ static SLOW void *malloc_slow(size_t n, const void *ra)
 
 HT_API void *malloc(size_t n)
 {
-    if (HT_LIKELY(inert()))
+    int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
+    void *p;
+    if (HT_LIKELY(s == HT_INERT))
         return ht_next.malloc(n);
+    if (HT_LIKELY(s == HT_APPLY) && ht_apply_malloc_fast(n, &p))
+        return p;
     return malloc_slow(n, RA());
 }
 
@@ -93,8 +98,9 @@ HT_API void *malloc(size_t n)
 static SLOW void free_slow(void *p, const void *ra)
 {
     if (HT_LIKELY(ht_state_get() == HT_APPLY)) {
-        /* Owned blocks are 2 MB aligned: everything else is glibc's. */
-        if (((uintptr_t)p & (HT_HUGE_2M - 1)) != 0 || !ht_apply_free(p))
+        /* Arena objects and owned blocks are ours; everything else is the
+         * allocator's. */
+        if (!ht_apply_free(p))
             ht_fwd_free(p);
         return;
     }
@@ -114,10 +120,13 @@ static SLOW void free_slow(void *p, const void *ra)
 
 HT_API void free(void *p)
 {
-    if (HT_LIKELY(inert())) {
+    int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
+    if (HT_LIKELY(s == HT_INERT)) {
         ht_fwd_free(p);
         return;
     }
+    if (HT_LIKELY(s == HT_APPLY) && ht_apply_free_fast(p))
+        return;
     free_slow(p, RA());
 }
 
@@ -142,8 +151,12 @@ static SLOW void *calloc_slow(size_t nm, size_t sz, const void *ra)
 
 HT_API void *calloc(size_t nm, size_t sz)
 {
-    if (HT_LIKELY(inert()))
+    int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
+    void *p;
+    if (HT_LIKELY(s == HT_INERT))
         return ht_next.calloc(nm, sz);
+    if (HT_LIKELY(s == HT_APPLY) && ht_apply_calloc_fast(nm, sz, &p))
+        return p;
     return calloc_slow(nm, sz, RA());
 }
 
@@ -172,8 +185,12 @@ static SLOW void *realloc_slow(void *p, size_t n, const void *ra, uint16_t kind,
 
 HT_API void *realloc(void *p, size_t n)
 {
-    if (HT_LIKELY(inert()))
+    int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
+    void *q;
+    if (HT_LIKELY(s == HT_INERT))
         return ht_fwd_realloc(p, n);
+    if (HT_LIKELY(s == HT_APPLY) && ht_apply_realloc_fast(p, n, &q))
+        return q;
     return realloc_slow(p, n, RA(), HT_K_REALLOC, 0);
 }
 
@@ -294,7 +311,9 @@ HT_API int posix_memalign(void **out, size_t align, size_t n)
 HT_API size_t malloc_usable_size(void *p)
 {
     size_t n;
-    if (HT_UNLIKELY(!inert()) && apply_state() && ht_apply_usable_size(p, &n))
+    if (HT_UNLIKELY(!inert()) && apply_state() &&
+        (((uintptr_t)p & (HT_HUGE_2M - 1)) == 0 || ht_mag_owns(&ht_arena, p)) &&
+        ht_apply_usable_size(p, &n))
         return n;
     return ht_fwd_usable_size(p);
 }
