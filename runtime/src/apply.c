@@ -23,6 +23,96 @@
 
 struct ht_apply ht_ap = {.lock = PTHREAD_MUTEX_INITIALIZER};
 uint64_t ht_apply_fast_max;
+__thread struct ht_apply_tls ht_atls __attribute__((tls_model("initial-exec")));
+
+/* ---- threads of the fast paths ---- */
+
+static pthread_mutex_t g_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ht_apply_tls *g_threads; /* registered, live */
+static uint64_t g_exited_allocs, g_exited_bytes;
+static pthread_key_t g_thread_key;
+static int g_thread_key_ok;
+
+static void thread_exit(void *v)
+{
+    struct ht_apply_tls *t = v;
+    ht_tls.guard++;
+    pthread_mutex_lock(&g_threads_lock);
+    if (t->registered) {
+        g_exited_allocs += t->allocs;
+        g_exited_bytes += t->bytes;
+        t->allocs = t->bytes = 0;
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            g_threads = t->next;
+        if (t->next)
+            t->next->prev = t->prev;
+        t->registered = 0;
+    }
+    pthread_mutex_unlock(&g_threads_lock);
+    /* Later calls of this thread (other destructors) take the slow path. */
+    t->fast_max = t->arena_max = 0;
+    ht_arena_thread_flush(&t->tc);
+    ht_tls.guard--;
+    /* Other destructors may still free arena objects into the cache: come
+     * back in the next destructor round to hand those over too. */
+    if (g_thread_key_ok && t->rounds++ < 3)
+        pthread_setspecific(g_thread_key, t);
+}
+
+void ht_apply_thread_register(void)
+{
+    struct ht_apply_tls *t = &ht_atls;
+    if (t->registered || ht_tls.guard || t->rounds)
+        return; /* t->rounds: the thread is exiting */
+    ht_tls.guard++; /* pthread_setspecific may calloc for high keys */
+    pthread_mutex_lock(&g_threads_lock);
+    t->registered = 1;
+    t->prev = NULL;
+    t->next = g_threads;
+    if (g_threads)
+        g_threads->prev = t;
+    g_threads = t;
+    pthread_mutex_unlock(&g_threads_lock);
+    if (g_thread_key_ok)
+        pthread_setspecific(g_thread_key, t);
+    t->fast_max = ht_apply_fast_max;
+    t->arena_max = ht_arena_on ? HT_MAG_MAX + 1 : 0;
+    ht_tls.guard--;
+}
+
+void ht_apply_fast_counts(uint64_t *allocs, uint64_t *bytes, int in_signal)
+{
+    if (in_signal ? pthread_mutex_trylock(&g_threads_lock) != 0 : pthread_mutex_lock(&g_threads_lock) != 0) {
+        *allocs = *bytes = 0; /* a thread is (un)registering right now */
+        return;
+    }
+    uint64_t a = g_exited_allocs, b = g_exited_bytes;
+    for (struct ht_apply_tls *t = g_threads; t; t = t->next) {
+        a += __atomic_load_n(&t->allocs, __ATOMIC_RELAXED);
+        b += __atomic_load_n(&t->bytes, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&g_threads_lock);
+    *allocs = a;
+    *bytes = b;
+}
+
+/* fork: the child has one thread, and counts its own activity only. */
+static void threads_atfork_prepare(void) { pthread_mutex_lock(&g_threads_lock); }
+static void threads_atfork_parent(void) { pthread_mutex_unlock(&g_threads_lock); }
+static void threads_atfork_child(void)
+{
+    struct ht_apply_tls *t = &ht_atls;
+    g_exited_allocs = g_exited_bytes = 0;
+    g_threads = NULL;
+    if (t->registered) {
+        t->allocs = t->bytes = 0;
+        t->prev = t->next = NULL;
+        g_threads = t;
+    }
+    pthread_mutex_init(&g_threads_lock, NULL);
+}
 
 struct site_res {
     uintptr_t addr;
@@ -168,6 +258,9 @@ int ht_apply_setup(void)
         if (pl->arena != HT_B_NONE)
             ht_arena_setup();
     }
+    ht_tls.guard++;
+    g_thread_key_ok = pthread_key_create(&g_thread_key, thread_exit) == 0;
+    ht_tls.guard--;
     /* The fast path forwards small sizes that nothing in the plan concerns. */
     if (!pl->valid)
         ht_apply_fast_max = UINT64_MAX;
@@ -283,10 +376,10 @@ static inline int arena_takes(size_t n, size_t align)
 static void *arena_alloc(size_t n)
 {
     int c = ht_mag_class(n);
-    void *p = ht_mag_tc.head[c];
+    void *p = ht_atls.tc.head[c];
     if (p) {
-        ht_mag_tc.head[c] = *(void **)p;
-        ht_mag_tc.n[c]--;
+        ht_atls.tc.head[c] = *(void **)p;
+        ht_atls.tc.n[c]--;
         return p;
     }
     return ht_arena_alloc_slow(n, c);
@@ -297,8 +390,11 @@ static void *arena_alloc(size_t n)
 void *ht_apply_malloc(size_t n, const void *caller)
 {
     int cat;
+    if (HT_UNLIKELY(!ht_atls.registered))
+        ht_apply_thread_register();
     int b = decide(n, caller, &cat);
     ht_count_alloc(cat, n);
+    ht_apply_poll_slow();
     if (b != HT_B_NONE) {
         void *p = ht_owned_alloc(n, b, cat, 0, 0);
         /* Never fail where the allocator behind us might still succeed. */
@@ -313,6 +409,8 @@ void *ht_apply_calloc(size_t nmemb, size_t size, const void *caller)
 {
     size_t n;
     int cat;
+    if (HT_UNLIKELY(!ht_atls.registered))
+        ht_apply_thread_register();
     if (__builtin_mul_overflow(nmemb, size, &n)) {
         errno = ENOMEM;
         return NULL;
@@ -378,8 +476,8 @@ void *ht_apply_memalign(size_t align, size_t n, const void *caller, int kind)
 
 int ht_apply_free(void *p)
 {
-    if (ht_mag_owns(&ht_arena, p)) {
-        ht_mag_free(&ht_arena, &ht_mag_tc, p);
+    if (ht_arena_owns(p)) {
+        ht_mag_free(&ht_arena, &ht_atls.tc, p);
         return 1;
     }
     return ht_owned_free(p);
@@ -388,7 +486,7 @@ int ht_apply_free(void *p)
 int ht_apply_usable_size(void *p, size_t *out)
 {
     struct ht_reg_entry e;
-    if (ht_mag_owns(&ht_arena, p)) {
+    if (ht_arena_owns(p)) {
         *out = ht_mag_usable(&ht_arena, p);
         return 1;
     }
@@ -417,11 +515,13 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
 {
     struct ht_reg_entry e;
     int cat;
+    if (HT_UNLIKELY(!ht_atls.registered))
+        ht_apply_thread_register();
     if (p == NULL)
         return ht_apply_malloc(n, caller);
-    if (ht_mag_owns(&ht_arena, p)) {
+    if (ht_arena_owns(p)) {
         if (n == 0) {
-            ht_mag_free(&ht_arena, &ht_mag_tc, p);
+            ht_mag_free(&ht_arena, &ht_atls.tc, p);
             return NULL;
         }
         int b = decide(n, caller, &cat);
@@ -433,7 +533,7 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
         if (!q)
             return NULL;
         memcpy(q, p, have < n ? have : n);
-        ht_mag_free(&ht_arena, &ht_mag_tc, p);
+        ht_mag_free(&ht_arena, &ht_atls.tc, p);
         return q;
     }
     int owned = ht_owned_lookup(p, &e);
@@ -572,6 +672,18 @@ void ht_apply_finish(void)
 
 /* ---- fork (init.c's handlers call these) ---- */
 
-void ht_apply_atfork_prepare(void) { ht_fork_prepare(); }
-void ht_apply_atfork_parent(void) { ht_fork_parent(); }
-void ht_apply_atfork_child(void) { ht_fork_child(); }
+void ht_apply_atfork_prepare(void)
+{
+    ht_fork_prepare();
+    threads_atfork_prepare();
+}
+void ht_apply_atfork_parent(void)
+{
+    threads_atfork_parent();
+    ht_fork_parent();
+}
+void ht_apply_atfork_child(void)
+{
+    threads_atfork_child();
+    ht_fork_child();
+}

@@ -97,6 +97,13 @@ long ht_owned_mmap(void *addr, size_t len, int prot, int flags);
 long ht_hugetlb_mmap(size_t len, int backing);
 long ht_madvise_huge(void *addr, size_t len);
 
+/* Sizes below: forwarded by the fast path (copied into each thread's TLS). */
+extern uint64_t ht_apply_fast_max;
+/* A thread's first slow-path call registers it for the fast paths. */
+void ht_apply_thread_register(void);
+/* Heap-small allocations the fast paths counted (live threads + exited). */
+void ht_apply_fast_counts(uint64_t *allocs, uint64_t *bytes, int in_signal);
+
 /* ---- arena.c ---- */
 int ht_arena_setup(void);
 void ht_arena_atfork_prepare(void);
@@ -105,6 +112,7 @@ void ht_arena_atfork_child(void);
 /* Hugetlb ranges of the arena (for fork protection): calls cb per range. */
 void ht_arena_hugetlb_ranges(void (*cb)(uintptr_t a, size_t len, void *ctx), void *ctx);
 void ht_arena_adopted(uintptr_t a, size_t len, int backing);
+void ht_arena_thread_flush(struct ht_mag_tcache *t);
 void ht_arena_summary(struct ht_json *j);
 
 /* ---- forksafe.c ---- */

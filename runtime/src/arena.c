@@ -20,12 +20,9 @@
 #include <sys/mman.h>
 
 struct ht_mag ht_arena;
+uintptr_t ht_arena_base, ht_arena_len;
 int ht_arena_on;
-__thread struct ht_mag_tcache ht_mag_tc __attribute__((tls_model("initial-exec")));
 
-static __thread int t_registered __attribute__((tls_model("initial-exec")));
-static pthread_key_t g_key;
-static int g_key_ok;
 static uint8_t *g_chunk_b; /* backing per 2 MB chunk */
 static int g_want;
 static _Atomic uint64_t g_chunk_bytes[HT_B_COUNT];
@@ -77,16 +74,10 @@ static int commit(void *ctx, uintptr_t addr, size_t len)
     return 0;
 }
 
-static void thread_exit(void *v)
+void ht_arena_thread_flush(struct ht_mag_tcache *t)
 {
-    struct ht_mag_tcache *t = v;
-    ht_tls.guard++;
-    ht_mag_flush_all(&ht_arena, t);
-    ht_tls.guard--;
-    /* Destructors of other keys may still free arena objects into the cache:
-     * come back in the next destructor round to hand those over too. */
-    if (g_key_ok && t_registered++ < 3)
-        pthread_setspecific(g_key, t);
+    if (ht_arena_on)
+        ht_mag_flush_all(&ht_arena, t);
 }
 
 int ht_arena_setup(void)
@@ -113,22 +104,21 @@ int ht_arena_setup(void)
     }
     g_chunk_b = (uint8_t *)m + ht_mag_bytes_needed_meta(bytes);
     ht_mag_init(&ht_arena, base, bytes, (uint8_t *)m, commit, NULL);
-    ht_tls.guard++;
-    g_key_ok = pthread_key_create(&g_key, thread_exit) == 0;
-    ht_tls.guard--;
+    ht_arena_base = base;
+    ht_arena_len = bytes;
     ht_arena_on = 1;
     return 0;
 }
 
 void *ht_arena_alloc_slow(size_t n, int c)
 {
-    if (!t_registered && g_key_ok) {
-        t_registered = 1;
-        ht_tls.guard++; /* pthread_setspecific may calloc for high keys */
-        pthread_setspecific(g_key, &ht_mag_tc);
-        ht_tls.guard--;
+    void *p = NULL;
+    if (!ht_tls.guard) { /* never refill from inside the library */
+        if (!ht_atls.registered)
+            ht_apply_thread_register();
+        p = ht_mag_refill(&ht_arena, &ht_atls.tc, c);
+        ht_apply_poll_slow();
     }
-    void *p = ht_mag_refill(&ht_arena, &ht_mag_tc, c);
     if (p)
         return p;
     atomic_fetch_add_explicit(&ht_ap.arena_forwarded, 1, memory_order_relaxed);
@@ -155,7 +145,6 @@ void ht_arena_atfork_child(void)
     /* Only this thread exists: the other threads' caches are lost (leaked),
      * the forking thread's stays valid. */
     ht_mag_reinit_locks(&ht_arena);
-    t_registered = 0;
 }
 
 void ht_arena_hugetlb_ranges(void (*cb)(uintptr_t a, size_t len, void *ctx), void *ctx)

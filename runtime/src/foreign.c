@@ -81,7 +81,7 @@ static inline int ours(const void *p)
 {
     if (ht_state_get() != HT_APPLY || p == NULL)
         return 0;
-    if (ht_mag_owns(&ht_arena, p))
+    if (ht_arena_owns(p))
         return 1;
     struct ht_reg_entry e;
     return ((uintptr_t)p & (HT_HUGE_2M - 1)) == 0 && ht_owned_lookup((void *)p, &e);

@@ -82,14 +82,24 @@ static SLOW void *malloc_slow(size_t n, const void *ra)
     return ht_fwd_malloc(n);
 }
 
+static SLOW void *malloc_arena(size_t n) { return ht_apply_arena_malloc(&ht_atls, n); }
+
 HT_API void *malloc(size_t n)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
-    void *p;
     if (HT_LIKELY(s == HT_INERT))
         return ht_next.malloc(n);
-    if (HT_LIKELY(s == HT_APPLY) && ht_apply_malloc_fast(n, &p))
-        return p;
+    if (HT_LIKELY(s == HT_APPLY)) {
+        /* apply_fast.h: small sizes no directive concerns are forwarded
+         * (tail call), the arena serves its classes. */
+        struct ht_apply_tls *t = &ht_atls;
+        if (HT_LIKELY(n < t->fast_max)) {
+            ht_apply_count_small(t, n);
+            return ht_next.malloc(n);
+        }
+        if (n < t->arena_max)
+            return malloc_arena(n); /* tail call: no frame here */
+    }
     return malloc_slow(n, RA());
 }
 
@@ -312,7 +322,7 @@ HT_API size_t malloc_usable_size(void *p)
 {
     size_t n;
     if (HT_UNLIKELY(!inert()) && apply_state() &&
-        (((uintptr_t)p & (HT_HUGE_2M - 1)) == 0 || ht_mag_owns(&ht_arena, p)) &&
+        (((uintptr_t)p & (HT_HUGE_2M - 1)) == 0 || ht_arena_owns(p)) &&
         ht_apply_usable_size(p, &n))
         return n;
     return ht_fwd_usable_size(p);

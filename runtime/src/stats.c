@@ -220,6 +220,13 @@ static void summary_write(int final, int in_signal)
     }
     uint64_t seq = atomic_fetch_add(&g_snapshots, 1) + 1;
     ht_counters_sum(cnt);
+    if (mode == HT_APPLY) {
+        /* heap-small allocations the fast paths counted per thread */
+        uint64_t fa, fb;
+        ht_apply_fast_counts(&fa, &fb, in_signal);
+        cnt[HT_TC_ALLOCS(HT_CAT_HEAP_SMALL)] += fa;
+        cnt[HT_TC_BYTES(HT_CAT_HEAP_SMALL)] += fb;
+    }
     hb_init(&b, out, sizeof out);
     hj_init(&j, &b);
     hj_obj_begin(&j, NULL);

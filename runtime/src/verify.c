@@ -16,6 +16,7 @@
 #include "apply_int.h"
 
 #include "fmt.h"
+#include "next.h"
 #include "pagemap.h"
 #include "proc.h"
 #include "sys.h"
