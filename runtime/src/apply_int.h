@@ -142,6 +142,7 @@ void ht_summary_snapshot(int in_signal);
 /* Apply mode's sections of the summary (apply side, stats.c calls it). */
 void ht_apply_summary(struct ht_json *j, int in_signal);
 extern uint64_t ht_verify_heap_small_thp;
+extern uint64_t ht_verify_live_thp;
 int ht_apply_heap_small_tunable(void);
 
 /* ---- foreign.c ---- */

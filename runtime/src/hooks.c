@@ -1,7 +1,8 @@
 /* hooks.c - the exported entry points (the only symbols the library exports).
  *
- * Each hook first checks for the inert state: one relaxed load and a
- * predictable branch, then the call goes straight to the allocator behind us
+ * Each hook first loads the state (one relaxed load): apply mode's fast path
+ * (apply_fast.h) comes first, then the inert check (a second predictable
+ * branch), then the call goes straight to the allocator behind us
  * (malloc family: glibc's or the program's own, resolved once, see next.c) or
  * to the kernel (mmap family, raw syscalls with errno set as libc would). Everything else lives in
  * a non-inlined slow path so the inert fast path stays small.
@@ -87,8 +88,8 @@ static SLOW void *malloc_arena(size_t n) { return ht_apply_arena_malloc(&ht_atls
 HT_API void *malloc(size_t n)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
-    if (HT_LIKELY(s == HT_INERT))
-        return ht_next.malloc(n);
+    /* Apply first: it is the mode a production service runs in, and its fast
+     * path then is straight-line code (the inert path pays one compare). */
     if (HT_LIKELY(s == HT_APPLY)) {
         /* apply_fast.h: small sizes no directive concerns are forwarded
          * (tail call), the arena serves its classes. */
@@ -99,6 +100,8 @@ HT_API void *malloc(size_t n)
         }
         if (n < t->arena_max)
             return malloc_arena(n); /* tail call: no frame here */
+    } else if (HT_LIKELY(s == HT_INERT)) {
+        return ht_next.malloc(n);
     }
     return malloc_slow(n, RA());
 }
@@ -131,12 +134,13 @@ static SLOW void free_slow(void *p, const void *ra)
 HT_API void free(void *p)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
-    if (HT_LIKELY(s == HT_INERT)) {
+    if (HT_LIKELY(s == HT_APPLY)) {
+        if (HT_LIKELY(ht_apply_free_fast(p)))
+            return;
+    } else if (HT_LIKELY(s == HT_INERT)) {
         ht_fwd_free(p);
         return;
     }
-    if (HT_LIKELY(s == HT_APPLY) && ht_apply_free_fast(p))
-        return;
     free_slow(p, RA());
 }
 
@@ -163,10 +167,12 @@ HT_API void *calloc(size_t nm, size_t sz)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
     void *p;
-    if (HT_LIKELY(s == HT_INERT))
+    if (HT_LIKELY(s == HT_APPLY)) {
+        if (HT_LIKELY(ht_apply_calloc_fast(nm, sz, &p)))
+            return p;
+    } else if (HT_LIKELY(s == HT_INERT)) {
         return ht_next.calloc(nm, sz);
-    if (HT_LIKELY(s == HT_APPLY) && ht_apply_calloc_fast(nm, sz, &p))
-        return p;
+    }
     return calloc_slow(nm, sz, RA());
 }
 
@@ -197,10 +203,12 @@ HT_API void *realloc(void *p, size_t n)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
     void *q;
-    if (HT_LIKELY(s == HT_INERT))
+    if (HT_LIKELY(s == HT_APPLY)) {
+        if (HT_LIKELY(ht_apply_realloc_fast(p, n, &q)))
+            return q;
+    } else if (HT_LIKELY(s == HT_INERT)) {
         return ht_fwd_realloc(p, n);
-    if (HT_LIKELY(s == HT_APPLY) && ht_apply_realloc_fast(p, n, &q))
-        return q;
+    }
     return realloc_slow(p, n, RA(), HT_K_REALLOC, 0);
 }
 

@@ -276,12 +276,19 @@ static void summary_write(int final, int in_signal)
         int always = bk == HT_B_HUGETLB2M || bk == HT_B_HUGETLB1G || bk == HT_B_THP2M || bk == HT_B_4K;
         if (!bytes && !always)
             continue;
+        /* THP: what smaps showed for freed blocks, plus our live THP memory
+         * (and, with glibc's tunable, the [heap] it advised) now. */
+        uint64_t live = 0, heap = 0;
+        if (bk == HT_B_THP2M && mode == HT_APPLY) {
+            live = ht_verify_live_thp;
+            heap = ht_apply_heap_small_tunable() ? ht_verify_heap_small_thp : 0;
+        }
         hj_obj_begin(&j, ht_backing_name(bk));
-        hj_u64(&j, "bytes", bytes);
+        hj_u64(&j, "bytes", bytes + heap);
         hj_u64(&j, "held_bytes", atomic_load(&ht_stats.held[bk]));
         hj_u64(&j, "peak_bytes", atomic_load(&ht_stats.peak[bk]));
         if (bk == HT_B_THP2M) {
-            hj_u64(&j, "verified_bytes", atomic_load(&ht_stats.thp_verified));
+            hj_u64(&j, "verified_bytes", atomic_load(&ht_stats.thp_verified) + live + heap);
             hj_u64(&j, "unverified_bytes", atomic_load(&ht_stats.thp_unverified));
         }
         hj_obj_end(&j);

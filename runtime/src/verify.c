@@ -184,6 +184,7 @@ static const char *order_name(int o)
 }
 
 uint64_t ht_verify_heap_small_thp; /* [heap] AnonHugePages at the last summary */
+uint64_t ht_verify_live_thp;       /* AnonHugePages of live THP memory of ours then */
 
 void ht_verify_summary(struct ht_json *j, int in_signal)
 {
@@ -215,6 +216,7 @@ void ht_verify_summary(struct ht_json *j, int in_signal)
     }
     ht_pm_finish(&h);
     ht_verify_heap_small_thp = c.heap_ah;
+    ht_verify_live_thp = c.blk_thp + c.static_ah + c.arena_ah;
 
     hj_obj_begin(j, "verify");
     if (r < 0) {
