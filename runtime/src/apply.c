@@ -1,22 +1,17 @@
-/* apply.c - apply mode (docs/formats.md section 3).
+/* apply.c - apply mode (docs/formats.md section 3): set-up, decisions, and
+ * the malloc-family entry points of the slow path (hooks.c handles the fast
+ * path through apply_fast.h).
  *
- * The library *owns* allocations the plan gives a backing to (heap-large above
- * the threshold, planned sites): each one is a private mapping of its own,
- * 2 MB aligned and a whole number of huge pages, backed along the chain
- * hugetlb-1g -> hugetlb-2m -> thp-2m -> 4k, every step counted with its reason.
- * Everything else stays with glibc.
- *
- * Owned pointers are always 2 MB aligned, so free/realloc/malloc_usable_size
- * only consult the registry (a mutex-protected hash table: owned allocations
- * are large and rare, their mmap costs far more than the lock) for 2 MB
- * aligned pointers; a glibc pointer that happens to be aligned is simply not
- * found and goes back to glibc. */
-#include "ht.h"
+ * The library *owns* allocations the plan gives a backing to (heap-large
+ * above the threshold, planned sites): owned.c maps them with the planned
+ * page layout. heap-small goes to glibc's THP tunable (set by the launcher)
+ * or to the arena (arena.c). Everything else is forwarded to the allocator
+ * behind us. */
+#include "apply_int.h"
 #include "next.h"
 
 #include "fmt.h"
 #include "proc.h"
-#include "registry.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -26,22 +21,98 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#ifndef MAP_HUGE_SHIFT
-#define MAP_HUGE_SHIFT 26
-#endif
-#define HT_MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
-#define HT_MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
+struct ht_apply ht_ap = {.lock = PTHREAD_MUTEX_INITIALIZER};
+uint64_t ht_apply_fast_max;
+__thread struct ht_apply_tls ht_atls __attribute__((tls_model("initial-exec")));
 
-#define VERIFY_BUDGET 256 /* smaps reads at free time; the rest is "unverified" */
+/* ---- threads of the fast paths ---- */
 
-static struct ht_plan g_plan;
-static int g_heap_large_b; /* HT_B_NONE unless the plan is valid and says so */
-static int g_heap_small_b;
-static int g_static_b;
-static int g_thp_disabled;
+static pthread_mutex_t g_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ht_apply_tls *g_threads; /* registered, live */
+static uint64_t g_exited_allocs, g_exited_bytes;
+static pthread_key_t g_thread_key;
+static int g_thread_key_ok;
+
+static void thread_exit(void *v)
+{
+    struct ht_apply_tls *t = v;
+    ht_tls.guard++;
+    pthread_mutex_lock(&g_threads_lock);
+    if (t->registered) {
+        g_exited_allocs += t->allocs;
+        g_exited_bytes += t->bytes;
+        t->allocs = t->bytes = 0;
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            g_threads = t->next;
+        if (t->next)
+            t->next->prev = t->prev;
+        t->registered = 0;
+    }
+    pthread_mutex_unlock(&g_threads_lock);
+    /* Later calls of this thread (other destructors) take the slow path. */
+    t->fast_max = t->arena_max = 0;
+    ht_arena_thread_flush(&t->tc);
+    ht_tls.guard--;
+    /* Other destructors may still free arena objects into the cache: come
+     * back in the next destructor round to hand those over too. */
+    if (g_thread_key_ok && t->rounds++ < 3)
+        pthread_setspecific(g_thread_key, t);
+}
+
+void ht_apply_thread_register(void)
+{
+    struct ht_apply_tls *t = &ht_atls;
+    if (t->registered || ht_tls.guard || t->rounds)
+        return; /* t->rounds: the thread is exiting */
+    ht_tls.guard++; /* pthread_setspecific may calloc for high keys */
+    pthread_mutex_lock(&g_threads_lock);
+    t->registered = 1;
+    t->prev = NULL;
+    t->next = g_threads;
+    if (g_threads)
+        g_threads->prev = t;
+    g_threads = t;
+    pthread_mutex_unlock(&g_threads_lock);
+    if (g_thread_key_ok)
+        pthread_setspecific(g_thread_key, t);
+    t->fast_max = ht_apply_fast_max;
+    t->arena_max = ht_arena_on ? HT_MAG_MAX + 1 : 0;
+    ht_tls.guard--;
+}
+
+void ht_apply_fast_counts(uint64_t *allocs, uint64_t *bytes, int in_signal)
+{
+    if (in_signal ? pthread_mutex_trylock(&g_threads_lock) != 0 : pthread_mutex_lock(&g_threads_lock) != 0) {
+        *allocs = *bytes = 0; /* a thread is (un)registering right now */
+        return;
+    }
+    uint64_t a = g_exited_allocs, b = g_exited_bytes;
+    for (struct ht_apply_tls *t = g_threads; t; t = t->next) {
+        a += __atomic_load_n(&t->allocs, __ATOMIC_RELAXED);
+        b += __atomic_load_n(&t->bytes, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&g_threads_lock);
+    *allocs = a;
+    *bytes = b;
+}
+
+/* fork: the child has one thread, and counts its own activity only. */
+static void threads_atfork_prepare(void) { pthread_mutex_lock(&g_threads_lock); }
+static void threads_atfork_parent(void) { pthread_mutex_unlock(&g_threads_lock); }
+static void threads_atfork_child(void)
+{
+    struct ht_apply_tls *t = &ht_atls;
+    g_exited_allocs = g_exited_bytes = 0;
+    g_threads = NULL;
+    if (t->registered) {
+        t->allocs = t->bytes = 0;
+        t->prev = t->next = NULL;
+        g_threads = t;
+    }
+    pthread_mutex_init(&g_threads_lock, NULL);
+}
 
 struct site_res {
     uintptr_t addr;
@@ -49,16 +120,6 @@ struct site_res {
 };
 static struct site_res g_sites[HT_PLAN_MAX_SITES];
 static _Atomic int g_nsites; /* published after resolution (constructor) */
-
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* registry */
-static struct ht_registry g_reg;
-static _Atomic size_t g_owned; /* entries in g_reg: 0 = skip the lock */
-static _Atomic int g_verify_budget = VERIFY_BUDGET;
-
-static uintptr_t g_static_lo, g_static_hi; /* advised .bss interior */
-
-static uintptr_t align_up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
-static uintptr_t align_down(uintptr_t v, uintptr_t a) { return v & ~(a - 1); }
 
 uint64_t ht_apply_threshold(void) { return ht_cfg.threshold; }
 
@@ -98,9 +159,9 @@ static void read_plan(void)
             break;
         n += (size_t)r;
     }
-    if (ht_plan_parse(&g_plan, buf, n) != 0) {
-        ht_stats_error(g_plan.error, " (whole plan ignored)");
-        ht_verbose(g_plan.error, "");
+    if (ht_plan_parse(&ht_ap.plan, buf, n) != 0) {
+        ht_stats_error(ht_ap.plan.error, " (whole plan ignored)");
+        ht_verbose(ht_ap.plan.error, "");
     }
 out:
     ht_sys_munmap(buf, cap);
@@ -125,21 +186,88 @@ static int tunables_have_hugetlb(void)
     return 0;
 }
 
+/* "[always]" -> 2, "[madvise]" -> 1, "[inherit]" -> 3, "[never]"/unreadable -> 0. */
+static int thp_setting(const char *path)
+{
+    char buf[128];
+    long n = ht_read_file(path, buf, sizeof buf);
+    if (n <= 0)
+        return -1;
+    if (strstr(buf, "[always]"))
+        return 2;
+    if (strstr(buf, "[madvise]"))
+        return 1;
+    if (strstr(buf, "[inherit]"))
+        return 3;
+    return 0;
+}
+
+/* Which THP sizes MADV_HUGEPAGE can give (the library never changes them). */
+static void read_thp_settings(void)
+{
+    int top = thp_setting("/sys/kernel/mm/transparent_hugepage/enabled");
+    ht_ap.thp_top = top < 0 ? 0 : top;
+    for (int b = HT_B_4K; b < HT_B_COUNT; b++) {
+        if (!ht_backing_is_thp(b))
+            continue;
+        char path[96];
+        struct ht_buf hb;
+        hb_init(&hb, path, sizeof path);
+        hb_puts(&hb, "/sys/kernel/mm/transparent_hugepage/hugepages-");
+        hb_u64(&hb, ht_backing_page(b) >> 10);
+        hb_puts(&hb, "kB/enabled");
+        int s = thp_setting(path);
+        if (s < 0) /* no per-size control: PMD THP follows the top level */
+            ht_ap.thp_ok[b] = b == HT_B_THP2M && ht_ap.thp_top > 0;
+        else
+            ht_ap.thp_ok[b] = s == 1 || s == 2 || (s == 3 && ht_ap.thp_top > 0);
+    }
+}
+
 int ht_apply_setup(void)
 {
-    char thp[256];
+    ht_ap.heap_large_b = ht_ap.heap_small_b = HT_B_NONE;
+    ht_ap.layout = HT_LAYOUT_HEAD_TAIL;
+    ht_ap.fork_safe = HT_FORK_COPY;
     read_plan();
-    if (g_plan.valid) {
-        g_heap_large_b = g_plan.heap_large;
-        g_heap_small_b = g_plan.heap_small;
-        g_static_b = g_plan.static_;
-        if (g_plan.has_threshold && !ht_cfg.threshold_from_env)
-            ht_cfg.threshold = g_plan.threshold;
+    const struct ht_plan *pl = &ht_ap.plan;
+    if (pl->valid) {
+        ht_ap.heap_large_b = pl->heap_large;
+        ht_ap.heap_small_b = pl->heap_small;
+        ht_ap.layout = pl->layout;
+        ht_ap.fork_safe = pl->fork_safe;
+        if (pl->has_threshold && !ht_cfg.threshold_from_env)
+            ht_cfg.threshold = pl->threshold;
     }
-    long n = ht_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp);
-    g_thp_disabled = n <= 0 || strstr(thp, "[never]") != NULL;
-    if (g_heap_small_b == HT_B_THP2M && !tunables_have_hugetlb())
+    read_thp_settings();
+    const char *inj = ht_getenv("HUGETUNE_INJECT");
+    if (inj && ht_inject_parse(&ht_ap.inj, inj) != 0)
+        ht_stats_error(ht_ap.inj.error, "");
+    const char *rq = ht_getenv("HUGETUNE_SUMMARY_REQUEST");
+    if (rq && *rq) {
+        size_t n = strlen(rq);
+        if (n < sizeof ht_ap.request_path)
+            memcpy(ht_ap.request_path, rq, n + 1);
+        else
+            ht_stats_error("HUGETUNE_SUMMARY_REQUEST too long: ignored", "");
+    }
+    if (ht_ap.heap_small_b == HT_B_THP2M && !tunables_have_hugetlb())
         ht_stats_error("heap-small thp-2m planned but GLIBC_TUNABLES lacks glibc.malloc.hugetlb=1", "");
+    if (pl->valid) {
+        ht_owned_setup_pools();
+        if (pl->arena != HT_B_NONE)
+            ht_arena_setup();
+    }
+    ht_tls.guard++;
+    g_thread_key_ok = pthread_key_create(&g_thread_key, thread_exit) == 0;
+    ht_tls.guard--;
+    /* The fast path forwards small sizes that nothing in the plan concerns. */
+    if (!pl->valid)
+        ht_apply_fast_max = UINT64_MAX;
+    else if (pl->nsites > 0 || ht_arena_on)
+        ht_apply_fast_max = 0;
+    else
+        ht_apply_fast_max = ht_cfg.threshold;
     return 0;
 }
 
@@ -149,7 +277,6 @@ struct start_ctx {
     int idx;
     int resolved[HT_PLAN_MAX_SITES];
     int nres;
-    uintptr_t bss_lo, bss_hi;
 };
 
 static int start_cb(struct dl_phdr_info *info, size_t size, void *p)
@@ -160,82 +287,42 @@ static int start_cb(struct dl_phdr_info *info, size_t size, void *p)
     int main_prog = c->idx++ == 0;
     if (main_prog && name[0] == 0)
         name = ht_cfg.exe_path;
-    for (int i = 0; i < g_plan.nsites && c->nres < HT_PLAN_MAX_SITES; i++) {
-        if (strcmp(ht_plan_site_module(&g_plan, i), name) == 0) {
-            g_sites[c->nres].addr = (uintptr_t)info->dlpi_addr + (uintptr_t)g_plan.sites[i].offset;
-            g_sites[c->nres].backing = g_plan.sites[i].backing;
+    for (int i = 0; i < ht_ap.plan.nsites && c->nres < HT_PLAN_MAX_SITES; i++) {
+        if (strcmp(ht_plan_site_module(&ht_ap.plan, i), name) == 0) {
+            g_sites[c->nres].addr = (uintptr_t)info->dlpi_addr + (uintptr_t)ht_ap.plan.sites[i].offset;
+            g_sites[c->nres].backing = ht_ap.plan.sites[i].backing;
             c->nres++;
             c->resolved[i] = 1;
         }
     }
-    if (main_prog) {
-        for (int i = 0; i < info->dlpi_phnum; i++) {
-            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-            if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || ph->p_memsz <= ph->p_filesz)
-                continue;
-            uintptr_t base = (uintptr_t)info->dlpi_addr + (uintptr_t)ph->p_vaddr;
-            c->bss_lo = align_up(base + ph->p_filesz, 4096);
-            c->bss_hi = base + ph->p_memsz;
-        }
-    }
     return 0;
-}
-
-static void apply_static(uintptr_t bss_lo, uintptr_t bss_hi)
-{
-    uintptr_t lo = align_up(bss_lo, HT_HUGE_2M), hi = align_down(bss_hi, HT_HUGE_2M);
-    char eb[24];
-    if (g_static_b == HT_B_NONE || hi <= lo)
-        return;
-    uint64_t len = hi - lo;
-    atomic_fetch_add(&ht_stats.static_requested, len);
-    if (g_static_b == HT_B_4K) {
-        ht_sys_madvise((void *)lo, len, MADV_NOHUGEPAGE);
-        ht_stats_backed(HT_CAT_STATIC, HT_B_4K, len);
-        return;
-    }
-    if (g_thp_disabled) {
-        ht_stats_fallback(HT_CAT_STATIC, HT_B_THP2M, HT_B_4K, "thp-disabled", len);
-        ht_stats_backed(HT_CAT_STATIC, HT_B_4K, len);
-        return;
-    }
-    long r = ht_sys_madvise((void *)lo, len, MADV_HUGEPAGE);
-    if (r < 0) {
-        ht_stats_fallback_errno(HT_CAT_STATIC, HT_B_THP2M, HT_B_4K, (int)-r, len);
-        ht_stats_backed(HT_CAT_STATIC, HT_B_4K, len);
-        return;
-    }
-    g_static_lo = lo;
-    g_static_hi = hi;
-    ht_stats_backed(HT_CAT_STATIC, HT_B_THP2M, len);
-    /* Collapse what is already resident (initialized-at-startup data). The
-     * result is informational: the exit verification tells what stuck. */
-    r = ht_sys_madvise((void *)lo, len, MADV_COLLAPSE);
-    if (r < 0 && r != -EINVAL)
-        ht_verbose("static: MADV_COLLAPSE: ", ht_errno_name((int)-r, eb));
 }
 
 void ht_apply_start(void)
 {
     static struct start_ctx c; /* big; constructor runs once */
     memset(&c, 0, sizeof c);
-    dl_iterate_phdr(start_cb, &c);
-    for (int i = 0; i < g_plan.nsites; i++) {
-        if (!c.resolved[i])
-            ht_stats_error("site module not loaded at start-up: ", ht_plan_site_module(&g_plan, i));
-    }
-    /* Sort by address for the binary search in the hot path. */
-    for (int i = 1; i < c.nres; i++) {
-        struct site_res k = g_sites[i];
-        int j = i - 1;
-        while (j >= 0 && g_sites[j].addr > k.addr) {
-            g_sites[j + 1] = g_sites[j];
-            j--;
+    if (ht_ap.plan.valid) {
+        dl_iterate_phdr(start_cb, &c);
+        for (int i = 0; i < ht_ap.plan.nsites; i++) {
+            if (!c.resolved[i])
+                ht_stats_error("site module not loaded at start-up: ", ht_plan_site_module(&ht_ap.plan, i));
         }
-        g_sites[j + 1] = k;
+        /* Sort by address for the binary search in the hot path. */
+        for (int i = 1; i < c.nres; i++) {
+            struct site_res k = g_sites[i];
+            int j = i - 1;
+            while (j >= 0 && g_sites[j].addr > k.addr) {
+                g_sites[j + 1] = g_sites[j];
+                j--;
+            }
+            g_sites[j + 1] = k;
+        }
+        atomic_store_explicit(&g_nsites, c.nres, memory_order_release);
+        ht_static_apply();
     }
-    atomic_store_explicit(&g_nsites, c.nres, memory_order_release);
-    apply_static(c.bss_lo, c.bss_hi);
+    ht_sigusr2_install();
+    ht_foreign_resolve();
 }
 
 /* ---- decisions ---- */
@@ -255,7 +342,7 @@ static int site_lookup(uintptr_t ra, int n)
     return HT_B_NONE;
 }
 
-/* Backing for an allocation of n bytes from caller (HT_B_NONE: glibc). */
+/* Backing for an owned allocation of n bytes from caller (HT_B_NONE: not owned). */
 static inline int decide(size_t n, const void *caller, int *cat)
 {
     int ns = atomic_load_explicit(&g_nsites, memory_order_acquire);
@@ -268,198 +355,34 @@ static inline int decide(size_t n, const void *caller, int *cat)
     }
     if (n >= ht_cfg.threshold) {
         *cat = HT_CAT_HEAP_LARGE;
-        return g_heap_large_b;
+        return ht_ap.heap_large_b;
     }
     *cat = HT_CAT_HEAP_SMALL;
     return HT_B_NONE;
 }
 
-/* ---- owned mappings ---- */
-
-/* Anonymous mapping of len bytes at a 2 MB boundary (over-map and trim). */
-static long map_aligned(size_t len, int prot, int extra_flags)
+/* A heap-small request the arena may serve (else the allocator behind us). */
+static inline int arena_takes(size_t n, size_t align)
 {
-    size_t over = len + HT_HUGE_2M;
-    long r = ht_sys_mmap(NULL, over, prot, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
-    if (ht_mmap_failed(r))
-        return r;
-    uintptr_t a = (uintptr_t)r, al = align_up(a, HT_HUGE_2M);
-    if (al > a)
-        ht_sys_munmap((void *)a, al - a);
-    if (a + over > al + len)
-        ht_sys_munmap((void *)(al + len), a + over - (al + len));
-    return (long)al;
-}
-
-static int reg_grow_locked(void)
-{
-    size_t ncap = g_reg.cap ? g_reg.cap * 2 : 1024;
-    long m = ht_sys_mmap(NULL, ht_reg_bytes(ncap), PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (ht_mmap_failed(m))
-        return -1;
-    struct ht_registry nr;
-    ht_reg_init(&nr, (void *)m, ncap);
-    if (g_reg.tab) {
-        if (ht_reg_rehash(&g_reg, &nr) != 0) {
-            ht_sys_munmap((void *)m, ht_reg_bytes(ncap));
-            return -1;
-        }
-        ht_sys_munmap(g_reg.tab, ht_reg_bytes(g_reg.cap));
-    }
-    g_reg = nr;
+    if (!ht_arena_on || ht_tls.guard || align > 16)
+        return 0;
+    if (n <= HT_MAG_MAX)
+        return 1;
+    atomic_fetch_add_explicit(&ht_ap.arena_forwarded, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ht_ap.arena_forwarded_bytes, n, memory_order_relaxed);
     return 0;
 }
 
-/* Caller holds g_lock. */
-static int reg_insert_locked(uintptr_t p, size_t size, size_t maplen, int backing, int cat)
+static void *arena_alloc(size_t n)
 {
-    struct ht_reg_entry e = {p, size, maplen, (uint8_t)backing, (uint8_t)cat, 0, 0};
-    if ((!g_reg.tab || ht_reg_full(&g_reg)) && reg_grow_locked() != 0)
-        return -1;
-    if (ht_reg_insert(&g_reg, &e) != 0)
-        return -1;
-    atomic_store_explicit(&g_owned, g_reg.count, memory_order_release);
-    return 0;
-}
-
-/* Maps size bytes along the fallback chain starting at `want`.
- * Returns the pointer (NULL: even 4k failed) and sets *maplen, *got. */
-static void *map_chain(size_t size, int want, int cat, size_t *maplen, int *got)
-{
-    int step = want;
-    for (;;) {
-        long r;
-        size_t len;
-        switch (step) {
-        case HT_B_HUGETLB1G:
-            len = align_up(size ? size : 1, HT_HUGE_1G);
-            r = ht_sys_mmap(NULL, len, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | HT_MAP_HUGE_1GB, -1, 0);
-            if (!ht_mmap_failed(r))
-                goto done;
-            ht_stats_fallback_errno(cat, HT_B_HUGETLB1G, HT_B_HUGETLB2M, (int)-r, size);
-            step = HT_B_HUGETLB2M;
-            continue;
-        case HT_B_HUGETLB2M:
-            /* Never MAP_NORESERVE: a short pool must fail here, not SIGBUS later. */
-            len = align_up(size ? size : 1, HT_HUGE_2M);
-            r = ht_sys_mmap(NULL, len, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | HT_MAP_HUGE_2MB, -1, 0);
-            if (!ht_mmap_failed(r))
-                goto done;
-            ht_stats_fallback_errno(cat, HT_B_HUGETLB2M, HT_B_THP2M, (int)-r, size);
-            step = HT_B_THP2M;
-            continue;
-        case HT_B_THP2M:
-            if (g_thp_disabled) {
-                ht_stats_fallback(cat, HT_B_THP2M, HT_B_4K, "thp-disabled", size);
-                step = HT_B_4K;
-                continue;
-            }
-            len = align_up(size ? size : 1, HT_HUGE_2M);
-            r = map_aligned(len, PROT_READ | PROT_WRITE, 0);
-            if (ht_mmap_failed(r)) {
-                ht_stats_fallback_errno(cat, HT_B_THP2M, HT_B_4K, (int)-r, size);
-                step = HT_B_4K;
-                continue;
-            }
-            {
-                long m = ht_sys_madvise((void *)r, len, MADV_HUGEPAGE);
-                if (m < 0) {
-                    ht_sys_munmap((void *)r, len);
-                    ht_stats_fallback_errno(cat, HT_B_THP2M, HT_B_4K, (int)-m, size);
-                    step = HT_B_4K;
-                    continue;
-                }
-            }
-            goto done;
-        default: /* HT_B_4K */
-            len = align_up(size ? size : 1, HT_HUGE_2M);
-            r = map_aligned(len, PROT_READ | PROT_WRITE, 0);
-            if (ht_mmap_failed(r))
-                return NULL;
-            /* Keep THP (e.g. glibc.malloc.hugetlb=1 aimed at heap-small) off. */
-            ht_sys_madvise((void *)r, len, MADV_NOHUGEPAGE);
-            step = HT_B_4K;
-            goto done;
-        }
-    done:
-        *maplen = len;
-        *got = step;
-        return (void *)r;
+    int c = ht_mag_class(n);
+    void *p = ht_atls.tc.head[c];
+    if (p) {
+        ht_atls.tc.head[c] = *(void **)p;
+        ht_atls.tc.n[c]--;
+        return p;
     }
-}
-
-static void *owned_alloc(size_t size, int want, int cat)
-{
-    size_t maplen;
-    int got;
-    if (size > (SIZE_MAX >> 2))
-        return NULL;
-    void *p = map_chain(size, want, cat, &maplen, &got);
-    if (!p)
-        return NULL;
-    pthread_mutex_lock(&g_lock);
-    int r = reg_insert_locked((uintptr_t)p, size, maplen, got, cat);
-    if (r == 0)
-        ht_stats_backed(cat, got, maplen);
-    pthread_mutex_unlock(&g_lock);
-    if (r != 0) {
-        ht_sys_munmap(p, maplen);
-        ht_stats_error("owned-allocation registry cannot grow", "");
-        return NULL;
-    }
-    return p;
-}
-
-static void verify_thp(uintptr_t p, size_t len)
-{
-    if (atomic_fetch_sub(&g_verify_budget, 1) > 0) {
-        long long v = ht_smaps_anon_huge_in(p, p + len);
-        if (v >= 0) {
-            atomic_fetch_add(&ht_stats.thp_verified, (uint64_t)v);
-            return;
-        }
-    }
-    atomic_fetch_add(&ht_stats.thp_unverified, len);
-}
-
-/* Takes e out of the registry. 1: found. */
-static int owned_take(void *p, struct ht_reg_entry *e)
-{
-    if (((uintptr_t)p & (HT_HUGE_2M - 1)) != 0 || p == NULL ||
-        atomic_load_explicit(&g_owned, memory_order_acquire) == 0)
-        return 0;
-    pthread_mutex_lock(&g_lock);
-    int r = ht_reg_remove(&g_reg, (uintptr_t)p, e);
-    if (r == 0) {
-        atomic_store_explicit(&g_owned, g_reg.count, memory_order_release);
-        ht_stats_released(e->backing, e->maplen);
-    }
-    pthread_mutex_unlock(&g_lock);
-    return r == 0;
-}
-
-static void owned_release(const struct ht_reg_entry *e)
-{
-    if (e->backing == HT_B_THP2M)
-        verify_thp(e->ptr, e->maplen);
-    ht_sys_munmap((void *)e->ptr, e->maplen);
-}
-
-/* Copy of the entry for p, if owned. */
-static int owned_lookup(void *p, struct ht_reg_entry *out)
-{
-    if (((uintptr_t)p & (HT_HUGE_2M - 1)) != 0 || p == NULL ||
-        atomic_load_explicit(&g_owned, memory_order_acquire) == 0)
-        return 0;
-    pthread_mutex_lock(&g_lock);
-    struct ht_reg_entry *e = ht_reg_find(&g_reg, (uintptr_t)p);
-    if (e)
-        *out = *e;
-    pthread_mutex_unlock(&g_lock);
-    return e != NULL;
+    return ht_arena_alloc_slow(n, c);
 }
 
 /* ---- entry points (called by hooks.c in apply mode) ---- */
@@ -467,52 +390,48 @@ static int owned_lookup(void *p, struct ht_reg_entry *out)
 void *ht_apply_malloc(size_t n, const void *caller)
 {
     int cat;
+    if (HT_UNLIKELY(!ht_atls.registered))
+        ht_apply_thread_register();
     int b = decide(n, caller, &cat);
     ht_count_alloc(cat, n);
-    if (b == HT_B_NONE)
-        return ht_fwd_malloc(n);
-    void *p = owned_alloc(n, b, cat);
-    /* Never fail where glibc might still succeed. */
-    return p ? p : ht_fwd_malloc(n);
+    ht_apply_poll_slow();
+    if (b != HT_B_NONE) {
+        void *p = ht_owned_alloc(n, b, cat, 0, 0);
+        /* Never fail where the allocator behind us might still succeed. */
+        return p ? p : ht_fwd_malloc(n);
+    }
+    if (cat == HT_CAT_HEAP_SMALL && arena_takes(n, 0))
+        return arena_alloc(n);
+    return ht_fwd_malloc(n);
 }
 
 void *ht_apply_calloc(size_t nmemb, size_t size, const void *caller)
 {
     size_t n;
     int cat;
+    if (HT_UNLIKELY(!ht_atls.registered))
+        ht_apply_thread_register();
     if (__builtin_mul_overflow(nmemb, size, &n)) {
         errno = ENOMEM;
         return NULL;
     }
     int b = decide(n, caller, &cat);
     ht_count_alloc(cat, n);
-    if (b == HT_B_NONE)
-        return ht_fwd_calloc(nmemb, size);
-    void *p = owned_alloc(n, b, cat); /* fresh mapping: already zero */
-    return p ? p : ht_fwd_calloc(nmemb, size);
+    if (b != HT_B_NONE) {
+        void *p = ht_owned_alloc(n, b, cat, 0, 1); /* fresh mappings are zero */
+        return p ? p : ht_fwd_calloc(nmemb, size);
+    }
+    if (cat == HT_CAT_HEAP_SMALL && arena_takes(n, 0)) {
+        void *p = arena_alloc(n);
+        if (p)
+            memset(p, 0, n);
+        return p;
+    }
+    return ht_fwd_calloc(nmemb, size);
 }
 
-void *ht_apply_memalign(size_t align, size_t n, const void *caller, int kind)
+static void *next_aligned(int kind, size_t align, size_t n)
 {
-    int cat;
-    size_t dn = n;
-    if (kind == HT_K_PVALLOC) {
-        size_t pg = (size_t)getpagesize();
-        if (n > SIZE_MAX - pg) {
-            errno = ENOMEM;
-            return NULL;
-        }
-        dn = n ? align_up(n, pg) : pg;
-    }
-    int b = decide(dn, caller, &cat);
-    ht_count_alloc(cat, dn);
-    /* A 2 MB-aligned pointer satisfies any alignment up to 2 MB. */
-    if (b != HT_B_NONE && align <= HT_HUGE_2M) {
-        void *p = owned_alloc(dn, b, cat);
-        if (p)
-            return p;
-        /* fall through: glibc may still succeed */
-    }
     switch (kind) {
     case HT_K_VALLOC: return ht_fwd_valloc(n);
     case HT_K_PVALLOC: return ht_fwd_pvalloc(n);
@@ -520,125 +439,131 @@ void *ht_apply_memalign(size_t align, size_t n, const void *caller, int kind)
     }
 }
 
+void *ht_apply_memalign(size_t align, size_t n, const void *caller, int kind)
+{
+    int cat;
+    size_t dn = n;
+    size_t pg = (size_t)getpagesize();
+    if (kind == HT_K_PVALLOC) {
+        if (n > SIZE_MAX - pg) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        dn = n ? (n + pg - 1) & ~(pg - 1) : pg;
+    }
+    if (kind == HT_K_VALLOC || kind == HT_K_PVALLOC)
+        align = pg;
+    int b = decide(dn, caller, &cat);
+    ht_count_alloc(cat, dn);
+    /* Any power-of-two alignment (memalign rounds others up, like glibc). */
+    size_t a = align <= HT_HUGE_2M ? 0 : align;
+    if (a && (a & (a - 1))) {
+        if (a > (SIZE_MAX >> 1))
+            a = 0, b = HT_B_NONE;
+        else
+            a = (size_t)1 << (64 - __builtin_clzll((unsigned long long)a));
+    }
+    if (b != HT_B_NONE) {
+        void *p = ht_owned_alloc(dn, b, cat, a, 0);
+        if (p)
+            return p;
+        /* fall through: the allocator behind us may still succeed */
+    }
+    if (cat == HT_CAT_HEAP_SMALL && b == HT_B_NONE && arena_takes(dn, align))
+        return arena_alloc(dn);
+    return next_aligned(kind, align, n);
+}
+
 int ht_apply_free(void *p)
 {
-    struct ht_reg_entry e;
-    if (!owned_take(p, &e))
-        return 0;
-    owned_release(&e);
-    return 1;
+    if (ht_arena_owns(p)) {
+        ht_mag_free(&ht_arena, &ht_atls.tc, p);
+        return 1;
+    }
+    return ht_owned_free(p);
 }
 
 int ht_apply_usable_size(void *p, size_t *out)
 {
     struct ht_reg_entry e;
-    if (!owned_lookup(p, &e))
+    if (ht_arena_owns(p)) {
+        *out = ht_mag_usable(&ht_arena, p);
+        return 1;
+    }
+    if (!ht_owned_lookup(p, &e))
         return 0;
-    *out = e.size;
+    *out = ht_owned_usable(&e);
     return 1;
 }
 
-/* Owned -> owned growth beyond the mapping. THP/4k mappings are moved with
- * mremap into a fresh 2 MB-aligned range (no copy; the tail is new zero
- * memory with the same advice). Otherwise a new mapping + memcpy. */
-static void *owned_grow(const struct ht_reg_entry *e, size_t n, int b, int cat)
+/* A new block for n bytes as decided (owned, arena, or the allocator). */
+static void *alloc_decided(size_t n, int b, int cat)
 {
-    if (n > (SIZE_MAX >> 2))
-        return NULL;
-    if ((e->backing == HT_B_THP2M || e->backing == HT_B_4K) && b == e->backing) {
-        size_t newlen = align_up(n, HT_HUGE_2M);
-        long t = map_aligned(newlen, PROT_NONE, MAP_NORESERVE);
-        if (!ht_mmap_failed(t)) {
-            long m = ht_sys_mremap((void *)e->ptr, e->maplen, newlen,
-                                   MREMAP_MAYMOVE | MREMAP_FIXED, (void *)t);
-            if (!ht_mmap_failed(m)) {
-                ht_sys_madvise((void *)m, newlen,
-                               e->backing == HT_B_THP2M ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-                pthread_mutex_lock(&g_lock);
-                struct ht_reg_entry old;
-                ht_reg_remove(&g_reg, e->ptr, &old);
-                ht_stats_released(e->backing, e->maplen);
-                int r = reg_insert_locked((uintptr_t)m, n, newlen, e->backing, cat);
-                if (r == 0)
-                    ht_stats_backed(cat, e->backing, newlen);
-                atomic_store_explicit(&g_owned, g_reg.count, memory_order_release);
-                pthread_mutex_unlock(&g_lock);
-                if (r != 0) {
-                    /* Cannot track it: hand the data to glibc instead. */
-                    void *q = ht_fwd_malloc(n);
-                    if (q)
-                        memcpy(q, (void *)m, e->size < n ? e->size : n);
-                    ht_sys_munmap((void *)m, newlen);
-                    return q;
-                }
-                return (void *)m;
-            }
-            ht_sys_munmap((void *)t, newlen);
-        }
+    if (b != HT_B_NONE) {
+        void *q = ht_owned_alloc(n, b, cat, 0, 0);
+        if (q)
+            return q;
+    } else if (cat == HT_CAT_HEAP_SMALL && arena_takes(n, 0)) {
+        void *q = arena_alloc(n);
+        if (q)
+            return q;
     }
-    void *q = owned_alloc(n, b, cat);
-    if (!q)
-        return NULL;
-    memcpy(q, (void *)e->ptr, e->size < n ? e->size : n);
-    struct ht_reg_entry old;
-    if (owned_take((void *)e->ptr, &old))
-        owned_release(&old);
-    return q;
+    return ht_fwd_malloc(n);
 }
 
 void *ht_apply_realloc(void *p, size_t n, const void *caller)
 {
     struct ht_reg_entry e;
     int cat;
+    if (HT_UNLIKELY(!ht_atls.registered))
+        ht_apply_thread_register();
     if (p == NULL)
         return ht_apply_malloc(n, caller);
-    int owned = owned_lookup(p, &e);
+    if (ht_arena_owns(p)) {
+        if (n == 0) {
+            ht_mag_free(&ht_arena, &ht_atls.tc, p);
+            return NULL;
+        }
+        int b = decide(n, caller, &cat);
+        ht_count_alloc(cat, n);
+        size_t have = ht_mag_usable(&ht_arena, p);
+        if (b == HT_B_NONE && n <= have && n > have / 2)
+            return p;
+        void *q = alloc_decided(n, b, cat);
+        if (!q)
+            return NULL;
+        memcpy(q, p, have < n ? have : n);
+        ht_mag_free(&ht_arena, &ht_atls.tc, p);
+        return q;
+    }
+    int owned = ht_owned_lookup(p, &e);
     if (n == 0) {
         /* glibc semantics (REALLOC_ZERO_BYTES_FREES): free, return NULL. */
-        if (owned) {
-            if (owned_take(p, &e))
-                owned_release(&e);
-        } else {
+        if (!owned || !ht_owned_free(p))
             ht_fwd_free(p);
-        }
         return NULL;
     }
     int b = decide(n, caller, &cat);
     ht_count_alloc(cat, n);
     if (owned) {
         if (b != HT_B_NONE) {
-            if (n <= e.maplen) {
-                pthread_mutex_lock(&g_lock);
-                struct ht_reg_entry *pe = ht_reg_find(&g_reg, (uintptr_t)p);
-                if (pe)
-                    pe->size = n;
-                pthread_mutex_unlock(&g_lock);
-                return p;
-            }
-            void *q = owned_grow(&e, n, b, cat);
+            void *q = ht_owned_realloc(&e, n, b, cat);
             if (q)
                 return q;
-            /* Every owned backing failed: let glibc hold the grown block. */
-            q = ht_fwd_malloc(n);
-            if (!q)
-                return NULL;
-            memcpy(q, p, e.size);
-            if (owned_take(p, &e))
-                owned_release(&e);
-            return q;
         }
-        /* Dropped below the threshold: back to glibc. */
-        void *q = ht_fwd_malloc(n);
+        /* Below the threshold now, or every owned backing failed: move the
+         * data to the allocator (or the arena). */
+        size_t have = ht_owned_usable(&e);
+        void *q = b != HT_B_NONE ? ht_fwd_malloc(n) : alloc_decided(n, HT_B_NONE, cat);
         if (!q)
             return NULL;
-        memcpy(q, p, e.size < n ? e.size : n);
-        if (owned_take(p, &e))
-            owned_release(&e);
+        memcpy(q, p, have < n ? have : n);
+        ht_owned_free(p);
         return q;
     }
     if (b != HT_B_NONE) {
-        /* glibc -> owned: grew past the threshold (or a planned site). */
-        void *q = owned_alloc(n, b, cat);
+        /* The allocator's block -> owned: grew past the threshold (or a site). */
+        void *q = ht_owned_alloc(n, b, cat, 0, 0);
         if (!q)
             return ht_fwd_realloc(p, n);
         size_t old = ht_fwd_usable_size(p);
@@ -649,75 +574,116 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
     return ht_fwd_realloc(p, n);
 }
 
-/* ---- exit: verify what THP actually delivered ---- */
+/* ---- summary sections (stats.c writes the rest) ---- */
 
-struct fin_ctx {
-    uint64_t live_thp;
-    uint64_t heap_ah;
-    uint64_t static_ah;
-};
+int ht_apply_heap_small_tunable(void) { return ht_ap.heap_small_b == HT_B_THP2M; }
 
-static uint64_t overlap(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)
+static const char *const fork_names[] = {"copy", "thp", "off"};
+
+void ht_apply_summary(struct ht_json *j, int in_signal)
 {
-    uint64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
-    return hi > lo ? hi - lo : 0;
+    /* Verification first: it also measures heap-small's [heap]. */
+    ht_verify_summary(j, in_signal);
+
+    hj_obj_begin(j, "plan");
+    hj_bool(j, "valid", ht_ap.plan.valid);
+    hj_str(j, "layout", ht_ap.layout == HT_LAYOUT_ROUND_UP ? "round-up" : "head-tail");
+    hj_str(j, "fork_safe", fork_names[ht_ap.fork_safe]);
+    hj_obj_begin(j, "thp_enabled");
+    for (int b = HT_B_4K; b < HT_B_COUNT; b++)
+        if (ht_backing_is_thp(b))
+            hj_bool(j, ht_backing_name(b), ht_ap.thp_ok[b]);
+    hj_obj_end(j);
+    hj_obj_end(j);
+
+    hj_obj_begin(j, "layout");
+    hj_u64(j, "sub_huge_allocations", atomic_load(&ht_ap.sub_huge_allocs));
+    hj_u64(j, "sub_huge_bytes", atomic_load(&ht_ap.sub_huge_bytes));
+    hj_u64(j, "round_up_waste_bytes", atomic_load(&ht_ap.round_up_waste));
+    hj_obj_end(j);
+
+    hj_obj_begin(j, "realloc");
+    hj_u64(j, "in_place", atomic_load(&ht_ap.realloc_in_place));
+    hj_u64(j, "moved", atomic_load(&ht_ap.realloc_moved));
+    hj_u64(j, "copied", atomic_load(&ht_ap.realloc_copied));
+    hj_u64(j, "shrunk", atomic_load(&ht_ap.realloc_shrunk));
+    hj_obj_end(j);
+
+    hj_obj_begin(j, "pools");
+    for (int k = 0; k < HT_POOL_N; k++) {
+        if (!ht_ap.pool_planned[k])
+            continue;
+        const struct ht_pool *pl = &ht_ap.pool[k];
+        hj_obj_begin(j, k == HT_POOL_2M ? "hugetlb-2m" : "hugetlb-1g");
+        hj_u64(j, "planned_pages", ht_ap.pool_planned[k]);
+        hj_u64(j, "pages", pl->base ? pl->npages : 0);
+        hj_u64(j, "used_pages", pl->base ? pl->used : 0);
+        hj_u64(j, "peak_used_pages", pl->peak);
+        hj_u64(j, "allocations", atomic_load(&ht_ap.pool_allocs[k]));
+        hj_u64(j, "misses", atomic_load(&ht_ap.pool_misses[k]));
+        hj_obj_end(j);
+    }
+    hj_obj_end(j);
+
+    ht_arena_summary(j);
+
+    hj_obj_begin(j, "fork");
+    hj_str(j, "mode", fork_names[ht_ap.fork_safe]);
+    hj_u64(j, "protected_ranges", atomic_load(&ht_ap.fork_protected));
+    hj_u64(j, "copied_bytes", atomic_load(&ht_ap.fork_copied_bytes));
+    hj_u64(j, "unprotected_ranges", atomic_load(&ht_ap.fork_unprotected));
+    hj_u64(j, "adopted_bytes", atomic_load(&ht_ap.fork_adopted_bytes));
+    hj_obj_end(j);
+
+    hj_obj_begin(j, "inject");
+    for (int k = 0; k < HT_INJ_N; k++) {
+        if (!ht_ap.inj.every[k])
+            continue;
+        hj_obj_begin(j, ht_inject_kind_name(k));
+        hj_u64(j, "every", ht_ap.inj.every[k]);
+        hj_u64(j, "attempts", atomic_load(&ht_ap.inj_attempts[k]));
+        hj_u64(j, "fired", atomic_load(&ht_ap.inj_fired[k]));
+        hj_obj_end(j);
+    }
+    hj_obj_end(j);
+
+    hj_obj_begin(j, "static");
+    hj_arr_begin(j, "ranges");
+    for (int i = 0; i < ht_nstatic_ranges; i++) {
+        char hx[24];
+        hj_obj_begin(j, NULL);
+        ht_fmt_hex(hx, ht_static_ranges[i].lo);
+        hj_str(j, "start", hx);
+        hj_u64(j, "bytes", ht_static_ranges[i].hi - ht_static_ranges[i].lo);
+        hj_str(j, "backing", ht_backing_name(ht_static_ranges[i].backing));
+        hj_obj_end(j);
+    }
+    hj_arr_end(j);
+    hj_obj_end(j);
+    hj_bool(j, "sigusr2", ht_ap.sigusr2_installed);
 }
 
-static int fin_cb(const struct ht_vma *v, void *p)
-{
-    struct fin_ctx *c = p;
-    uint64_t ah = v->anon_huge_kb * 1024;
-    if (strcmp(v->name, "[heap]") == 0)
-        c->heap_ah += ah;
-    if (g_static_hi > g_static_lo) {
-        uint64_t o = overlap(v->start, v->end, g_static_lo, g_static_hi);
-        c->static_ah += ah < o ? ah : o;
-    }
-    if (ah && g_reg.tab && v->name[0] == 0) {
-        uint64_t o = 0;
-        for (size_t i = 0; i < g_reg.cap; i++) {
-            const struct ht_reg_entry *e = &g_reg.tab[i];
-            if (e->ptr && e->backing == HT_B_THP2M)
-                o += overlap(v->start, v->end, e->ptr, e->ptr + e->maplen);
-        }
-        c->live_thp += ah < o ? ah : o;
-    }
-    return 0;
-}
+/* ---- exit ---- */
 
 void ht_apply_finish(void)
 {
-    struct fin_ctx c = {0, 0, 0};
-    int need = g_heap_small_b == HT_B_THP2M || g_static_hi > g_static_lo ||
-               atomic_load(&g_owned) > 0;
-    if (!need)
-        return;
-    pthread_mutex_lock(&g_lock);
-    int r = ht_smaps_scan_self(fin_cb, &c);
-    pthread_mutex_unlock(&g_lock);
-    if (r < 0) {
-        char eb[24];
-        ht_stats_error("cannot read /proc/self/smaps: ", ht_errno_name(-r, eb));
-        return;
-    }
-    atomic_fetch_add(&ht_stats.thp_verified, c.live_thp + c.static_ah);
-    if (g_heap_small_b == HT_B_THP2M) {
-        /* glibc advised the heap; report what the [heap] VMA got. */
-        atomic_fetch_add(&ht_stats.cat_backed[HT_CAT_HEAP_SMALL][HT_B_THP2M], c.heap_ah);
-        atomic_fetch_add(&ht_stats.backed_bytes[HT_B_THP2M], c.heap_ah);
-        atomic_fetch_add(&ht_stats.thp_verified, c.heap_ah);
-    }
+    /* Verification happens while the summary is written (verify.c). */
 }
 
-/* ---- fork ---- */
+/* ---- fork (init.c's handlers call these) ---- */
 
-void ht_apply_atfork_prepare(void) { pthread_mutex_lock(&g_lock); }
-void ht_apply_atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
+void ht_apply_atfork_prepare(void)
+{
+    ht_fork_prepare();
+    threads_atfork_prepare();
+}
+void ht_apply_atfork_parent(void)
+{
+    threads_atfork_parent();
+    ht_fork_parent();
+}
 void ht_apply_atfork_child(void)
 {
-    /* The registry stays valid: the child has private copies of every owned
-     * mapping at the same addresses. (Known gap: copy-on-write of hugetlb
-     * pages in the child can SIGBUS when the pool is exhausted.) */
-    atomic_store(&g_verify_budget, VERIFY_BUDGET);
-    pthread_mutex_unlock(&g_lock);
+    threads_atfork_child();
+    ht_fork_child();
 }

@@ -1,7 +1,8 @@
 /* hooks.c - the exported entry points (the only symbols the library exports).
  *
- * Each hook first checks for the inert state: one relaxed load and a
- * predictable branch, then the call goes straight to the allocator behind us
+ * Each hook first loads the state (one relaxed load): apply mode's fast path
+ * (apply_fast.h) comes first, then the inert check (a second predictable
+ * branch), then the call goes straight to the allocator behind us
  * (malloc family: glibc's or the program's own, resolved once, see next.c) or
  * to the kernel (mmap family, raw syscalls with errno set as libc would). Everything else lives in
  * a non-inlined slow path so the inert fast path stays small.
@@ -10,6 +11,7 @@
  * function itself: the return address in the program, as the log and the plan's
  * `site` lines define it. */
 #include "ht.h"
+#include "apply_fast.h"
 #include "next.h"
 
 #include <errno.h>
@@ -81,10 +83,26 @@ static SLOW void *malloc_slow(size_t n, const void *ra)
     return ht_fwd_malloc(n);
 }
 
+static SLOW void *malloc_arena(size_t n) { return ht_apply_arena_malloc(&ht_atls, n); }
+
 HT_API void *malloc(size_t n)
 {
-    if (HT_LIKELY(inert()))
+    int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
+    /* Apply first: it is the mode a production service runs in, and its fast
+     * path then is straight-line code (the inert path pays one compare). */
+    if (HT_LIKELY(s == HT_APPLY)) {
+        /* apply_fast.h: small sizes no directive concerns are forwarded
+         * (tail call), the arena serves its classes. */
+        struct ht_apply_tls *t = &ht_atls;
+        if (HT_LIKELY(n < t->fast_max)) {
+            ht_apply_count_small(t, n);
+            return ht_next.malloc(n);
+        }
+        if (n < t->arena_max)
+            return malloc_arena(n); /* tail call: no frame here */
+    } else if (HT_LIKELY(s == HT_INERT)) {
         return ht_next.malloc(n);
+    }
     return malloc_slow(n, RA());
 }
 
@@ -93,8 +111,9 @@ HT_API void *malloc(size_t n)
 static SLOW void free_slow(void *p, const void *ra)
 {
     if (HT_LIKELY(ht_state_get() == HT_APPLY)) {
-        /* Owned blocks are 2 MB aligned: everything else is glibc's. */
-        if (((uintptr_t)p & (HT_HUGE_2M - 1)) != 0 || !ht_apply_free(p))
+        /* Arena objects and owned blocks are ours; everything else is the
+         * allocator's. */
+        if (!ht_apply_free(p))
             ht_fwd_free(p);
         return;
     }
@@ -114,7 +133,11 @@ static SLOW void free_slow(void *p, const void *ra)
 
 HT_API void free(void *p)
 {
-    if (HT_LIKELY(inert())) {
+    int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
+    if (HT_LIKELY(s == HT_APPLY)) {
+        if (HT_LIKELY(ht_apply_free_fast(p)))
+            return;
+    } else if (HT_LIKELY(s == HT_INERT)) {
         ht_fwd_free(p);
         return;
     }
@@ -142,8 +165,14 @@ static SLOW void *calloc_slow(size_t nm, size_t sz, const void *ra)
 
 HT_API void *calloc(size_t nm, size_t sz)
 {
-    if (HT_LIKELY(inert()))
+    int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
+    void *p;
+    if (HT_LIKELY(s == HT_APPLY)) {
+        if (HT_LIKELY(ht_apply_calloc_fast(nm, sz, &p)))
+            return p;
+    } else if (HT_LIKELY(s == HT_INERT)) {
         return ht_next.calloc(nm, sz);
+    }
     return calloc_slow(nm, sz, RA());
 }
 
@@ -172,8 +201,14 @@ static SLOW void *realloc_slow(void *p, size_t n, const void *ra, uint16_t kind,
 
 HT_API void *realloc(void *p, size_t n)
 {
-    if (HT_LIKELY(inert()))
+    int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
+    void *q;
+    if (HT_LIKELY(s == HT_APPLY)) {
+        if (HT_LIKELY(ht_apply_realloc_fast(p, n, &q)))
+            return q;
+    } else if (HT_LIKELY(s == HT_INERT)) {
         return ht_fwd_realloc(p, n);
+    }
     return realloc_slow(p, n, RA(), HT_K_REALLOC, 0);
 }
 
@@ -294,7 +329,9 @@ HT_API int posix_memalign(void **out, size_t align, size_t n)
 HT_API size_t malloc_usable_size(void *p)
 {
     size_t n;
-    if (HT_UNLIKELY(!inert()) && apply_state() && ht_apply_usable_size(p, &n))
+    if (HT_UNLIKELY(!inert()) && apply_state() &&
+        (((uintptr_t)p & (HT_HUGE_2M - 1)) == 0 || ht_arena_owns(p)) &&
+        ht_apply_usable_size(p, &n))
         return n;
     return ht_fwd_usable_size(p);
 }

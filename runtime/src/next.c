@@ -51,8 +51,9 @@ static size_t libc_usable_size(void *p)
 
 /* ---- bootstrap arena ---- */
 
-#define BOOT_BYTES (256 * 1024)
-static _Alignas(4096) unsigned char g_boot[BOOT_BYTES];
+#define BOOT_BYTES HT_BOOT_BYTES
+_Alignas(4096) unsigned char ht_boot_mem[HT_BOOT_BYTES];
+#define g_boot ht_boot_mem
 static _Atomic size_t g_boot_used;
 
 /* Each block is preceded by its size (16 bytes, keeps 16-byte alignment). */
@@ -77,11 +78,6 @@ void *ht_boot_alloc(size_t n, size_t align)
             return g_boot + start;
         }
     }
-}
-
-int ht_boot_owns(const void *p)
-{
-    return (const unsigned char *)p >= g_boot && (const unsigned char *)p < g_boot + BOOT_BYTES;
 }
 
 size_t ht_boot_size(const void *p)

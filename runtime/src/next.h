@@ -8,6 +8,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #pragma GCC visibility push(hidden)
 
@@ -37,7 +38,13 @@ const char *ht_next_module(void);
 
 /* The bootstrap arena: serves allocations made while resolving. */
 void *ht_boot_alloc(size_t n, size_t align);
-int ht_boot_owns(const void *p);
+#define HT_BOOT_BYTES (256 * 1024)
+extern unsigned char ht_boot_mem[HT_BOOT_BYTES];
+/* Inline: free() checks it on every call. */
+static inline int ht_boot_owns(const void *p)
+{
+    return (uintptr_t)p - (uintptr_t)ht_boot_mem < HT_BOOT_BYTES;
+}
 size_t ht_boot_size(const void *p);
 
 /* 1: forward now; 0: the caller is resolving and must use the bootstrap arena. */

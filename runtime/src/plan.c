@@ -14,7 +14,32 @@ static const char *const backing_names[HT_B_COUNT] = {
     [HT_B_THP2M] = "thp-2m",
     [HT_B_HUGETLB2M] = "hugetlb-2m",
     [HT_B_HUGETLB1G] = "hugetlb-1g",
+    [HT_B_THP16K] = "thp-16k",
+    [HT_B_THP32K] = "thp-32k",
+    [HT_B_THP64K] = "thp-64k",
+    [HT_B_THP128K] = "thp-128k",
+    [HT_B_THP256K] = "thp-256k",
+    [HT_B_THP512K] = "thp-512k",
+    [HT_B_THP1M] = "thp-1m",
 };
+
+uint64_t ht_backing_page(int b)
+{
+    switch (b) {
+    case HT_B_4K: return 4096;
+    case HT_B_THP2M:
+    case HT_B_HUGETLB2M: return 2ull << 20;
+    case HT_B_HUGETLB1G: return 1ull << 30;
+    case HT_B_THP16K: return 16ull << 10;
+    case HT_B_THP32K: return 32ull << 10;
+    case HT_B_THP64K: return 64ull << 10;
+    case HT_B_THP128K: return 128ull << 10;
+    case HT_B_THP256K: return 256ull << 10;
+    case HT_B_THP512K: return 512ull << 10;
+    case HT_B_THP1M: return 1ull << 20;
+    default: return 0;
+    }
+}
 
 const char *ht_backing_name(int b)
 {
@@ -47,17 +72,28 @@ static int tok_is(const struct tok *t, const char *lit)
     return t->n == n && memcmp(t->s, lit, n) == 0;
 }
 
+static void clear(struct ht_plan *p)
+{
+    p->valid = 0;
+    p->has_threshold = 0;
+    p->threshold = 0;
+    p->heap_large = p->heap_small = p->static_ = p->arena = HT_B_NONE;
+    p->arena_bytes = 0;
+    p->nstatics = 0;
+    p->layout = HT_LAYOUT_HEAD_TAIL;
+    p->fork_safe = HT_FORK_COPY;
+    for (int i = 0; i < HT_POOL_N; i++)
+        p->pool_pages[i] = 0;
+    p->nsites = 0;
+    p->pool_len = 0;
+}
+
 /* Sets the error message and clears everything. */
 static int fail(struct ht_plan *p, int line, const char *reason,
                 const char *ls, size_t ln)
 {
     struct ht_buf b;
-    p->valid = 0;
-    p->has_threshold = 0;
-    p->threshold = 0;
-    p->heap_large = p->heap_small = p->static_ = HT_B_NONE;
-    p->nsites = 0;
-    p->pool_len = 0;
+    clear(p);
     p->err_line = line;
     hb_init(&b, p->error, sizeof p->error);
     hb_puts(&b, "plan");
@@ -80,19 +116,26 @@ static int fail(struct ht_plan *p, int line, const char *reason,
     return -1;
 }
 
+/* Copies a module path into the string pool. -1 when the pool is full. */
+static int pool_add(struct ht_plan *p, const char *s, size_t n, uint32_t *off)
+{
+    if (p->pool_len + n + 1 > HT_PLAN_POOL)
+        return -1;
+    *off = (uint32_t)p->pool_len;
+    memcpy(p->pool + p->pool_len, s, n);
+    p->pool[p->pool_len + n] = 0;
+    p->pool_len += n + 1;
+    return 0;
+}
+
 int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
 {
     int line = 0;
     int seen_header = 0;
-    int seen_hl = 0, seen_hs = 0, seen_st = 0;
+    int seen_hl = 0, seen_hs = 0, seen_layout = 0, seen_fork = 0;
     size_t pos = 0;
 
-    p->valid = 0;
-    p->has_threshold = 0;
-    p->threshold = 0;
-    p->heap_large = p->heap_small = p->static_ = HT_B_NONE;
-    p->nsites = 0;
-    p->pool_len = 0;
+    clear(p);
     p->err_line = 0;
     p->error[0] = 0;
 
@@ -158,31 +201,106 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
                 return fail(p, line, "bad threshold (decimal bytes, 1..2^48)", ls, ln);
             p->has_threshold = 1;
             p->threshold = v;
-        } else if (tok_is(&t[0], "heap-large") || tok_is(&t[0], "heap-small") ||
-                   tok_is(&t[0], "static")) {
-            int *dst, *seen;
-            int small_or_static = !tok_is(&t[0], "heap-large");
-            if (tok_is(&t[0], "heap-large")) {
-                dst = &p->heap_large;
-                seen = &seen_hl;
-            } else if (tok_is(&t[0], "heap-small")) {
-                dst = &p->heap_small;
-                seen = &seen_hs;
-            } else {
-                dst = &p->static_;
-                seen = &seen_st;
-            }
+        } else if (tok_is(&t[0], "heap-large")) {
             if (nt != 2)
-                return fail(p, line, "expected 'CATEGORY BACKING'", ls, ln);
-            if (*seen)
+                return fail(p, line, "expected 'heap-large BACKING'", ls, ln);
+            if (seen_hl)
                 return fail(p, line, "duplicate directive", ls, ln);
             int b = ht_backing_parse(t[1].s, t[1].n);
             if (b < 0)
                 return fail(p, line, "unknown backing", ls, ln);
-            if (small_or_static && b != HT_B_THP2M && b != HT_B_4K)
+            seen_hl = 1;
+            p->heap_large = b;
+        } else if (tok_is(&t[0], "heap-small")) {
+            if (seen_hs)
+                return fail(p, line, "duplicate directive", ls, ln);
+            seen_hs = 1;
+            if (nt >= 2 && tok_is(&t[1], "arena")) {
+                if (nt != 3 && nt != 4)
+                    return fail(p, line, "expected 'heap-small arena BACKING [BYTES]'", ls, ln);
+                int b = ht_backing_parse(t[2].s, t[2].n);
+                if (b != HT_B_HUGETLB2M && b != HT_B_THP2M)
+                    return fail(p, line, "arena backing must be hugetlb-2m or thp-2m", ls, ln);
+                uint64_t bytes = HT_ARENA_DEFAULT_BYTES;
+                if (nt == 4 && (ht_parse_u64(t[3].s, t[3].n, 10, &bytes) || bytes < (2ull << 20) ||
+                                bytes > HT_ARENA_MAX_BYTES))
+                    return fail(p, line, "bad arena size (decimal bytes, 2 MiB..2^46)", ls, ln);
+                p->arena = b;
+                p->arena_bytes = (bytes + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+                continue;
+            }
+            if (nt != 2)
+                return fail(p, line, "expected 'heap-small BACKING' or 'heap-small arena BACKING [BYTES]'", ls, ln);
+            int b = ht_backing_parse(t[1].s, t[1].n);
+            if (b < 0)
+                return fail(p, line, "unknown backing", ls, ln);
+            if (b != HT_B_THP2M && b != HT_B_4K)
                 return fail(p, line, "backing not supported for this category (thp-2m or 4k)", ls, ln);
-            *seen = 1;
-            *dst = b;
+            p->heap_small = b;
+        } else if (tok_is(&t[0], "static")) {
+            if (nt != 2 && nt != 3)
+                return fail(p, line, "expected 'static BACKING [MODULE]'", ls, ln);
+            int b = ht_backing_parse(t[1].s, t[1].n);
+            if (b < 0)
+                return fail(p, line, "unknown backing", ls, ln);
+            if (b != HT_B_THP2M && b != HT_B_4K && b != HT_B_HUGETLB2M)
+                return fail(p, line, "backing not supported for static (thp-2m, hugetlb-2m or 4k)", ls, ln);
+            const char *ms = nt == 3 ? t[2].s : "";
+            size_t mn = nt == 3 ? t[2].n : 0;
+            for (int k = 0; k < p->nstatics; k++) {
+                const struct ht_plan_static *s = &p->statics[k];
+                if (s->mod_len == mn && memcmp(p->pool + s->mod_off, ms, mn) == 0)
+                    return fail(p, line, "duplicate static directive for this module", ls, ln);
+            }
+            if (p->nstatics == HT_PLAN_MAX_STATICS)
+                return fail(p, line, "too many static directives", ls, ln);
+            struct ht_plan_static *s = &p->statics[p->nstatics];
+            if (pool_add(p, ms, mn, &s->mod_off) != 0)
+                return fail(p, line, "module paths too long in total", ls, ln);
+            s->mod_len = (uint32_t)mn;
+            s->backing = b;
+            p->nstatics++;
+            if (mn == 0)
+                p->static_ = b;
+        } else if (tok_is(&t[0], "layout")) {
+            if (nt != 2)
+                return fail(p, line, "expected 'layout head-tail|round-up'", ls, ln);
+            if (seen_layout)
+                return fail(p, line, "duplicate layout", ls, ln);
+            if (tok_is(&t[1], "head-tail"))
+                p->layout = HT_LAYOUT_HEAD_TAIL;
+            else if (tok_is(&t[1], "round-up"))
+                p->layout = HT_LAYOUT_ROUND_UP;
+            else
+                return fail(p, line, "unknown layout (head-tail or round-up)", ls, ln);
+            seen_layout = 1;
+        } else if (tok_is(&t[0], "fork-safe")) {
+            if (nt != 2)
+                return fail(p, line, "expected 'fork-safe copy|thp|off'", ls, ln);
+            if (seen_fork)
+                return fail(p, line, "duplicate fork-safe", ls, ln);
+            if (tok_is(&t[1], "copy"))
+                p->fork_safe = HT_FORK_COPY;
+            else if (tok_is(&t[1], "thp"))
+                p->fork_safe = HT_FORK_THP;
+            else if (tok_is(&t[1], "off"))
+                p->fork_safe = HT_FORK_OFF;
+            else
+                return fail(p, line, "unknown fork-safe mode (copy, thp or off)", ls, ln);
+            seen_fork = 1;
+        } else if (tok_is(&t[0], "pool")) {
+            uint64_t n;
+            if (nt != 3)
+                return fail(p, line, "expected 'pool hugetlb-2m|hugetlb-1g N'", ls, ln);
+            int b = ht_backing_parse(t[1].s, t[1].n);
+            if (b != HT_B_HUGETLB2M && b != HT_B_HUGETLB1G)
+                return fail(p, line, "pool backing must be hugetlb-2m or hugetlb-1g", ls, ln);
+            int k = b == HT_B_HUGETLB2M ? HT_POOL_2M : HT_POOL_1G;
+            if (p->pool_pages[k])
+                return fail(p, line, "duplicate pool", ls, ln);
+            if (ht_parse_u64(t[2].s, t[2].n, 10, &n) || n == 0 || n > HT_PLAN_MAX_POOL_PAGES)
+                return fail(p, line, "bad pool size (decimal pages, 1..1048576)", ls, ln);
+            p->pool_pages[k] = n;
         } else if (tok_is(&t[0], "site")) {
             uint64_t off;
             if (nt != 4)
@@ -200,14 +318,11 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
                     memcmp(p->pool + s->mod_off, t[1].s, t[1].n) == 0)
                     return fail(p, line, "duplicate site", ls, ln);
             }
-            if (p->pool_len + t[1].n + 1 > HT_PLAN_POOL)
-                return fail(p, line, "site module paths too long in total", ls, ln);
-            struct ht_plan_site *s = &p->sites[p->nsites++];
-            s->mod_off = (uint32_t)p->pool_len;
+            struct ht_plan_site *s = &p->sites[p->nsites];
+            if (pool_add(p, t[1].s, t[1].n, &s->mod_off) != 0)
+                return fail(p, line, "module paths too long in total", ls, ln);
+            p->nsites++;
             s->mod_len = (uint32_t)t[1].n;
-            memcpy(p->pool + p->pool_len, t[1].s, t[1].n);
-            p->pool[p->pool_len + t[1].n] = 0;
-            p->pool_len += t[1].n + 1;
             s->offset = off;
             s->backing = b;
         } else {

@@ -13,14 +13,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "layout.h"
+
+/* flags */
+#define HT_REG_POOL 1u /* a run of pool pages (returned to the pool, not unmapped) */
+#define HT_REG_FORKED 2u /* a fork child's copy of a hugetlb block (see apply.c) */
+
 struct ht_reg_entry {
-    uintptr_t ptr;   /* user pointer == mapping start, 2 MB aligned */
-    size_t size;     /* requested size (updated by in-place realloc) */
-    size_t maplen;   /* mapping length */
-    uint8_t backing; /* HT_B_* actually used */
+    uintptr_t ptr;   /* user pointer == block start, >= 2 MB aligned */
+    struct ht_layout l; /* its segments (l.size: requested size) */
     uint8_t category;
-    uint16_t flags;
-    uint32_t reserved;
+    uint8_t want;    /* planned backing (HT_B_*) */
+    uint8_t flags;
+    uint8_t pool;    /* HT_POOL_* when HT_REG_POOL */
+    uint32_t pool_idx; /* first pool page */
 };
 
 struct ht_registry {

@@ -6,6 +6,7 @@
  * allocating. Fallbacks go to a small fixed table under a mutex (they happen on
  * the owned-allocation slow path only); errors to a fixed lock-free array. */
 #include "ht.h"
+#include "apply_int.h"
 #include "next.h"
 
 #include "fmt.h"
@@ -13,6 +14,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 struct ht_stats ht_stats;
@@ -43,6 +45,8 @@ static const char *const cat_names[HT_CAT_COUNT] = {
 
 const char *ht_category_name(int cat)
 {
+    if (cat == HT_CAT_COUNT)
+        return "pool"; /* fallbacks of the pool itself (apply_int.h: HT_CAT_POOL) */
     return cat >= 0 && cat < HT_CAT_COUNT ? cat_names[cat] : "other";
 }
 
@@ -53,9 +57,18 @@ static void max_update(_Atomic uint64_t *peak, uint64_t v)
         ;
 }
 
+void ht_stats_cat_backed(int cat, int backing, uint64_t bytes);
+void ht_stats_cat_backed(int cat, int backing, uint64_t bytes)
+{
+    if (cat >= 0 && cat < HT_CAT_COUNT && backing > 0 && backing < HT_B_COUNT)
+        atomic_fetch_add(&ht_stats.cat_backed[cat][backing], bytes);
+}
+
 void ht_stats_backed(int cat, int backing, uint64_t bytes)
 {
-    atomic_fetch_add(&ht_stats.cat_backed[cat][backing], bytes);
+    if (backing <= 0 || backing >= HT_B_COUNT)
+        return;
+    ht_stats_cat_backed(cat, backing, bytes);
     atomic_fetch_add(&ht_stats.backed_bytes[backing], bytes);
     uint64_t h = atomic_fetch_add(&ht_stats.held[backing], bytes) + bytes;
     max_update(&ht_stats.peak[backing], h);
@@ -63,7 +76,8 @@ void ht_stats_backed(int cat, int backing, uint64_t bytes)
 
 void ht_stats_released(int backing, uint64_t bytes)
 {
-    atomic_fetch_sub(&ht_stats.held[backing], bytes);
+    if (backing > 0 && backing < HT_B_COUNT)
+        atomic_fetch_sub(&ht_stats.held[backing], bytes);
 }
 
 void ht_stats_fallback(int cat, int from, int to, const char *reason, uint64_t bytes)
@@ -148,14 +162,20 @@ void ht_stats_atfork_child(void)
 
 /* ---- summary ---- */
 
-static void backed_map(struct ht_json *j, int cat)
+static const int g_order[] = {HT_B_HUGETLB1G, HT_B_HUGETLB2M, HT_B_THP2M, HT_B_THP1M,
+                              HT_B_THP512K, HT_B_THP256K, HT_B_THP128K, HT_B_THP64K,
+                              HT_B_THP32K, HT_B_THP16K, HT_B_4K};
+#define NORDER (sizeof g_order / sizeof g_order[0])
+
+static void backed_map(struct ht_json *j, int cat, uint64_t extra_thp)
 {
-    static const int order[] = {HT_B_HUGETLB1G, HT_B_HUGETLB2M, HT_B_THP2M, HT_B_4K};
     hj_obj_begin(j, "backed");
-    for (unsigned k = 0; k < sizeof order / sizeof order[0]; k++) {
-        uint64_t v = atomic_load(&ht_stats.cat_backed[cat][order[k]]);
+    for (unsigned k = 0; k < NORDER; k++) {
+        uint64_t v = atomic_load(&ht_stats.cat_backed[cat][g_order[k]]);
+        if (g_order[k] == HT_B_THP2M)
+            v += extra_thp;
         if (v)
-            hj_u64(j, ht_backing_name(order[k]), v);
+            hj_u64(j, ht_backing_name(g_order[k]), v);
     }
     hj_obj_end(j);
 }
@@ -173,11 +193,15 @@ static void write_all(int fd, const char *p, size_t n)
     }
 }
 
-void ht_summary_write(void)
+static _Atomic int g_writing;
+static _Atomic uint64_t g_snapshots;
+
+/* Writes the summary. final: at exit; in_signal: from a signal handler (no
+ * blocking: every lock is tried, a busy writer means "skip"). */
+static void summary_write(int final, int in_signal)
 {
-    static char out[64 << 10];
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    char path[HT_PATH_MAX];
+    static char out[128 << 10];
+    char path[HT_PATH_MAX], tmp[HT_PATH_MAX + 8];
     struct ht_buf b;
     struct ht_json j;
     uint64_t cnt[HT_TC_N];
@@ -187,15 +211,43 @@ void ht_summary_write(void)
         return;
     if (ht_output_path(ht_cfg.summary_tmpl, path, sizeof path) != 0)
         return;
-    pthread_mutex_lock(&lock);
+    int expect = 0;
+    while (!atomic_compare_exchange_strong(&g_writing, &expect, 1)) {
+        if (in_signal || !final)
+            return; /* a summary is being written right now */
+        expect = 0;
+        sched_yield();
+    }
+    uint64_t seq = atomic_fetch_add(&g_snapshots, 1) + 1;
     ht_counters_sum(cnt);
+    if (mode == HT_APPLY) {
+        /* heap-small allocations the fast paths counted per thread */
+        uint64_t fa, fb;
+        ht_apply_fast_counts(&fa, &fb, in_signal);
+        cnt[HT_TC_ALLOCS(HT_CAT_HEAP_SMALL)] += fa;
+        cnt[HT_TC_BYTES(HT_CAT_HEAP_SMALL)] += fb;
+    }
     hb_init(&b, out, sizeof out);
     hj_init(&j, &b);
     hj_obj_begin(&j, NULL);
     hj_u64(&j, "version", 1);
     hj_i64(&j, "pid", ht_cfg.pid);
     hj_str(&j, "mode", mode == HT_RECORD ? "record" : "apply");
+    hj_bool(&j, "final", final);
+    hj_u64(&j, "sequence", seq);
     hj_u64(&j, "threshold", ht_cfg.threshold);
+
+    /* Apply mode verifies first (its smaps scan also yields heap-small's THP). */
+    struct ht_buf ab;
+    struct ht_json aj;
+    static char abuf[32 << 10];
+    if (mode == HT_APPLY) {
+        hb_init(&ab, abuf, sizeof abuf);
+        hj_init(&aj, &ab);
+        aj.depth = 1;
+        aj.first[1] = 1;
+        ht_apply_summary(&aj, in_signal);
+    }
 
     hj_obj_begin(&j, "categories");
     static const int cats[] = {HT_CAT_HEAP_LARGE, HT_CAT_HEAP_SMALL, HT_CAT_STATIC, HT_CAT_SITES};
@@ -208,50 +260,69 @@ void ht_summary_write(void)
             hj_u64(&j, "allocations", cnt[HT_TC_ALLOCS(c)]);
             hj_u64(&j, "requested_bytes", cnt[HT_TC_BYTES(c)]);
         }
-        backed_map(&j, c);
+        /* heap-small with glibc's tunable: what the [heap] VMA got. */
+        uint64_t extra = 0;
+        if (mode == HT_APPLY && c == HT_CAT_HEAP_SMALL && ht_apply_heap_small_tunable())
+            extra = ht_verify_heap_small_thp;
+        backed_map(&j, c, extra);
         hj_obj_end(&j);
     }
     hj_obj_end(&j);
 
     hj_obj_begin(&j, "backed");
-    hj_obj_begin(&j, "hugetlb-2m");
-    hj_u64(&j, "bytes", atomic_load(&ht_stats.backed_bytes[HT_B_HUGETLB2M]));
-    hj_u64(&j, "peak_bytes", atomic_load(&ht_stats.peak[HT_B_HUGETLB2M]));
-    hj_obj_end(&j);
-    hj_obj_begin(&j, "hugetlb-1g");
-    hj_u64(&j, "bytes", atomic_load(&ht_stats.backed_bytes[HT_B_HUGETLB1G]));
-    hj_u64(&j, "peak_bytes", atomic_load(&ht_stats.peak[HT_B_HUGETLB1G]));
-    hj_obj_end(&j);
-    hj_obj_begin(&j, "thp-2m");
-    hj_u64(&j, "bytes", atomic_load(&ht_stats.backed_bytes[HT_B_THP2M]));
-    hj_u64(&j, "verified_bytes", atomic_load(&ht_stats.thp_verified));
-    hj_u64(&j, "unverified_bytes", atomic_load(&ht_stats.thp_unverified));
-    hj_obj_end(&j);
-    hj_obj_begin(&j, "4k");
-    hj_u64(&j, "bytes", atomic_load(&ht_stats.backed_bytes[HT_B_4K]));
-    hj_obj_end(&j);
+    for (unsigned k = 0; k < NORDER; k++) {
+        int bk = g_order[k];
+        uint64_t bytes = atomic_load(&ht_stats.backed_bytes[bk]);
+        int always = bk == HT_B_HUGETLB2M || bk == HT_B_HUGETLB1G || bk == HT_B_THP2M || bk == HT_B_4K;
+        if (!bytes && !always)
+            continue;
+        /* THP: what smaps showed for freed blocks, plus our live THP memory
+         * (and, with glibc's tunable, the [heap] it advised) now. */
+        uint64_t live = 0, heap = 0;
+        if (bk == HT_B_THP2M && mode == HT_APPLY) {
+            live = ht_verify_live_thp;
+            heap = ht_apply_heap_small_tunable() ? ht_verify_heap_small_thp : 0;
+        }
+        hj_obj_begin(&j, ht_backing_name(bk));
+        hj_u64(&j, "bytes", bytes + heap);
+        hj_u64(&j, "held_bytes", atomic_load(&ht_stats.held[bk]));
+        hj_u64(&j, "peak_bytes", atomic_load(&ht_stats.peak[bk]));
+        if (bk == HT_B_THP2M) {
+            hj_u64(&j, "verified_bytes", atomic_load(&ht_stats.thp_verified) + live + heap);
+            hj_u64(&j, "unverified_bytes", atomic_load(&ht_stats.thp_unverified));
+        }
+        hj_obj_end(&j);
+    }
     hj_obj_end(&j);
 
     hj_arr_begin(&j, "fallbacks");
-    pthread_mutex_lock(&g_fb_lock);
-    for (int i = 0; i < g_nfb; i++) {
-        struct fallback *f = &g_fb[i];
-        hj_obj_begin(&j, NULL);
-        hj_str(&j, "category", ht_category_name(f->cat));
-        hj_str(&j, "from", ht_backing_name(f->from));
-        hj_str(&j, "to", ht_backing_name(f->to));
-        hj_str(&j, "reason", f->reason);
-        hj_u64(&j, "count", f->count);
-        hj_u64(&j, "bytes", f->bytes);
-        hj_obj_end(&j);
+    int fb_locked = in_signal ? pthread_mutex_trylock(&g_fb_lock) == 0 : pthread_mutex_lock(&g_fb_lock) == 0;
+    uint64_t fb_dropped = 0;
+    if (fb_locked) {
+        for (int i = 0; i < g_nfb; i++) {
+            struct fallback *f = &g_fb[i];
+            hj_obj_begin(&j, NULL);
+            hj_str(&j, "category", ht_category_name(f->cat));
+            hj_str(&j, "from", ht_backing_name(f->from));
+            hj_str(&j, "to", f->to == HT_B_NONE ? "allocator" : ht_backing_name(f->to));
+            hj_str(&j, "reason", f->reason);
+            hj_u64(&j, "count", f->count);
+            hj_u64(&j, "bytes", f->bytes);
+            hj_obj_end(&j);
+        }
+        fb_dropped = g_fb_dropped;
+        pthread_mutex_unlock(&g_fb_lock);
     }
-    uint64_t fb_dropped = g_fb_dropped;
-    pthread_mutex_unlock(&g_fb_lock);
     hj_arr_end(&j);
 
     hj_obj_begin(&j, "peak_huge_pages");
-    hj_u64(&j, "hugetlb-2m", atomic_load(&ht_stats.peak[HT_B_HUGETLB2M]) / HT_HUGE_2M);
-    hj_u64(&j, "hugetlb-1g", atomic_load(&ht_stats.peak[HT_B_HUGETLB1G]) / HT_HUGE_1G);
+    for (unsigned k = 0; k < NORDER; k++) {
+        int bk = g_order[k];
+        uint64_t pk = atomic_load(&ht_stats.peak[bk]);
+        if (bk == HT_B_4K || (!pk && bk != HT_B_HUGETLB2M && bk != HT_B_HUGETLB1G))
+            continue;
+        hj_u64(&j, ht_backing_name(bk), pk / ht_backing_page(bk));
+    }
     hj_obj_end(&j);
     hj_u64(&j, "forks", atomic_load(&ht_stats.forks));
     /* Whose allocator serves what the library does not own. */
@@ -262,6 +333,15 @@ void ht_summary_write(void)
             hj_str(&j, "log", lp);
         hj_u64(&j, "records", ht_rec_records());
     }
+    if (mode == HT_APPLY) {
+        /* The apply sections, already rendered (a sequence of members). */
+        if (ab.len) {
+            hb_putc(&b, ',');
+            hb_putn(&b, ab.p, ab.len);
+        }
+        if (ab.trunc)
+            ht_stats_error("summary: apply sections truncated", "");
+    }
 
     hj_arr_begin(&j, "errors");
     int ne = atomic_load(&g_err_n);
@@ -269,16 +349,18 @@ void ht_summary_write(void)
         if (atomic_load_explicit(&g_err_ready[i], memory_order_acquire))
             hj_str(&j, NULL, g_err[i]);
     }
-    if (ne > MAX_ERRORS || fb_dropped) {
+    if (ne > MAX_ERRORS || fb_dropped || !fb_locked) {
         char m[96];
         struct ht_buf mb;
         hb_init(&mb, m, sizeof m);
         if (ne > MAX_ERRORS) {
             hb_u64(&mb, (uint64_t)(ne - MAX_ERRORS));
             hb_puts(&mb, " more errors not shown");
-        } else {
+        } else if (fb_dropped) {
             hb_u64(&mb, fb_dropped);
             hb_puts(&mb, " fallbacks not shown (table full)");
+        } else {
+            hb_puts(&mb, "fallbacks not shown (table busy at the signal)");
         }
         hj_str(&j, NULL, m);
     }
@@ -286,12 +368,23 @@ void ht_summary_write(void)
     hj_obj_end(&j);
     hb_putc(&b, '\n');
 
-    long fd = ht_sys_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* Written next to the target and renamed over it: a reader never sees
+     * half a summary (snapshots replace each other, the final one last). */
+    struct ht_buf tb;
+    hb_init(&tb, tmp, sizeof tmp);
+    hb_puts(&tb, path);
+    hb_puts(&tb, ".tmp");
+    long fd = tb.trunc ? -1 : ht_sys_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
         write_all((int)fd, b.p, b.len);
         ht_sys_close((int)fd);
+        if (HT_SYSCALL(SYS_renameat, -100, tmp, -100, path) != 0)
+            HT_SYSCALL(SYS_unlinkat, -100, tmp, 0);
     } else {
         ht_verbose("cannot write summary ", path);
     }
-    pthread_mutex_unlock(&lock);
+    atomic_store(&g_writing, 0);
 }
+
+void ht_summary_write(void) { summary_write(1, 0); }
+void ht_summary_snapshot(int in_signal) { summary_write(0, in_signal); }

@@ -91,7 +91,28 @@ expect "t_fork apply" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUMMARY="$W/af.json
 has "t_fork apply forks" "$W/af.json" '"forks":2'
 printf 'hugetune-plan 1\nstatic thp-2m\nheap-small thp-2m\n' >"$W/p-st.txt"
 expect "t_static apply" $A HUGETUNE_PLAN="$W/p-st.txt" HUGETUNE_SUMMARY="$W/ast.json" GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$T/t_static"
-has "static requested" "$W/ast.json" '"static":{"requested_bytes":3'
+has "static requested" "$W/ast.json" '"static":{"requested_bytes":4'
+lib=$(sed 's/.*"lib_path":"\([^"]*\)".*/\1/' "$W/out")
+printf 'hugetune-plan 1\nstatic thp-2m %s\n' "$lib" >"$W/p-stl.txt"
+expect "t_static library" $A HUGETUNE_PLAN="$W/p-stl.txt" HUGETUNE_SUMMARY="$W/astl.json" "$T/t_static"
+has "static library requested" "$W/astl.json" '"static":{"requested_bytes":2'
+
+echo "== apply: arena, fork, injection, foreign allocator"
+printf 'hugetune-plan 1\nheap-large thp-2m\nheap-small arena thp-2m\n' >"$W/p-ar.txt"
+expect "t_arena" $A HUGETUNE_PLAN="$W/p-ar.txt" HUGETUNE_SUMMARY="$W/aar.json" "$T/t_arena" threads=4
+has "arena used" "$W/aar.json" '"arena":{"enabled":true'
+expect "t_threads arena" $A HUGETUNE_PLAN="$W/p-ar.txt" "$T/t_threads" 4 20000
+expect "t_forkhuge (no pool: owned on THP/4k)" $A HUGETUNE_PLAN="$W/p-h.txt" "$T/t_forkhuge" children=2 writer=1
+expect "t_apply mmap:1 injected -> allocator" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/ai.json" HUGETUNE_INJECT=mmap:1 "$T/t_apply" expect=glibc
+has "injection reported" "$W/ai.json" '"reason":"injected"'
+expect "t_apply thp:1 injected -> 4k" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUMMARY="$W/ai2.json" HUGETUNE_INJECT=thp:1 "$T/t_apply" expect=4k
+has "thp injection reported" "$W/ai2.json" '"from":"thp-2m","to":"4k","reason":"injected"'
+expect "bad injection spec" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUMMARY="$W/ai3.json" HUGETUNE_INJECT=gpu:1 "$T/t_apply" expect=owned
+has "bad spec reported" "$W/ai3.json" 'bad HUGETUNE_INJECT'
+if [ -x "$T/t_jemalloc" ]; then
+    expect "t_jemalloc inert" env LD_PRELOAD="$L" "$T/t_jemalloc"
+    expect "t_jemalloc apply (owned blocks through jemalloc's API)" $A HUGETUNE_PLAN="$W/p-t.txt" "$T/t_jemalloc" expect=owned
+fi
 
 echo "== $fails failure(s)"
 [ "$fails" -eq 0 ]

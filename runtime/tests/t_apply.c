@@ -1,6 +1,6 @@
 /* t_apply - what apply mode does to large heap allocations.
  *
- *   t_apply [expect=hugetlb-2m|thp-2m|4k|glibc|owned|any]
+ *   t_apply [expect=hugetlb-2m|thp-2m|4k|glibc|owned|any] [layout=head-tail|round-up]
  *
  * big1 = malloc(8 MiB + 1), big2 = malloc(16 MiB), both fully written; smaps
  * of both is reported (summed over the VMAs overlapping each buffer). Then
@@ -8,7 +8,10 @@
  * (below the threshold; content kept); a 100 KiB glibc buffer is realloc'ed to
  * 4 MiB (content kept, smaps reported); malloc_usable_size is checked; all is
  * freed. With expect=..., big1/big2/grown are also checked for that backing
- * (hugetlb-2m: Private_Hugetlb == whole 2 MB pages, e.g. 10240 kB for big1).
+ * (hugetlb-2m: Private_Hugetlb == the head's 2 MB pages, 8192 kB for big1 whose
+ * last byte sits on a 4 KB page; with layout=round-up whole pages, 10240 kB).
+ * malloc_usable_size must be the block's exact mapped extent for owned blocks
+ * (head + tail) and at least the request otherwise.
  * Prints one JSON line; exit 0 when every check passed. */
 #include "tcommon.h"
 
@@ -32,6 +35,8 @@ static int check(const unsigned char *p, size_t n, unsigned char v)
 int main(int argc, char **argv)
 {
     const char *want = arg_value(argc, argv, "expect");
+    const char *lay = arg_value(argc, argv, "layout");
+    g_round_up = lay && strcmp(lay, "round-up") == 0;
     int ok = 1;
     const size_t s1 = 8 * MIB + 1, s2 = 16 * MIB, s3 = 12 * MIB, s4 = 64 << 10;
     const size_t g1 = 100 << 10, g2 = 4 * MIB;
@@ -45,6 +50,12 @@ int main(int argc, char **argv)
     struct smaps_info i1 = smaps_range((uintptr_t)b1, (uintptr_t)b1 + s1);
     struct smaps_info i2 = smaps_range((uintptr_t)b2, (uintptr_t)b2 + s2);
     int usable_ok = malloc_usable_size(b1) >= s1 && malloc_usable_size(b2) >= s2;
+    /* owned with a known backing: the exact extent (head + 4 KB tail) */
+    size_t u1 = malloc_usable_size(b1);
+    if (want && (strcmp(want, "hugetlb-2m") == 0 || strcmp(want, "thp-2m") == 0))
+        usable_ok &= u1 == (g_round_up ? 10 * MIB : 8 * MIB + 4096);
+    if (want && strcmp(want, "4k") == 0)
+        usable_ok &= u1 == 8 * MIB + 4096;
     int big1_backing_ok = backing_ok(want, b1, s1, i1);
     int big2_backing_ok = backing_ok(want, b2, s2, i2);
 
@@ -92,7 +103,7 @@ int main(int argc, char **argv)
 
     ok = grow_ok && shrink_ok && up_ok && usable_ok && b2_ok && shrink_glibc &&
          big1_backing_ok && big2_backing_ok && grown_backing_ok && up_backing_ok;
-    printf("{\"pid\":%ld,\"expect\":\"%s\",", (long)getpid(), want ? want : "any");
+    printf("{\"pid\":%ld,\"expect\":\"%s\",\"usable_big1\":%zu,", (long)getpid(), want ? want : "any", u1);
     print_smaps("big1", b1, s1, i1);
     printf(",");
     print_smaps("big2", b2, s2, i2);

@@ -103,12 +103,18 @@ static inline const char *arg_value(int argc, char **argv, const char *key)
     return NULL;
 }
 
+/* Layout of owned blocks the checks expect: "head-tail" (default: floor(size
+ * / 2 MB) huge pages, the rest on 4 KB pages) or "round-up" (whole huge
+ * pages); set from the test's layout= argument. */
+static int g_round_up;
+
 /* Checks an expected backing of [p, p+size): hugetlb-2m, thp-2m, 4k (owned on
  * 4 KB pages), glibc (not owned), owned (any owned backing), any. */
 static inline int backing_ok(const char *want, const void *p, size_t size, struct smaps_info si)
 {
     int aligned = ((uintptr_t)p & ((2u << 20) - 1)) == 0;
-    long whole_kb = (long)(((size + (2u << 20) - 1) & ~((size_t)(2u << 20) - 1)) >> 10);
+    size_t m2 = (size_t)2 << 20;
+    long whole_kb = (long)((g_round_up ? (size + m2 - 1) & ~(m2 - 1) : size & ~(m2 - 1)) >> 10);
     if (!want || strcmp(want, "any") == 0)
         return 1;
     if (strcmp(want, "hugetlb-2m") == 0)

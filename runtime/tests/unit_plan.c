@@ -86,7 +86,28 @@ static void test_malformed(void)
         {"hugetune-plan 1\nheap-large huge\n", 2, "unknown backing"},
         {"hugetune-plan 1\nheap-large 4k 4k\n", 2, "expected"},
         {"hugetune-plan 1\nheap-large 4k\nheap-large thp-2m\n", 3, "duplicate"},
-        {"hugetune-plan 1\nstatic hugetlb-2m\n", 2, "not supported"},
+        {"hugetune-plan 1\nstatic hugetlb-1g\n", 2, "not supported"},
+        {"hugetune-plan 1\nstatic thp-64k\n", 2, "not supported"},
+        {"hugetune-plan 1\nstatic thp-2m\nstatic 4k\n", 3, "duplicate static"},
+        {"hugetune-plan 1\nstatic thp-2m /a\nstatic 4k /a\n", 3, "duplicate static"},
+        {"hugetune-plan 1\nstatic thp-2m /a b\n", 2, "expected"},
+        {"hugetune-plan 1\nheap-small arena\n", 2, "expected"},
+        {"hugetune-plan 1\nheap-small arena 4k\n", 2, "arena backing"},
+        {"hugetune-plan 1\nheap-small arena thp-2m 1000\n", 2, "bad arena size"},
+        {"hugetune-plan 1\nheap-small arena thp-2m 2M\n", 2, "bad arena size"},
+        {"hugetune-plan 1\nheap-small thp-2m\nheap-small arena thp-2m\n", 3, "duplicate"},
+        {"hugetune-plan 1\nheap-small thp-64k\n", 2, "not supported"},
+        {"hugetune-plan 1\nlayout\n", 2, "expected"},
+        {"hugetune-plan 1\nlayout round-down\n", 2, "unknown layout"},
+        {"hugetune-plan 1\nlayout head-tail\nlayout round-up\n", 3, "duplicate"},
+        {"hugetune-plan 1\nfork-safe yes\n", 2, "unknown fork-safe"},
+        {"hugetune-plan 1\nfork-safe copy\nfork-safe off\n", 3, "duplicate"},
+        {"hugetune-plan 1\npool hugetlb-2m\n", 2, "expected"},
+        {"hugetune-plan 1\npool thp-2m 4\n", 2, "pool backing"},
+        {"hugetune-plan 1\npool hugetlb-2m 0\n", 2, "bad pool size"},
+        {"hugetune-plan 1\npool hugetlb-2m 1048577\n", 2, "bad pool size"},
+        {"hugetune-plan 1\npool hugetlb-1g 1\npool hugetlb-1g 2\n", 3, "duplicate pool"},
+        {"hugetune-plan 1\nheap-large thp-3m\n", 2, "unknown backing"},
         {"hugetune-plan 1\nheap-small hugetlb-1g\n", 2, "not supported"},
         {"hugetune-plan 1\nstack thp-2m\n", 2, "unknown directive"},
         {"hugetune-plan 1\nsite /x 0x10\n", 2, "expected"},
@@ -102,6 +123,8 @@ static void test_malformed(void)
         CHECK(!P.valid);
         /* the whole plan is dropped */
         CHECK(P.heap_large == HT_B_NONE && P.nsites == 0 && !P.has_threshold);
+        CHECK(P.nstatics == 0 && P.arena == HT_B_NONE && P.pool_pages[0] == 0 && P.pool_pages[1] == 0);
+        CHECK(P.layout == HT_LAYOUT_HEAD_TAIL && P.fork_safe == HT_FORK_COPY);
         CHECK(P.err_line == cases[i].line);
         if (!strstr(P.error, cases[i].reason)) {
             fprintf(stderr, "case %u: error [%s] lacks [%s]\n", i, P.error, cases[i].reason);
@@ -145,8 +168,54 @@ static void test_limits(void)
     CHECK(strstr(P.error, "too large") != NULL);
 }
 
+static void test_new_directives(void)
+{
+    const char *txt = "hugetune-plan 1\n"
+                      "layout round-up\n"
+                      "fork-safe thp\n"
+                      "pool hugetlb-2m 64\n"
+                      "pool hugetlb-1g 2\n"
+                      "heap-large thp-64k\n"
+                      "heap-small arena hugetlb-2m 1073741825\n"
+                      "static hugetlb-2m\n"
+                      "static thp-2m /usr/lib/libfoo.so\n"
+                      "site /p 0x10 thp-1m\n";
+    CHECK(parse(txt) == 0 && P.valid);
+    CHECK(P.layout == HT_LAYOUT_ROUND_UP && P.fork_safe == HT_FORK_THP);
+    CHECK(P.pool_pages[HT_POOL_2M] == 64 && P.pool_pages[HT_POOL_1G] == 2);
+    CHECK(P.heap_large == HT_B_THP64K);
+    CHECK(P.arena == HT_B_HUGETLB2M && P.heap_small == HT_B_NONE);
+    CHECK(P.arena_bytes == (1ull << 30) + (2ull << 20)); /* rounded up to 2 MB */
+    CHECK(P.nstatics == 2 && P.static_ == HT_B_HUGETLB2M);
+    CHECK_STR(ht_plan_static_module(&P, 0), "");
+    CHECK_STR(ht_plan_static_module(&P, 1), "/usr/lib/libfoo.so");
+    CHECK(P.statics[1].backing == HT_B_THP2M);
+    CHECK(P.nsites == 1 && P.sites[0].backing == HT_B_THP1M);
+    CHECK_STR(ht_plan_site_module(&P, 0), "/p");
+    CHECK(parse("hugetune-plan 1\nheap-small arena thp-2m\nfork-safe off\nlayout head-tail\n") == 0);
+    CHECK(P.arena == HT_B_THP2M && P.arena_bytes == HT_ARENA_DEFAULT_BYTES);
+    CHECK(P.fork_safe == HT_FORK_OFF && P.layout == HT_LAYOUT_HEAD_TAIL);
+    /* defaults */
+    CHECK(parse("hugetune-plan 1\n") == 0);
+    CHECK(P.layout == HT_LAYOUT_HEAD_TAIL && P.fork_safe == HT_FORK_COPY && P.arena == HT_B_NONE);
+}
+
 static void test_backing_names(void)
 {
+    static const char *const mthp[] = {"thp-16k", "thp-32k", "thp-64k", "thp-128k",
+                                       "thp-256k", "thp-512k", "thp-1m"};
+    for (int i = 0; i < 7; i++) {
+        int b = ht_backing_parse(mthp[i], strlen(mthp[i]));
+        CHECK(b == HT_B_THP16K + i);
+        CHECK(ht_backing_is_thp(b) && ht_backing_is_mthp(b) && !ht_backing_is_hugetlb(b));
+        CHECK(ht_backing_page(b) == (16ull << 10) << i);
+        CHECK_STR(ht_backing_name(b), mthp[i]);
+    }
+    CHECK(ht_backing_page(HT_B_4K) == 4096 && ht_backing_page(HT_B_THP2M) == (2u << 20));
+    CHECK(ht_backing_page(HT_B_HUGETLB2M) == (2u << 20) && ht_backing_page(HT_B_HUGETLB1G) == (1u << 30));
+    CHECK(ht_backing_page(HT_B_NONE) == 0);
+    CHECK(ht_backing_is_thp(HT_B_THP2M) && !ht_backing_is_mthp(HT_B_THP2M));
+    CHECK(ht_backing_is_hugetlb(HT_B_HUGETLB1G) && !ht_backing_is_thp(HT_B_HUGETLB2M));
     CHECK_STR(ht_backing_name(HT_B_4K), "4k");
     CHECK_STR(ht_backing_name(HT_B_THP2M), "thp-2m");
     CHECK_STR(ht_backing_name(HT_B_HUGETLB2M), "hugetlb-2m");
@@ -163,6 +232,7 @@ int main(void)
     test_minimal();
     test_malformed();
     test_limits();
+    test_new_directives();
     test_backing_names();
     return unit_done("unit_plan");
 }

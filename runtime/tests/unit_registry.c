@@ -4,12 +4,20 @@
 #include "unit.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define MB2 (2ull << 20)
 
 static struct ht_reg_entry mk(uintptr_t p, size_t sz)
 {
-    struct ht_reg_entry e = {p, sz, (sz + MB2 - 1) & ~(MB2 - 1), 2, 1, 0, 0};
+    struct ht_reg_entry e;
+    memset(&e, 0, sizeof e);
+    e.ptr = p;
+    e.l.size = sz;
+    e.l.nseg = 1;
+    e.l.seg[0].len = (sz + MB2 - 1) & ~(MB2 - 1);
+    e.l.seg[0].backing = 3;
+    e.category = 1;
     return e;
 }
 
@@ -26,11 +34,11 @@ static void test_basic(void)
     struct ht_reg_entry z = mk(0, 1);
     CHECK(ht_reg_insert(&r, &z) == -2); /* NULL key refused */
     struct ht_reg_entry *f = ht_reg_find(&r, 0x7f0000200000ull);
-    CHECK(f && f->size == 100 && f->maplen == MB2);
+    CHECK(f && f->l.size == 100 && f->l.seg[0].len == MB2);
     CHECK(ht_reg_find(&r, 0x7f0000400000ull) == NULL);
     struct ht_reg_entry out;
     CHECK(ht_reg_remove(&r, 0x7f0000400000ull, &out) == -1);
-    CHECK(ht_reg_remove(&r, 0x7f0000200000ull, &out) == 0 && out.size == 100);
+    CHECK(ht_reg_remove(&r, 0x7f0000200000ull, &out) == 0 && out.l.size == 100);
     CHECK(r.count == 0);
     CHECK(ht_reg_find(&r, 0x7f0000200000ull) == NULL);
     free(mem);
@@ -60,7 +68,7 @@ static void test_full(void)
     CHECK(ht_reg_insert(&r2, &e) == 0);
     for (i = 0; i < 6; i++) {
         struct ht_reg_entry *f = ht_reg_find(&r2, (uintptr_t)(i + 1) * MB2);
-        CHECK(f && f->size == (size_t)i);
+        CHECK(f && f->l.size == (size_t)i);
     }
     /* rehash into a table that is too small fails */
     void *mem3 = calloc(1, ht_reg_bytes(4));
@@ -93,7 +101,7 @@ static void test_random(void)
         int k = (int)((seed >> 8) % N);
         if (present[k]) {
             struct ht_reg_entry o;
-            if (ht_reg_remove(&r, keys[k], &o) != 0 || o.ptr != keys[k] || o.size != (size_t)k)
+            if (ht_reg_remove(&r, keys[k], &o) != 0 || o.ptr != keys[k] || o.l.size != (size_t)k)
                 mismatches++;
             present[k] = 0;
         } else {
@@ -108,7 +116,7 @@ static void test_random(void)
             size_t cnt = 0;
             for (int i = 0; i < N; i++) {
                 struct ht_reg_entry *f = ht_reg_find(&r, keys[i]);
-                if ((f != NULL) != present[i] || (f && f->size != (size_t)i))
+                if ((f != NULL) != present[i] || (f && f->l.size != (size_t)i))
                     mismatches++;
                 cnt += present[i];
             }

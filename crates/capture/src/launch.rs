@@ -38,16 +38,125 @@ pub fn record_env(r: &RecordEnv<'_>) -> Vec<(String, String)> {
     env
 }
 
+/// Page layout of owned blocks (plan `layout`, docs/formats.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// floor(size / huge page) huge pages, the rest on 4 KB pages (the library's default).
+    HeadTail,
+    /// Whole huge pages (the last one partly unused).
+    RoundUp,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::HeadTail => "head-tail",
+            Layout::RoundUp => "round-up",
+        }
+    }
+}
+
+/// Fork protection of private hugetlb memory (plan `fork-safe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForkSafe {
+    /// hugetlb as planned; a fork copies the child's view into ordinary memory (default).
+    Copy,
+    /// No private hugetlb memory: hugetlb backings are served with THP (programs that fork).
+    Thp,
+    /// No protection (forks are only counted).
+    Off,
+}
+
+impl ForkSafe {
+    pub fn name(self) -> &'static str {
+        match self {
+            ForkSafe::Copy => "copy",
+            ForkSafe::Thp => "thp",
+            ForkSafe::Off => "off",
+        }
+    }
+}
+
+/// How the runtime library carries out a plan, beyond the category backings.
+/// `Default` writes none of the optional directives (the library's defaults
+/// apply) and puts heap-small in the library's arena (runtime/README.md,
+/// "heap-small: two mechanisms, measured").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanOptions {
+    pub layout: Option<Layout>,
+    pub fork_safe: Option<ForkSafe>,
+    /// `pool hugetlb-2m N`: N pages mapped at start-up, shared by all threads.
+    pub pool_2m: Option<u64>,
+    /// `pool hugetlb-1g N`.
+    pub pool_1g: Option<u64>,
+    /// heap-small through the library's arena (`heap-small arena B`) instead of
+    /// glibc's `glibc.malloc.hugetlb=1` tunable.
+    pub heap_small_arena: bool,
+    /// Reserved address space of the arena (`None`: the library's default, 64 GiB).
+    pub arena_bytes: Option<u64>,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            layout: None,
+            fork_safe: None,
+            pool_2m: None,
+            pool_1g: None,
+            // Measured on hugetune-work --place heap-small (1 GiB): the same TLB gain
+            // as glibc's tunable, 7x faster initialization, and it also works behind
+            // an allocator other than glibc's.
+            heap_small_arena: true,
+            arena_bytes: None,
+        }
+    }
+}
+
 /// The plan file the runtime library reads in apply mode.
 pub fn plan_text(assignments: &[(Category, Backing)], threshold: u64) -> String {
+    plan_text_with(assignments, threshold, &PlanOptions::default())
+}
+
+/// The plan file with the library's execution options (docs/formats.md §3).
+pub fn plan_text_with(
+    assignments: &[(Category, Backing)],
+    threshold: u64,
+    opts: &PlanOptions,
+) -> String {
     let mut s = format!("hugetune-plan 1\nthreshold {threshold}\n");
+    if let Some(l) = opts.layout {
+        s.push_str(&format!("layout {}\n", l.name()));
+    }
+    if let Some(f) = opts.fork_safe {
+        s.push_str(&format!("fork-safe {}\n", f.name()));
+    }
+    if let Some(n) = opts.pool_2m.filter(|&n| n > 0) {
+        s.push_str(&format!("pool hugetlb-2m {n}\n"));
+    }
+    if let Some(n) = opts.pool_1g.filter(|&n| n > 0) {
+        s.push_str(&format!("pool hugetlb-1g {n}\n"));
+    }
+    let mut tunable = false;
     for &(c, b) in assignments {
+        if c == Category::HeapSmall && opts.heap_small_arena && b.is_huge() {
+            match opts.arena_bytes {
+                Some(n) => s.push_str(&format!("heap-small arena {} {n}\n", b.name())),
+                None => s.push_str(&format!("heap-small arena {}\n", b.name())),
+            }
+            continue;
+        }
+        // The tunable form only knows THP.
+        let b = if c == Category::HeapSmall && b.is_huge() {
+            tunable = true;
+            Backing::Thp2m
+        } else {
+            b
+        };
         s.push_str(&format!("{} {}\n", c.name(), b.name()));
     }
     // glibc's THP tunable (used for heap-small) also advises glibc's own large
     // chunks; owning heap-large allocations on 4 KB pages keeps the categories apart.
-    let heap_small_thp = assignments.iter().any(|&(c, _)| c == Category::HeapSmall);
-    if heap_small_thp && !assignments.iter().any(|&(c, _)| c == Category::HeapLarge) {
+    if tunable && !assignments.iter().any(|&(c, _)| c == Category::HeapLarge) {
         s.push_str("heap-large 4k\n");
     }
     s
@@ -60,6 +169,18 @@ pub fn apply_env(
     summary: Option<&Path>,
     assignments: &[(Category, Backing)],
 ) -> Vec<(String, String)> {
+    apply_env_with(lib, plan, summary, assignments, &PlanOptions::default())
+}
+
+/// `apply_env` for a plan written with `plan_text_with(.., opts)`: glibc's THP
+/// tunable is set only when heap-small goes through it (not the arena).
+pub fn apply_env_with(
+    lib: &Path,
+    plan: &Path,
+    summary: Option<&Path>,
+    assignments: &[(Category, Backing)],
+    opts: &PlanOptions,
+) -> Vec<(String, String)> {
     let mut env = vec![
         ("LD_PRELOAD".into(), preload_value(lib)),
         ("HUGETUNE_MODE".into(), "apply".into()),
@@ -68,9 +189,10 @@ pub fn apply_env(
     if let Some(s) = summary {
         env.push(("HUGETUNE_SUMMARY".into(), s.display().to_string()));
     }
-    if assignments
-        .iter()
-        .any(|&(c, b)| c == Category::HeapSmall && b.is_huge())
+    if !opts.heap_small_arena
+        && assignments
+            .iter()
+            .any(|&(c, b)| c == Category::HeapSmall && b.is_huge())
     {
         let mut t = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
         if !t.is_empty() {
@@ -93,16 +215,73 @@ mod tests {
             t,
             "hugetune-plan 1\nthreshold 131072\nheap-large hugetlb-2m\n"
         );
+        // heap-small goes to the library's arena by default ...
         let t = plan_text(&[(Category::HeapSmall, Backing::Thp2m)], 131072);
-        assert!(t.ends_with("heap-small thp-2m\nheap-large 4k\n"));
+        assert!(t.ends_with("heap-small arena thp-2m\n"), "{t}");
         let env = apply_env(
             Path::new("/l.so"),
             Path::new("/p"),
             None,
             &[(Category::HeapSmall, Backing::Thp2m)],
         );
+        assert!(!env.iter().any(|(k, _)| k == "GLIBC_TUNABLES"));
+        // ... or through glibc's tunable, which the environment then sets.
+        let tun = PlanOptions {
+            heap_small_arena: false,
+            ..PlanOptions::default()
+        };
+        let t = plan_text_with(&[(Category::HeapSmall, Backing::Thp2m)], 131072, &tun);
+        assert!(t.ends_with("heap-small thp-2m\nheap-large 4k\n"));
+        let env = apply_env_with(
+            Path::new("/l.so"),
+            Path::new("/p"),
+            None,
+            &[(Category::HeapSmall, Backing::Thp2m)],
+            &tun,
+        );
         assert!(env
             .iter()
             .any(|(k, v)| k == "GLIBC_TUNABLES" && v.ends_with("glibc.malloc.hugetlb=1")));
+    }
+
+    #[test]
+    fn plan_options() {
+        let opts = PlanOptions {
+            layout: Some(Layout::RoundUp),
+            fork_safe: Some(ForkSafe::Thp),
+            pool_2m: Some(64),
+            pool_1g: Some(0),
+            heap_small_arena: true,
+            arena_bytes: Some(1 << 30),
+        };
+        let a = [
+            (Category::HeapLarge, Backing::Hugetlb2m),
+            (Category::HeapSmall, Backing::Hugetlb2m),
+        ];
+        let t = plan_text_with(&a, 131072, &opts);
+        assert_eq!(
+            t,
+            "hugetune-plan 1\nthreshold 131072\nlayout round-up\nfork-safe thp\n\
+             pool hugetlb-2m 64\nheap-large hugetlb-2m\nheap-small arena hugetlb-2m 1073741824\n"
+        );
+        // The arena needs no glibc tunable; the tunable form is THP only.
+        let env = apply_env_with(Path::new("/l.so"), Path::new("/p"), None, &a, &opts);
+        assert!(!env.iter().any(|(k, _)| k == "GLIBC_TUNABLES"));
+        let t = plan_text_with(
+            &[(Category::HeapSmall, Backing::Hugetlb2m)],
+            4096,
+            &PlanOptions {
+                heap_small_arena: false,
+                ..PlanOptions::default()
+            },
+        );
+        assert_eq!(
+            t,
+            "hugetune-plan 1\nthreshold 4096\nheap-small thp-2m\nheap-large 4k\n"
+        );
+        assert_eq!(
+            plan_text_with(&[], 1, &PlanOptions::default()),
+            plan_text(&[], 1)
+        );
     }
 }

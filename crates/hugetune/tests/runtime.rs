@@ -3,7 +3,9 @@
 //! under the shared kernel-state lock and always restored.
 
 use hugetune_capture::alloclog::{AllocLog, Kind};
-use hugetune_capture::kernel_state::set_hugetlb_pool;
+use hugetune_capture::kernel_state::{
+    lock_kernel_state, on_restore, set_hugetlb_pool, KernelStateLock, Restore,
+};
 use hugetune_capture::profile::inputs_from_log;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -198,28 +200,104 @@ fn record_log_of_a_known_program() {
     );
 }
 
+/// Several kernel settings (pools of both sizes, THP controls) changed under one
+/// kernel-state lock and restored when dropped, also on an interrupt.
+struct Kernel {
+    restores: Vec<Restore>,
+    _lock: KernelStateLock,
+}
+
+const NR_2M: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+const NR_1G: &str = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages";
+const THP: &str = "/sys/kernel/mm/transparent_hugepage";
+
+impl Kernel {
+    fn lock() -> Kernel {
+        Kernel {
+            restores: Vec::new(),
+            _lock: lock_kernel_state().unwrap(),
+        }
+    }
+
+    /// Writes `value` to `path`, returns what reads back (THP files: the
+    /// bracketed choice).
+    fn set(&mut self, path: &str, value: &str) -> String {
+        let old = read_setting(path);
+        let p = path.to_string();
+        self.restores.push(on_restore(move || {
+            if let Err(e) = std::fs::write(&p, format!("{old}\n")) {
+                eprintln!("could not restore {p}: {e}");
+            }
+        }));
+        std::fs::write(path, format!("{value}\n")).unwrap_or_else(|e| panic!("{path}: {e}"));
+        read_setting(path)
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        // Latest change first.
+        while let Some(r) = self.restores.pop() {
+            drop(r);
+        }
+    }
+}
+
+fn read_setting(path: &str) -> String {
+    let t = std::fs::read_to_string(path).unwrap_or_default();
+    match (t.find('['), t.find(']')) {
+        (Some(a), Some(b)) if b > a => t[a + 1..b].to_string(),
+        _ => t.trim().to_string(),
+    }
+}
+
+fn thp_enabled() -> bool {
+    read_setting(&format!("{THP}/enabled")) != "never"
+}
+
+fn fallbacks(s: &Value) -> Vec<(String, String, String, String)> {
+    s["fallbacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let g = |k: &str| f[k].as_str().unwrap_or("").to_string();
+            (g("category"), g("from"), g("to"), g("reason"))
+        })
+        .collect()
+}
+
 #[test]
-fn apply_backs_large_allocations_with_whole_hugetlb_pages() {
+fn apply_backs_large_allocations_with_a_hugetlb_head_and_a_4k_tail() {
     if !is_root() {
         eprintln!("skipped: needs root to set a hugetlb pool");
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let pool = set_hugetlb_pool(2048, 40).unwrap();
-    assert!(pool.now >= 25, "the kernel gave only {} pages", pool.now);
+    let mut k = Kernel::lock();
+    assert!(k.set(NR_2M, "40").parse::<u64>().unwrap() >= 25);
     let out = run(
         &prog("t_apply"),
         &["expect=hugetlb-2m"],
         &apply_env(d.path(), "hugetune-plan 1\nheap-large hugetlb-2m\n"),
     );
-    drop(pool);
+    let round = run(
+        &prog("t_apply"),
+        &["expect=hugetlb-2m", "layout=round-up"],
+        &apply_env(
+            d.path(),
+            "hugetune-plan 1\nheap-large hugetlb-2m\nlayout round-up\n",
+        ),
+    );
+    drop(k);
     assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
     let j = &out.json;
-    // 8 MiB + 1 byte takes 5 whole 2 MB pages: no partial huge page.
-    assert_eq!(j["big1"]["private_hugetlb_kb"], 10240);
+    // 8 MiB + 1 byte: four 2 MB pages, and the last byte on a 4 KB page at the
+    // next address (no partial huge page zeroed for one byte).
+    assert_eq!(j["big1"]["private_hugetlb_kb"], 8192);
     assert_eq!(j["big1"]["kernel_page_kb"], 2048);
+    assert_eq!(j["usable_big1"], (8u64 << 20) + 4096);
     assert_eq!(j["big2"]["private_hugetlb_kb"], 16384);
-    // realloc of owned and of glibc pointers keeps contents and huge backing.
     for k in [
         "realloc_grow_ok",
         "realloc_shrink_ok",
@@ -232,8 +310,17 @@ fn apply_backs_large_allocations_with_whole_hugetlb_pages() {
     assert_eq!(j["glibc_grown"]["private_hugetlb_kb"], 4096);
     let s = summary(d.path(), j["pid"].as_u64().unwrap());
     assert_eq!(s["fallbacks"].as_array().unwrap().len(), 0, "{s}");
-    assert!(s["backed"]["hugetlb-2m"]["bytes"].as_u64().unwrap() >= 8 << 20);
-    assert!(s["peak_huge_pages"]["hugetlb-2m"].as_u64().unwrap() >= 5);
+    let hl = &s["categories"]["heap-large"]["backed"];
+    assert!(hl["hugetlb-2m"].as_u64().unwrap() >= 8 << 20, "{s}");
+    assert!(hl["4k"].as_u64().unwrap() >= 4096, "{s}");
+    assert!(s["peak_huge_pages"]["hugetlb-2m"].as_u64().unwrap() >= 4);
+    assert!(s["verify"]["smaps"]["owned_hugetlb-2m_bytes"]
+        .as_u64()
+        .is_some());
+    // round-up: whole huge pages
+    assert_eq!(round.code, 0, "{}\n{}", round.stderr, round.json);
+    assert_eq!(round.json["big1"]["private_hugetlb_kb"], 10240);
+    assert_eq!(round.json["usable_big1"], 10u64 << 20);
 }
 
 #[test]
@@ -261,6 +348,627 @@ fn apply_falls_back_cleanly_when_the_pool_is_empty() {
         "{s}"
     );
     assert!(f["count"].as_u64().unwrap() >= 4);
+}
+
+#[test]
+fn owned_block_layouts_in_smaps() {
+    if !is_root() {
+        eprintln!("skipped: needs root to set hugetlb pools");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mut k = Kernel::lock();
+    assert!(k.set(NR_2M, "40").parse::<u64>().unwrap() >= 30);
+    let mut backings = vec!["hugetlb-2m"];
+    if thp_enabled() {
+        backings.push("thp-2m");
+    }
+    for b in backings {
+        for l in ["head-tail", "round-up"] {
+            let out = run(
+                &prog("t_layout"),
+                &[&format!("backing={b}"), &format!("layout={l}")],
+                &apply_env(
+                    d.path(),
+                    &format!("hugetune-plan 1\nheap-large {b}\nlayout {l}\n"),
+                ),
+            );
+            assert_eq!(out.code, 0, "{b} {l}: {}\n{}", out.stderr, out.json);
+            assert_eq!(out.json["grow"]["in_place"], true, "{b} {l}: {}", out.json);
+            let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+            assert!(fallbacks(&s).is_empty(), "{b} {l}: {s}");
+            assert!(s["realloc"]["in_place"].as_u64().unwrap() >= 1);
+            assert!(
+                s["realloc"]["moved"].as_u64().unwrap() + s["realloc"]["copied"].as_u64().unwrap()
+                    >= 1
+            );
+            if l == "head-tail" {
+                assert!(
+                    s["layout"]["sub_huge_allocations"].as_u64().unwrap() >= 1,
+                    "{s}"
+                );
+            }
+        }
+    }
+    // 1 GB pages, if the kernel can give one now: [1 GB][2 MB pages][4 KB tail]
+    let got = k.set(NR_1G, "1");
+    if got == "1" {
+        let out = run(
+            &prog("t_layout"),
+            &["backing=hugetlb-1g"],
+            &apply_env(d.path(), "hugetune-plan 1\nheap-large hugetlb-1g\n"),
+        );
+        assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+        assert_eq!(out.json["g1"]["g_kb"], 1048576);
+        assert_eq!(out.json["g1"]["m_kb"], 6144);
+        let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+        assert_eq!(s["peak_huge_pages"]["hugetlb-1g"], 1, "{s}");
+    } else {
+        eprintln!("1 GB part skipped: the kernel gave no 1 GB page now");
+    }
+}
+
+#[test]
+fn fork_with_an_empty_pool_is_safe_and_the_hazard_is_real() {
+    if !is_root() {
+        eprintln!("skipped: needs root to set and shrink a hugetlb pool");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mut k = Kernel::lock();
+    let shrink = format!("shrink={NR_2M}");
+    let mut results = Vec::new();
+    for (mode, extra) in [
+        ("copy", vec![]),
+        ("copy", vec!["writer=1", "children=3"]),
+        ("off", vec![]),
+        ("thp", vec![]),
+    ] {
+        // t_forkhuge touches its 16 MiB hugetlb block, then empties the pool.
+        k.set(NR_2M, "10");
+        let mut args = vec![shrink.as_str()];
+        args.extend(extra.iter().copied());
+        let out = run(
+            &prog("t_forkhuge"),
+            &args,
+            &apply_env(
+                d.path(),
+                &format!("hugetune-plan 1\nheap-large hugetlb-2m\nfork-safe {mode}\n"),
+            ),
+        );
+        results.push((mode, out));
+    }
+    drop(k);
+    for (mode, out) in &results {
+        let kids = out.json["children"].as_array().unwrap();
+        match *mode {
+            "copy" => {
+                assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+                assert_eq!(out.json["parent_before"]["private_hugetlb_kb"], 16384);
+                for c in kids {
+                    assert_eq!(c["exit"], 0, "{}", out.json);
+                    // the child's copy is ordinary memory, never a shared hugetlb page
+                    assert_eq!(c["smaps"]["hugetlb_kb"], 0, "{}", out.json);
+                }
+                let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+                assert!(s["fork"]["protected_ranges"].as_u64().unwrap() >= 1, "{s}");
+                assert_eq!(s["fork"]["unprotected_ranges"], 0, "{s}");
+            }
+            // The control: without protection the child dies of SIGBUS.
+            "off" => {
+                assert_eq!(kids[0]["signal"], libc::SIGBUS, "{}", out.json);
+                assert_ne!(out.code, 0);
+            }
+            _ => {
+                assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+                assert_eq!(out.json["parent_before"]["private_hugetlb_kb"], 0);
+                let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+                assert!(fallbacks(&s).iter().any(|f| f.3 == "fork-safe"), "{s}");
+            }
+        }
+    }
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let o = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn redis_bgsave_with_hugetlb_heap_and_an_exhausted_pool() {
+    let have = |c: &str| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    if !is_root() || !have("redis-server") || !have("redis-cli") {
+        eprintln!("skipped: needs root, redis-server and redis-cli");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let plan = d.path().join("plan");
+    std::fs::write(
+        &plan,
+        "hugetune-plan 1\nthreshold 65536\nheap-large hugetlb-2m\n",
+    )
+    .unwrap();
+    let mut k = Kernel::lock();
+    k.set(NR_2M, "64");
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    let mut child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--enable-debug-command", "yes", "--loglevel", "warning"])
+        .arg("--dir")
+        .arg(d.path())
+        .env("LD_PRELOAD", LIB)
+        .env("HUGETUNE_MODE", "apply")
+        .env("HUGETUNE_PLAN", &plan)
+        .env("HUGETUNE_SUMMARY", d.path().join("summary.%p.json"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _track = hugetune_capture::kernel_state::track_child(child.id());
+    let mut up = false;
+    for _ in 0..100 {
+        if redis_cli(port, &["ping"]) == "PONG" {
+            up = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(up, "redis-server did not start");
+    // 1.5 M keys: the main dict's tables (12 MiB and more) are owned hugetlb blocks.
+    assert_eq!(
+        redis_cli(port, &["debug", "populate", "1500000", "key", "100"]),
+        "OK"
+    );
+    let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", child.id())).unwrap();
+    // No free huge page left: every copy-on-write of a hugetlb page would fail.
+    k.set(NR_2M, "0");
+    assert!(redis_cli(port, &["bgsave"]).contains("started"));
+    // The parent writes into its tables while the child saves.
+    redis_cli(port, &["debug", "populate", "400000", "new", "100"]);
+    let mut status = String::new();
+    for _ in 0..300 {
+        let info = redis_cli(port, &["info", "persistence"]);
+        if info.contains("rdb_bgsave_in_progress:0") {
+            status = info;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let dbsize = redis_cli(port, &["dbsize"]);
+    redis_cli(port, &["shutdown", "nosave"]);
+    let _ = child.wait();
+    drop(k);
+    assert!(
+        rollup
+            .lines()
+            .any(|l| l.starts_with("Private_Hugetlb:") && !l.contains(" 0 kB")),
+        "redis held no hugetlb memory:\n{rollup}"
+    );
+    assert!(status.contains("rdb_last_bgsave_status:ok"), "{status}");
+    assert_eq!(dbsize, "1900000");
+    let s = summary(d.path(), child.id() as u64);
+    assert!(s["fork"]["protected_ranges"].as_u64().unwrap() >= 1, "{s}");
+    assert!(
+        s["categories"]["heap-large"]["backed"]["hugetlb-2m"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(s["allocator"].as_str().unwrap().contains("jemalloc"), "{s}");
+}
+
+#[test]
+fn pool_mode_serves_threads_and_falls_back_when_exhausted_or_empty() {
+    if !is_root() {
+        eprintln!("skipped: needs root to set a hugetlb pool");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mut k = Kernel::lock();
+    k.set(NR_2M, "24");
+    let threads = run(
+        &prog("t_threads"),
+        &["threads=4", "ops=20000"],
+        &apply_env(
+            d.path(),
+            "hugetune-plan 1\nheap-large hugetlb-2m\npool hugetlb-2m 16\n",
+        ),
+    );
+    // Exhausted in the middle: the pool takes all 6 pages, the 16 MiB block does
+    // not fit and the system has none left: THP.
+    k.set(NR_2M, "6");
+    let mid = run(
+        &prog("t_apply"),
+        &["expect=owned"],
+        &apply_env(
+            d.path(),
+            "hugetune-plan 1\nheap-large hugetlb-2m\npool hugetlb-2m 6\n",
+        ),
+    );
+    k.set(NR_2M, "0");
+    let empty = run(
+        &prog("t_apply"),
+        &["expect=owned"],
+        &apply_env(
+            d.path(),
+            "hugetune-plan 1\nheap-large hugetlb-2m\npool hugetlb-2m 8\n",
+        ),
+    );
+    drop(k);
+    assert_eq!(threads.code, 0, "{}\n{}", threads.stderr, threads.json);
+    let s = summary(d.path(), threads.json["pid"].as_u64().unwrap());
+    let p = &s["pools"]["hugetlb-2m"];
+    assert_eq!(p["pages"], 16, "{s}");
+    assert!(p["allocations"].as_u64().unwrap() > 0, "{s}");
+    assert!(p["peak_used_pages"].as_u64().unwrap() <= 16);
+
+    assert_eq!(mid.code, 0, "{}\n{}", mid.stderr, mid.json);
+    assert_eq!(mid.json["ok"], true);
+    // big1 (8 MiB + 1) is a run of 5 pool pages (the pool VMA: 6 populated pages)
+    assert_eq!(mid.json["big1"]["kernel_page_kb"], 2048, "{}", mid.json);
+    assert_eq!(
+        mid.json["big1"]["private_hugetlb_kb"], 12288,
+        "{}",
+        mid.json
+    );
+    assert_eq!(mid.json["usable_big1"], 10u64 << 20);
+    let s = summary(d.path(), mid.json["pid"].as_u64().unwrap());
+    assert!(
+        s["pools"]["hugetlb-2m"]["misses"].as_u64().unwrap() >= 1,
+        "{s}"
+    );
+    assert!(
+        fallbacks(&s)
+            .iter()
+            .any(|f| f.1 == "hugetlb-2m" && f.3 == "ENOMEM"),
+        "{s}"
+    );
+
+    assert_eq!(empty.code, 0, "{}\n{}", empty.stderr, empty.json);
+    let s = summary(d.path(), empty.json["pid"].as_u64().unwrap());
+    assert_eq!(s["pools"]["hugetlb-2m"]["pages"], 0, "{s}");
+    assert!(fallbacks(&s).iter().any(|f| f.0 == "pool"), "{s}");
+}
+
+#[test]
+fn thp_never_falls_back_to_4k() {
+    if !is_root() {
+        eprintln!("skipped: needs root to change the THP setting");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mut k = Kernel::lock();
+    assert_eq!(k.set(&format!("{THP}/enabled"), "never"), "never");
+    let out = run(
+        &prog("t_apply"),
+        &["expect=4k"],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-large thp-2m\n"),
+    );
+    drop(k);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    assert!(
+        fallbacks(&s)
+            .iter()
+            .any(|f| f.1 == "thp-2m" && f.2 == "4k" && f.3 == "thp-disabled"),
+        "{s}"
+    );
+    assert_eq!(s["plan"]["thp_enabled"]["thp-2m"], false);
+}
+
+#[test]
+fn injected_failures_fall_back_and_are_reported() {
+    let d = tempfile::tempdir().unwrap();
+    let with = |inject: &str, plan: &str, args: &[&str]| {
+        let mut env = apply_env(d.path(), plan);
+        env.push(("HUGETUNE_INJECT", inject.to_string()));
+        let out = run(&prog("t_apply"), args, &env);
+        assert_eq!(out.code, 0, "{inject}: {}\n{}", out.stderr, out.json);
+        summary(d.path(), out.json["pid"].as_u64().unwrap())
+    };
+    let injected = |s: &Value, from: &str, to: &str| {
+        fallbacks(s)
+            .iter()
+            .any(|f| f.1 == from && f.2 == to && f.3 == "injected")
+    };
+    // every owned mapping refused: everything goes to the allocator behind us
+    let s = with(
+        "mmap:1",
+        "hugetune-plan 1\nheap-large thp-2m\n",
+        &["expect=glibc"],
+    );
+    assert!(injected(&s, "4k", "allocator"), "{s}");
+    assert_eq!(
+        s["inject"]["mmap"]["fired"],
+        s["inject"]["mmap"]["attempts"]
+    );
+    // every MADV_HUGEPAGE refused: 4 KB pages
+    let s = with(
+        "thp:1",
+        "hugetune-plan 1\nheap-large thp-2m\n",
+        &["expect=4k"],
+    );
+    assert!(injected(&s, "thp-2m", "4k"), "{s}");
+    // every other hugetlb mmap refused (whatever the pool): owned all the same
+    let s = with(
+        "hugetlb:2,mmap:3",
+        "hugetune-plan 1\nheap-large hugetlb-2m\n",
+        &["expect=any"],
+    );
+    assert!(
+        s["inject"]["hugetlb"]["fired"].as_u64().unwrap() >= 1,
+        "{s}"
+    );
+    assert!(s["inject"]["mmap"]["fired"].as_u64().unwrap() >= 1, "{s}");
+    // a bad spec injects nothing and says so
+    let s = with(
+        "hugetlb:0",
+        "hugetune-plan 1\nheap-large thp-2m\n",
+        &["expect=owned"],
+    );
+    assert!(!fallbacks(&s).iter().any(|f| f.3 == "injected"), "{s}");
+    assert!(
+        s["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().contains("bad HUGETUNE_INJECT")),
+        "{s}"
+    );
+}
+
+#[test]
+fn heap_small_arena_on_huge_pages() {
+    let d = tempfile::tempdir().unwrap();
+    if thp_enabled() {
+        let out = run(
+            &prog("t_arena"),
+            &["expect=thp-2m", "threads=4"],
+            &apply_env(d.path(), "hugetune-plan 1\nheap-small arena thp-2m\n"),
+        );
+        assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+        let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+        assert!(
+            s["arena"]["committed_bytes"].as_u64().unwrap() >= 32 << 20,
+            "{s}"
+        );
+        assert!(
+            s["verify"]["smaps"]["arena_anon_huge_bytes"]
+                .as_u64()
+                .unwrap()
+                > 0,
+            "{s}"
+        );
+        assert!(
+            s["categories"]["heap-small"]["allocations"]
+                .as_u64()
+                .unwrap()
+                > 65536
+        );
+    }
+    if !is_root() {
+        eprintln!("hugetlb part skipped: needs root to set a pool");
+        return;
+    }
+    let mut k = Kernel::lock();
+    k.set(NR_2M, "80");
+    let out = run(
+        &prog("t_arena"),
+        &["expect=hugetlb-2m", "threads=4"],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-small arena hugetlb-2m\n"),
+    );
+    drop(k);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    assert!(
+        s["arena"]["chunks_bytes"]["hugetlb-2m"].as_u64().unwrap() >= 32 << 20,
+        "{s}"
+    );
+    assert!(
+        s["verify"]["smaps"]["arena_hugetlb_bytes"]
+            .as_u64()
+            .unwrap()
+            >= 32 << 20,
+        "{s}"
+    );
+}
+
+#[test]
+fn static_data_and_bss_of_the_program_and_a_library_on_huge_pages() {
+    let d = tempfile::tempdir().unwrap();
+    let probe = run(&prog("t_static"), &[], &[]);
+    assert_eq!(probe.code, 0, "{}", probe.stderr);
+    let lib = probe.json["lib_path"].as_str().unwrap().to_string();
+    if thp_enabled() {
+        let out = run(
+            &prog("t_static"),
+            &["static=thp-2m", "lib=thp-2m"],
+            &apply_env(
+                d.path(),
+                &format!("hugetune-plan 1\nstatic thp-2m\nstatic thp-2m {lib}\n"),
+            ),
+        );
+        assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+        assert_eq!(out.json["data_ok"], true);
+        let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+        assert_eq!(s["static"]["ranges"].as_array().unwrap().len(), 2, "{s}");
+        assert!(
+            s["verify"]["smaps"]["static_anon_huge_bytes"]
+                .as_u64()
+                .unwrap()
+                >= 40 << 20,
+            "{s}"
+        );
+    }
+    if !is_root() {
+        eprintln!("hugetlb part skipped: needs root to set a pool");
+        return;
+    }
+    let mut k = Kernel::lock();
+    k.set(NR_2M, "40");
+    let out = run(
+        &prog("t_static"),
+        &["static=hugetlb-2m", "lib=hugetlb-2m"],
+        &apply_env(
+            d.path(),
+            &format!("hugetune-plan 1\nstatic hugetlb-2m\nstatic hugetlb-2m {lib}\n"),
+        ),
+    );
+    drop(k);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    assert_eq!(out.json["data_ok"], true);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    assert!(
+        s["verify"]["smaps"]["static_hugetlb_bytes"]
+            .as_u64()
+            .unwrap()
+            >= 40 << 20,
+        "{s}"
+    );
+}
+
+#[test]
+fn summary_on_sigusr2_and_on_a_request_file() {
+    use std::io::{BufRead, BufReader};
+    let d = tempfile::tempdir().unwrap();
+    let req = d.path().join("request");
+    let mut env = apply_env(d.path(), "hugetune-plan 1\nheap-large 4k\n");
+    env.push(("HUGETUNE_SUMMARY_REQUEST", req.display().to_string()));
+    let mut child = Command::new(prog("t_summary"))
+        .env("LD_PRELOAD", LIB)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = child.id() as u64;
+    let path = d.path().join(format!("summary.{pid}.json"));
+    let wait_for = |cond: &dyn Fn(&Value) -> bool| {
+        for _ in 0..200 {
+            if let Ok(t) = std::fs::read_to_string(&path) {
+                if let Ok(v) = serde_json::from_str::<Value>(&t) {
+                    if cond(&v) {
+                        return v;
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        panic!("no such summary at {}", path.display());
+    };
+    // SAFETY: kill with a pid we own.
+    unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
+    let s1 = wait_for(&|v| v["final"] == false);
+    assert_eq!(s1["sigusr2"], true);
+    assert!(
+        s1["categories"]["heap-large"]["allocations"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+    let seq = s1["sequence"].as_u64().unwrap();
+    std::fs::write(&req, "").unwrap();
+    let s2 = wait_for(&|v| v["sequence"].as_u64().unwrap_or(0) > seq);
+    assert_eq!(s2["final"], false);
+    assert!(!req.exists(), "the request file is consumed");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let s3 = wait_for(&|v| v["final"] == true);
+    assert!(s3["sequence"].as_u64().unwrap() > s2["sequence"].as_u64().unwrap());
+}
+
+#[test]
+fn mthp_64k_verified_through_pagemap() {
+    let base = format!("{THP}/hugepages-64kB/enabled");
+    if !is_root() || !Path::new(&base).exists() {
+        eprintln!("skipped: needs root and mTHP (hugepages-64kB)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mut k = Kernel::lock();
+    // 64 KB folios only: PMD-sized THP off for the run.
+    k.set(&format!("{THP}/enabled"), "madvise");
+    k.set(&format!("{THP}/hugepages-2048kB/enabled"), "never");
+    assert_eq!(k.set(&base, "madvise"), "madvise");
+    let out = run(
+        &prog("t_apply"),
+        &["expect=owned"],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-large thp-64k\n"),
+    );
+    k.set(&base, "never");
+    let off = run(
+        &prog("t_apply"),
+        &["expect=4k"],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-large thp-64k\n"),
+    );
+    drop(k);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    let t = &s["verify"]["thp_sizes"];
+    assert_eq!(t["verified"], true, "{s}");
+    assert!(t["bytes"]["64k"].as_u64().unwrap_or(0) >= 8 << 20, "{s}");
+    assert!(t["bytes"]["2m"].is_null(), "{s}");
+    assert!(
+        s["categories"]["heap-large"]["backed"]["thp-64k"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(off.code, 0, "{}\n{}", off.stderr, off.json);
+    let s = summary(d.path(), off.json["pid"].as_u64().unwrap());
+    assert!(
+        fallbacks(&s)
+            .iter()
+            .any(|f| f.1 == "thp-64k" && f.3 == "mthp-disabled"),
+        "{s}"
+    );
+}
+
+#[test]
+fn owned_blocks_through_jemallocs_extended_api() {
+    if !prog("t_jemalloc").exists() {
+        eprintln!("skipped: libjemalloc.so.2 is not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let out = run(
+        &prog("t_jemalloc"),
+        &["expect=owned"],
+        &apply_env(d.path(), "hugetune-plan 1\nheap-large 4k\n"),
+    );
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    assert!(s["allocator"].as_str().unwrap().contains("jemalloc"), "{s}");
+    assert!(
+        s["categories"]["heap-large"]["allocations"]
+            .as_u64()
+            .unwrap()
+            >= 3
+    );
+    // everything owned was given back, through jemalloc's API or free
+    assert_eq!(s["backed"]["4k"]["held_bytes"], 0, "{s}");
 }
 
 #[test]

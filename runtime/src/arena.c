@@ -1,0 +1,198 @@
+/* arena.c - the heap-small arena (magazine.c) wired into apply mode: its
+ * reserved range, 2 MB chunks committed along hugetlb-2m -> thp-2m -> 4k,
+ * per-thread caches handed back at thread exit.
+ *
+ * The reservation is PROT_NONE + MAP_NORESERVE (address space only). A chunk
+ * becomes hugetlb by mapping 2 MB elsewhere and moving it over the
+ * reservation with mremap (atomic, no hole); THP and 4 KB chunks are the
+ * reservation made writable with mprotect (NORESERVE memory is not charged
+ * to the commit limit) and advised. Per-chunk backings are kept for the
+ * summary and for fork protection (forksafe.c copies hugetlb chunks). */
+#include "apply_int.h"
+#include "next.h"
+
+#include "fmt.h"
+#include "sys.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+
+struct ht_mag ht_arena;
+uintptr_t ht_arena_base, ht_arena_len;
+int ht_arena_on;
+
+static uint8_t *g_chunk_b; /* backing per 2 MB chunk */
+static int g_want;
+static _Atomic uint64_t g_chunk_bytes[HT_B_COUNT];
+
+static int commit(void *ctx, uintptr_t addr, size_t len)
+{
+    (void)ctx;
+    for (uintptr_t a = addr; a < addr + len; a += HT_MAG_CHUNK) {
+        int b = ht_effective_want(g_want, HT_CAT_HEAP_SMALL, HT_MAG_CHUNK);
+        int got = HT_B_NONE;
+        if (b == HT_B_HUGETLB2M) {
+            long h = ht_hugetlb_mmap(HT_MAG_CHUNK, b);
+            long err = h;
+            if (!ht_mmap_failed(h)) {
+                long m = ht_sys_mremap((void *)h, HT_MAG_CHUNK, HT_MAG_CHUNK,
+                                       MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a);
+                if (!ht_mmap_failed(m))
+                    got = b;
+                else {
+                    ht_sys_munmap((void *)h, HT_MAG_CHUNK);
+                    err = m;
+                }
+            }
+            if (got == HT_B_NONE) {
+                if (err == -HT_EINJECTED)
+                    ht_stats_fallback(HT_CAT_HEAP_SMALL, b, HT_B_THP2M, "injected", HT_MAG_CHUNK);
+                else
+                    ht_stats_fallback_errno(HT_CAT_HEAP_SMALL, b, HT_B_THP2M, (int)-err, HT_MAG_CHUNK);
+                b = HT_B_THP2M;
+            }
+        }
+        if (got == HT_B_NONE) {
+            /* Writable first, then advise (ht_place handles thp -> 4k). */
+            long r = ht_inj(HT_INJ_MMAP) ? -HT_EINJECTED
+                                         : HT_SYSCALL(SYS_mprotect, (void *)a, HT_MAG_CHUNK, PROT_READ | PROT_WRITE);
+            if (r < 0) {
+                if (r == -HT_EINJECTED)
+                    ht_stats_fallback(HT_CAT_HEAP_SMALL, b, HT_B_NONE, "injected", HT_MAG_CHUNK);
+                else
+                    ht_stats_fallback_errno(HT_CAT_HEAP_SMALL, b, HT_B_NONE, (int)-r, HT_MAG_CHUNK);
+                return -1;
+            }
+            got = ht_place(a, HT_MAG_CHUNK, b, HT_CAT_HEAP_SMALL, HT_MAG_CHUNK, 0, 0);
+        }
+        g_chunk_b[(a - ht_arena.base) / HT_MAG_CHUNK] = (uint8_t)got;
+        atomic_fetch_add(&g_chunk_bytes[got], HT_MAG_CHUNK);
+        ht_stats_backed(HT_CAT_HEAP_SMALL, got, HT_MAG_CHUNK);
+    }
+    return 0;
+}
+
+void ht_arena_thread_flush(struct ht_mag_tcache *t)
+{
+    if (ht_arena_on)
+        ht_mag_flush_all(&ht_arena, t);
+}
+
+int ht_arena_setup(void)
+{
+    uint64_t bytes = ht_ap.plan.arena_bytes;
+    g_want = ht_ap.plan.arena;
+    long r = ht_sys_mmap(NULL, bytes + HT_MAG_CHUNK, PROT_NONE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (ht_mmap_failed(r)) {
+        ht_stats_error("cannot reserve the heap-small arena", "");
+        return -1;
+    }
+    uintptr_t a = (uintptr_t)r, base = (a + HT_MAG_CHUNK - 1) & ~(uintptr_t)(HT_MAG_CHUNK - 1);
+    if (base > a)
+        ht_sys_munmap((void *)a, base - a);
+    if (a + bytes + HT_MAG_CHUNK > base + bytes)
+        ht_sys_munmap((void *)(base + bytes), a + bytes + HT_MAG_CHUNK - (base + bytes));
+    size_t meta = ht_mag_bytes_needed_meta(bytes) + bytes / HT_MAG_CHUNK;
+    long m = ht_sys_mmap(NULL, meta, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (ht_mmap_failed(m)) {
+        ht_sys_munmap((void *)base, bytes);
+        ht_stats_error("cannot map the arena's metadata", "");
+        return -1;
+    }
+    g_chunk_b = (uint8_t *)m + ht_mag_bytes_needed_meta(bytes);
+    ht_mag_init(&ht_arena, base, bytes, (uint8_t *)m, commit, NULL);
+    ht_arena_base = base;
+    ht_arena_len = bytes;
+    ht_arena_on = 1;
+    return 0;
+}
+
+void *ht_arena_alloc_slow(size_t n, int c)
+{
+    void *p = NULL;
+    if (!ht_tls.guard) { /* never refill from inside the library */
+        if (!ht_atls.registered)
+            ht_apply_thread_register();
+        p = ht_mag_refill(&ht_arena, &ht_atls.tc, c);
+        ht_apply_poll_slow();
+    }
+    if (p)
+        return p;
+    atomic_fetch_add_explicit(&ht_ap.arena_forwarded, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ht_ap.arena_forwarded_bytes, n, memory_order_relaxed);
+    return ht_fwd_malloc(n);
+}
+
+void ht_arena_atfork_prepare(void)
+{
+    if (ht_arena_on)
+        ht_mag_lock_all(&ht_arena);
+}
+
+void ht_arena_atfork_parent(void)
+{
+    if (ht_arena_on)
+        ht_mag_unlock_all(&ht_arena);
+}
+
+void ht_arena_atfork_child(void)
+{
+    if (!ht_arena_on)
+        return;
+    /* Only this thread exists: the other threads' caches are lost (leaked),
+     * the forking thread's stays valid. */
+    ht_mag_reinit_locks(&ht_arena);
+}
+
+void ht_arena_hugetlb_ranges(void (*cb)(uintptr_t a, size_t len, void *ctx), void *ctx)
+{
+    if (!ht_arena_on)
+        return;
+    size_t nch = (ht_arena.committed - ht_arena.base) / HT_MAG_CHUNK;
+    for (size_t i = 0; i < nch;) {
+        if (g_chunk_b[i] != HT_B_HUGETLB2M) {
+            i++;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < nch && g_chunk_b[j] == HT_B_HUGETLB2M)
+            j++;
+        cb(ht_arena.base + i * HT_MAG_CHUNK, (j - i) * HT_MAG_CHUNK, ctx);
+        i = j;
+    }
+}
+
+void ht_arena_adopted(uintptr_t a, size_t len, int backing)
+{
+    for (uintptr_t x = a; x < a + len; x += HT_MAG_CHUNK) {
+        size_t i = (x - ht_arena.base) / HT_MAG_CHUNK;
+        atomic_fetch_sub(&g_chunk_bytes[g_chunk_b[i]], HT_MAG_CHUNK);
+        g_chunk_b[i] = (uint8_t)backing;
+        atomic_fetch_add(&g_chunk_bytes[backing], HT_MAG_CHUNK);
+    }
+}
+
+void ht_arena_summary(struct ht_json *j)
+{
+    hj_obj_begin(j, "arena");
+    hj_bool(j, "enabled", ht_arena_on);
+    if (ht_arena_on) {
+        hj_str(j, "backing", ht_backing_name(g_want));
+        hj_u64(j, "reserved_bytes", ht_arena.end - ht_arena.base);
+        hj_u64(j, "committed_bytes", ht_arena.committed - ht_arena.base);
+        hj_obj_begin(j, "chunks_bytes");
+        for (int b = HT_B_4K; b < HT_B_COUNT; b++) {
+            uint64_t v = atomic_load(&g_chunk_bytes[b]);
+            if (v)
+                hj_u64(j, ht_backing_name(b), v);
+        }
+        hj_obj_end(j);
+        hj_u64(j, "full", atomic_load(&ht_arena.full));
+    }
+    hj_u64(j, "forwarded", atomic_load(&ht_ap.arena_forwarded));
+    hj_u64(j, "forwarded_bytes", atomic_load(&ht_ap.arena_forwarded_bytes));
+    hj_obj_end(j);
+}

@@ -1,0 +1,249 @@
+/* static.c - plan `static B [MODULE]`: the 2 MB-aligned interior of the
+ * writable segments (.data + .bss) of the executable or of a named library
+ * moved onto huge pages at start-up (docs/formats.md section 3).
+ *
+ * How, and why this way: the interior of a writable PT_LOAD (after its RELRO
+ * part, which the loader makes read-only) is partly file-backed (.data, a
+ * private file mapping) and partly anonymous (.bss). MADV_HUGEPAGE alone does
+ * nothing for file-backed private memory and only future faults of the .bss;
+ * so the library builds a huge-page copy elsewhere (hugetlb pages, or an
+ * aligned THP-advised anonymous mapping), copies the pages that hold data into
+ * it (the file-backed part always; the anonymous part where pagemap says a
+ * page is present or swapped: untouched .bss stays untouched), and moves the
+ * copy over the original range with mremap(MREMAP_FIXED): one atomic
+ * replacement, no moment where the range reads as zero. MADV_COLLAPSE then
+ * collapses whatever THP did not give at fault time. This runs in the
+ * constructor; if the process already has more than one thread, the copy
+ * could lose a concurrent write, so the library only advises in place
+ * (MADV_HUGEPAGE + MADV_COLLAPSE, THP only) and reports it. */
+#include "apply_int.h"
+
+#include "fmt.h"
+#include "pagemap.h"
+#include "proc.h"
+#include "sys.h"
+
+#include <fcntl.h>
+#include <link.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+#ifndef PT_GNU_RELRO
+#define PT_GNU_RELRO 0x6474e552
+#endif
+
+struct ht_static_range ht_static_ranges[HT_MAX_STATIC_RANGES];
+int ht_nstatic_ranges;
+
+static uintptr_t up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
+static uintptr_t down(uintptr_t v, uintptr_t a) { return v & ~(a - 1); }
+
+static int thread_count(void)
+{
+    char buf[4096];
+    long n = ht_read_file("/proc/self/status", buf, sizeof buf);
+    if (n <= 0)
+        return -1;
+    const char *t = strstr(buf, "\nThreads:");
+    if (!t)
+        return -1;
+    t += 9;
+    while (*t == ' ' || *t == '\t')
+        t++;
+    int v = 0;
+    while (*t >= '0' && *t <= '9')
+        v = v * 10 + (*t++ - '0');
+    return v;
+}
+
+/* Copies the pages of [lo, hi) that hold data into dst (same offsets):
+ * every page below file_end, else those pagemap shows present or swapped. */
+static void copy_data(uintptr_t lo, uintptr_t hi, uintptr_t file_end, uintptr_t dst)
+{
+    uint64_t pm[512];
+    long fd = ht_sys_open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
+    for (uintptr_t a = lo; a < hi;) {
+        size_t n = (hi - a) / 4096;
+        if (n > 512)
+            n = 512;
+        int have = 0;
+        if (fd >= 0) {
+            long r = HT_SYSCALL(SYS_pread64, (int)fd, pm, n * 8, (uint64_t)(a / 4096) * 8);
+            have = r == (long)(n * 8);
+        }
+        for (size_t i = 0; i < n;) {
+            uintptr_t pa = a + i * 4096;
+            int need = !have || pa < file_end || (pm[i] & (HT_PM_PRESENT | HT_PM_SWAPPED));
+            if (!need) {
+                i++;
+                continue;
+            }
+            size_t j = i + 1;
+            while (j < n && (!have || a + j * 4096 < file_end || (pm[j] & (HT_PM_PRESENT | HT_PM_SWAPPED))))
+                j++;
+            memcpy((void *)(dst + (pa - lo)), (void *)pa, (j - i) * 4096);
+            i = j;
+        }
+        a += n * 4096;
+    }
+    if (fd >= 0)
+        ht_sys_close((int)fd);
+}
+
+static void record(uintptr_t lo, uintptr_t hi, int b)
+{
+    if (ht_nstatic_ranges < HT_MAX_STATIC_RANGES) {
+        ht_static_ranges[ht_nstatic_ranges].lo = lo;
+        ht_static_ranges[ht_nstatic_ranges].hi = hi;
+        ht_static_ranges[ht_nstatic_ranges].backing = b;
+        ht_nstatic_ranges++;
+    }
+    ht_stats_backed(HT_CAT_STATIC, b, hi - lo);
+}
+
+/* In place: MADV_HUGEPAGE + MADV_COLLAPSE (THP only). */
+static int advise_in_place(uintptr_t lo, uintptr_t hi, int b)
+{
+    if (!ht_ap.thp_ok[HT_B_THP2M]) {
+        ht_stats_fallback(HT_CAT_STATIC, b, HT_B_4K, "thp-disabled", hi - lo);
+        return HT_B_4K;
+    }
+    long r = ht_madvise_huge((void *)lo, hi - lo);
+    if (r < 0) {
+        if (r == -HT_EINJECTED)
+            ht_stats_fallback(HT_CAT_STATIC, b, HT_B_4K, "injected", hi - lo);
+        else
+            ht_stats_fallback_errno(HT_CAT_STATIC, b, HT_B_4K, (int)-r, hi - lo);
+        return HT_B_4K;
+    }
+    ht_sys_madvise((void *)lo, hi - lo, MADV_COLLAPSE);
+    return HT_B_THP2M;
+}
+
+static void apply_range(uintptr_t lo, uintptr_t hi, uintptr_t file_end, int b, int threads)
+{
+    size_t len = hi - lo;
+    atomic_fetch_add(&ht_stats.static_requested, len);
+    if (b == HT_B_4K) {
+        ht_sys_madvise((void *)lo, len, MADV_NOHUGEPAGE);
+        record(lo, hi, HT_B_4K);
+        return;
+    }
+    b = ht_effective_want(b, HT_CAT_STATIC, len);
+    if (threads != 1) {
+        if (b != HT_B_THP2M)
+            ht_stats_fallback(HT_CAT_STATIC, b, HT_B_THP2M, "threads", len);
+        record(lo, hi, advise_in_place(lo, hi, b));
+        return;
+    }
+    long nm = -1;
+    if (b == HT_B_HUGETLB2M) {
+        nm = ht_hugetlb_mmap(len, b);
+        if (ht_mmap_failed(nm)) {
+            if (nm == -HT_EINJECTED)
+                ht_stats_fallback(HT_CAT_STATIC, b, HT_B_THP2M, "injected", len);
+            else
+                ht_stats_fallback_errno(HT_CAT_STATIC, b, HT_B_THP2M, (int)-nm, len);
+            b = HT_B_THP2M;
+        }
+    }
+    if (b == HT_B_THP2M) {
+        if (!ht_ap.thp_ok[HT_B_THP2M]) {
+            ht_stats_fallback(HT_CAT_STATIC, b, HT_B_4K, "thp-disabled", len);
+            record(lo, hi, HT_B_4K);
+            return;
+        }
+        long r = ht_owned_mmap(NULL, len + HT_HUGE_2M, PROT_READ | PROT_WRITE, 0);
+        if (ht_mmap_failed(r)) {
+            /* No room for a copy: advise where it is. */
+            record(lo, hi, advise_in_place(lo, hi, b));
+            return;
+        }
+        uintptr_t a = (uintptr_t)r, al = up(a, HT_HUGE_2M);
+        if (al > a)
+            ht_sys_munmap((void *)a, al - a);
+        if (a + len + HT_HUGE_2M > al + len)
+            ht_sys_munmap((void *)(al + len), a + len + HT_HUGE_2M - (al + len));
+        long m = ht_madvise_huge((void *)al, len);
+        if (m < 0) {
+            ht_sys_munmap((void *)al, len);
+            if (m == -HT_EINJECTED)
+                ht_stats_fallback(HT_CAT_STATIC, b, HT_B_4K, "injected", len);
+            else
+                ht_stats_fallback_errno(HT_CAT_STATIC, b, HT_B_4K, (int)-m, len);
+            record(lo, hi, HT_B_4K);
+            return;
+        }
+        nm = (long)al;
+    }
+    copy_data(lo, hi, file_end, (uintptr_t)nm);
+    long mv = ht_sys_mremap((void *)nm, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)lo);
+    if (ht_mmap_failed(mv)) {
+        char eb[24];
+        ht_sys_munmap((void *)nm, len);
+        ht_stats_error("static: mremap onto the segment failed: ", ht_errno_name((int)-mv, eb));
+        record(lo, hi, advise_in_place(lo, hi, b));
+        return;
+    }
+    if (b == HT_B_THP2M)
+        ht_sys_madvise((void *)lo, len, MADV_COLLAPSE); /* what THP did not give at fault */
+    record(lo, hi, b);
+}
+
+struct sctx {
+    int idx;
+    int done[HT_PLAN_MAX_STATICS];
+    int threads;
+};
+
+static int static_cb(struct dl_phdr_info *info, size_t size, void *p)
+{
+    struct sctx *c = p;
+    (void)size;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    int main_prog = c->idx++ == 0;
+    for (int s = 0; s < ht_ap.plan.nstatics; s++) {
+        const char *want = ht_plan_static_module(&ht_ap.plan, s);
+        int match = want[0] == 0 ? main_prog
+                                 : (strcmp(want, name) == 0 || (main_prog && strcmp(want, ht_cfg.exe_path) == 0));
+        if (!match || c->done[s])
+            continue;
+        c->done[s] = 1;
+        uintptr_t relro_end = 0;
+        for (int i = 0; i < info->dlpi_phnum; i++) {
+            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+            if (ph->p_type == PT_GNU_RELRO)
+                relro_end = up((uintptr_t)info->dlpi_addr + ph->p_vaddr + ph->p_memsz, 4096);
+        }
+        for (int i = 0; i < info->dlpi_phnum; i++) {
+            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+            if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W))
+                continue;
+            uintptr_t base = (uintptr_t)info->dlpi_addr + (uintptr_t)ph->p_vaddr;
+            uintptr_t start = base, end = base + ph->p_memsz;
+            if (relro_end > start && relro_end <= end)
+                start = relro_end;
+            uintptr_t lo = up(start, HT_HUGE_2M), hi = down(end, HT_HUGE_2M);
+            if (hi <= lo)
+                continue;
+            apply_range(lo, hi, up(base + ph->p_filesz, 4096), ht_ap.plan.statics[s].backing, c->threads);
+        }
+    }
+    return 0;
+}
+
+void ht_static_apply(void)
+{
+    if (ht_ap.plan.nstatics == 0)
+        return;
+    struct sctx c;
+    memset(&c, 0, sizeof c);
+    c.threads = thread_count();
+    dl_iterate_phdr(static_cb, &c);
+    for (int s = 0; s < ht_ap.plan.nstatics; s++)
+        if (!c.done[s])
+            ht_stats_error("static: module not loaded at start-up: ", ht_plan_static_module(&ht_ap.plan, s));
+}
