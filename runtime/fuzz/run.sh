@@ -6,6 +6,10 @@
 #                                   SECONDS (default 60), starting from seeds/ and
 #                                   corpus/; new coverage is merged (minimized) back
 #                                   into corpus/, crashes land in crashes/
+#   runtime/fuzz/run.sh --afl [SECONDS]
+#                                   the same target under AFL++ (afl-clang-fast,
+#                                   no sanitizers), from seeds/ and corpus/; findings
+#                                   stay in $FUZZ_BUILD/afl-out (crashes are reported)
 #   runtime/fuzz/run.sh --regress   build the target with gcc, plain and with
 #                                   ASan/UBSan, and run seeds/, corpus/ and
 #                                   regressions/ through both (part of scripts/test.sh)
@@ -80,9 +84,31 @@ fuzz() {
   fi
 }
 
+afl() {
+  local secs="$1"
+  command -v afl-fuzz >/dev/null || { echo "run.sh: afl-fuzz not found (scripts/setup.sh installs afl++)" >&2; exit 1; }
+  afl-clang-fast -O1 "${cflags[@]}" -fsanitize=fuzzer -o "$build/afl_parsers" "${srcs[@]}"
+  local in="$build/afl-in" out="$build/afl-out"
+  rm -rf "$in" "$out"
+  mkdir -p "$in"
+  cp "$here"/seeds/* "$here"/corpus/* "$in"/ 2>/dev/null || true
+  echo "AFL++ for ${secs}s (log: $build/afl.log)"
+  AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 \
+    afl-fuzz -i "$in" -o "$out" -V "$secs" -- "$build/afl_parsers" >"$build/afl.log" 2>&1
+  grep -E '^(execs_done|execs_per_sec|corpus_count|bitmap_cvg|saved_crashes|saved_hangs)' \
+    "$out/default/fuzzer_stats"
+  local ncrash
+  ncrash="$(find "$out/default/crashes" -type f -name 'id:*' | wc -l)"
+  if [ "$ncrash" -ne 0 ]; then
+    echo "run.sh: AFL++ found $ncrash crashing inputs in $out/default/crashes" >&2
+    exit 1
+  fi
+}
+
 case "${1:-60}" in
   --regress) regress ;;
-  -h|--help) sed -n '2,14p' "$0" ;;
-  *[!0-9]*) echo "usage: $0 [SECONDS] | --regress" >&2; exit 2 ;;
+  --afl) afl "${2:-60}" ;;
+  -h|--help) sed -n '2,16p' "$0" ;;
+  *[!0-9]*) echo "usage: $0 [SECONDS] | --afl [SECONDS] | --regress" >&2; exit 2 ;;
   *) fuzz "${1:-60}" ;;
 esac
