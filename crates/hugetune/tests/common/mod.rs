@@ -130,6 +130,20 @@ pub struct Proc {
 impl Proc {
     pub fn spawn(cmd: &mut Command) -> Proc {
         cmd.process_group(0);
+        // If the test process dies (Ctrl-C reaches only the foreground group, which
+        // the child has left), the kernel kills the child.
+        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs
+        // between fork and exec.
+        unsafe {
+            let parent = libc::getpid();
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent {
+                    libc::_exit(111);
+                }
+                Ok(())
+            });
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
