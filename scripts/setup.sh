@@ -15,7 +15,7 @@ packages=(gcc make libc6-dev valgrind python3 procps
   libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++)
 missing=()
 for p in "${packages[@]}"; do
-  dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing+=("$p")
+  dpkg -s "$p" 2>/dev/null | grep '^Status: install ok installed' >/dev/null || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   sudo=""
