@@ -1315,19 +1315,21 @@ fn thp_guard_refuses_unknown_modes() {
 // reason `injected`; a bad spec is an error in the summary and injects nothing.
 //
 // They run when the built library knows HUGETUNE_INJECT (its name is in the
-// binary) and are skipped with a message otherwise; set
-// HUGETUNE_TEST_REQUIRE_INJECT=1 to make a library without it fail them instead.
+// binary) and are skipped with a message otherwise; HUGETUNE_TEST_REQUIRE_INJECT=1
+// runs them whatever the library (a library without it then fails them).
 
 fn inject_supported(test: &str) -> bool {
+    // Forced: run the checks whatever the library is (without support they fail
+    // on what the summaries lack, which shows the tests can fail).
+    if std::env::var("HUGETUNE_TEST_REQUIRE_INJECT").as_deref() == Ok("1") {
+        return true;
+    }
     let lib = std::fs::read(LIB).unwrap();
     let has = lib.windows(15).any(|w| w == b"HUGETUNE_INJECT");
     if !has {
-        if std::env::var("HUGETUNE_TEST_REQUIRE_INJECT").as_deref() == Ok("1") {
-            panic!("{test}: libhugetune.so does not support HUGETUNE_INJECT");
-        }
         eprintln!(
             "SKIPPED {test}: libhugetune.so has no HUGETUNE_INJECT support yet (apply-mode \
-             branch not merged); HUGETUNE_TEST_REQUIRE_INJECT=1 makes this a failure"
+             branch not merged); HUGETUNE_TEST_REQUIRE_INJECT=1 runs it anyway"
         );
     }
     has
