@@ -226,7 +226,8 @@ pub struct ThpChange {
     _lock: KernelStateLock,
 }
 
-fn change_thp(lock: KernelStateLock, mode: &str) -> Result<ThpChange> {
+/// Refuses what cannot work before any lock is taken.
+fn check_thp_request(mode: &str) -> Result<PathBuf> {
     if !matches!(mode, "always" | "madvise" | "never") {
         bail!("unknown THP mode {mode:?} (always, madvise or never)");
     }
@@ -238,6 +239,10 @@ fn change_thp(lock: KernelStateLock, mode: &str) -> Result<ThpChange> {
             path.display()
         );
     }
+    Ok(path)
+}
+
+fn change_thp(lock: KernelStateLock, path: PathBuf, mode: &str) -> Result<ThpChange> {
     let previous = read_thp_enabled(&path)?;
     let restore_path = path.clone();
     let old = previous.clone();
@@ -265,14 +270,16 @@ fn change_thp(lock: KernelStateLock, mode: &str) -> Result<ThpChange> {
 /// Sets THP's system-wide mode (`always`, `madvise`, `never`) under the
 /// kernel-state lock, restored on drop and on interrupt (tests: THP `never`).
 pub fn set_thp_enabled(mode: &str) -> Result<ThpChange> {
-    change_thp(lock_kernel_state()?, mode)
+    let path = check_thp_request(mode)?;
+    change_thp(lock_kernel_state()?, path, mode)
 }
 
 /// `set_thp_enabled` for a caller that already holds the kernel-state lock (e.g.
 /// through a `PoolChange`): shares that lock instead of waiting for it. Drop the
 /// `ThpChange` first if it must be restored before the pool.
 pub fn set_thp_enabled_holding(lock: &KernelStateLock, mode: &str) -> Result<ThpChange> {
-    change_thp(lock.try_clone()?, mode)
+    let path = check_thp_request(mode)?;
+    change_thp(lock.try_clone()?, path, mode)
 }
 
 /// Reads a pool's size under the lock: the resting value, not a test's temporary one.
@@ -286,6 +293,12 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
+
+    #[test]
+    fn thp_guard_refuses_unknown_modes_without_locking() {
+        let e = set_thp_enabled("sometimes").err().unwrap();
+        assert!(format!("{e:#}").contains("unknown THP mode"), "{e:#}");
+    }
 
     #[test]
     fn restore_runs_once_on_drop() {
