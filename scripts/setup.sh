@@ -3,11 +3,19 @@
 # Debian packages: gcc/make/libc6-dev (the C parts; libgomp comes with gcc),
 # valgrind (the reference source every machine has), python3 (workload self-check),
 # procps (pgrep, in the tests).
+# The robustness tests (crates/hugetune/tests/robustness.rs, docs/testing.md) run
+# real programs under the runtime library: python3 with its stdlib tests
+# (libpython3.11-testsuite), sqlite3, redis-server (links jemalloc) with
+# redis-tools (redis-cli, redis-benchmark, redis-check-rdb), gzip, coreutils
+# (sort). The fuzzing of the runtime library's parsers (runtime/fuzz) needs clang
+# (libFuzzer); afl++ is there for longer campaigns with AFL++.
 set -euo pipefail
 
+packages=(gcc make libc6-dev valgrind python3 procps
+  libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++)
 missing=()
-for p in gcc make libc6-dev valgrind python3 procps; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+for p in "${packages[@]}"; do
+  dpkg -s "$p" 2>/dev/null | grep '^Status: install ok installed' >/dev/null || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   sudo=""
@@ -15,6 +23,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+  # The redis-server package starts a service on port 6379 where systemd runs;
+  # the tests start their own servers on free ports and need none.
+  if [[ " ${missing[*]} " == *" redis-server "* ]] && [ -d /run/systemd/system ]; then
+    $sudo systemctl stop redis-server >/dev/null 2>&1 || true
+  fi
 fi
 
 # Rust comes from rustup on these machines; make sure cargo is on PATH.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: set up, lint, build, and run the Rust
-# tests (unit, property and end-to-end), the runtime library's C tests (plain and
-# under AddressSanitizer/UBSan) and the workloads' self-check.
+# tests (unit, property, end-to-end and robustness with real programs), the runtime
+# library's C tests (plain and under AddressSanitizer/UBSan), the replay of its fuzz
+# corpus and the workloads' self-check. docs/testing.md says how to run parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -13,6 +14,9 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 
 echo "== runtime library: C unit tests, plain and with ASan/UBSan"
 make -C runtime BUILD_DIR="$PWD/target/c-check/runtime" check
+
+echo "== runtime library: fuzz corpus regression (plain and with ASan/UBSan)"
+runtime/fuzz/run.sh --regress
 
 echo "== workloads: self-check"
 make -C workloads BUILD_DIR="$PWD/target/c-check/workloads"

@@ -94,6 +94,20 @@ pub struct KernelStateLock {
     _file: File,
 }
 
+impl KernelStateLock {
+    /// Another handle on the same lock (the same open file description, so the
+    /// lock is held until every handle is dropped): lets one user hold two guards
+    /// at once, e.g. an emptied pool and THP `never`, without waiting on itself.
+    pub fn try_clone(&self) -> Result<KernelStateLock> {
+        Ok(KernelStateLock {
+            _file: self
+                ._file
+                .try_clone()
+                .context("duplicating the lock file")?,
+        })
+    }
+}
+
 pub fn lock_kernel_state() -> Result<KernelStateLock> {
     let file = OpenOptions::new()
         .create(true)
@@ -141,6 +155,11 @@ impl PoolChange {
     pub fn added(&self) -> u64 {
         self.now.saturating_sub(self.previous)
     }
+
+    /// The kernel-state lock this change holds (for `set_thp_enabled_holding`).
+    pub fn lock(&self) -> &KernelStateLock {
+        &self._lock
+    }
 }
 
 fn change_pool(page_kb: u64, target: impl FnOnce(u64) -> u64) -> Result<PoolChange> {
@@ -184,6 +203,85 @@ pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolChange> {
     change_pool(page_kb, |_| pages)
 }
 
+fn thp_enabled_path() -> PathBuf {
+    Path::new(crate::machine::THP_SYSFS).join("enabled")
+}
+
+fn read_thp_enabled(path: &Path) -> Result<String> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    crate::procfs::selected_choice(&text)
+        .with_context(|| format!("no selected value in {}: {:?}", path.display(), text.trim()))
+}
+
+/// THP's system-wide mode (`/sys/kernel/mm/transparent_hugepage/enabled`) changed
+/// for as long as the value lives: dropping it (or an interrupt) puts the old mode
+/// back. It holds the kernel-state lock meanwhile, like `PoolChange`.
+pub struct ThpChange {
+    /// The mode before the change (`always`, `madvise` or `never`).
+    pub previous: String,
+    /// The mode the kernel reports after the change.
+    pub now: String,
+    _restore: Restore,
+    _lock: KernelStateLock,
+}
+
+/// Refuses what cannot work before any lock is taken.
+fn check_thp_request(mode: &str) -> Result<PathBuf> {
+    if !matches!(mode, "always" | "madvise" | "never") {
+        bail!("unknown THP mode {mode:?} (always, madvise or never)");
+    }
+    let path = thp_enabled_path();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "changing the THP mode needs root (writing {})",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn change_thp(lock: KernelStateLock, path: PathBuf, mode: &str) -> Result<ThpChange> {
+    let previous = read_thp_enabled(&path)?;
+    let restore_path = path.clone();
+    let old = previous.clone();
+    let restore = on_restore(move || {
+        if let Err(e) = std::fs::write(&restore_path, &old) {
+            eprintln!(
+                "hugetune: could not restore {} to {old}: {e}",
+                restore_path.display()
+            );
+        }
+    });
+    std::fs::write(&path, mode).with_context(|| format!("writing {mode} to {}", path.display()))?;
+    let now = read_thp_enabled(&path)?;
+    if now != mode {
+        bail!("{} reads {now} after writing {mode}", path.display());
+    }
+    Ok(ThpChange {
+        previous,
+        now,
+        _restore: restore,
+        _lock: lock,
+    })
+}
+
+/// Sets THP's system-wide mode (`always`, `madvise`, `never`) under the
+/// kernel-state lock, restored on drop and on interrupt (tests: THP `never`).
+pub fn set_thp_enabled(mode: &str) -> Result<ThpChange> {
+    let path = check_thp_request(mode)?;
+    change_thp(lock_kernel_state()?, path, mode)
+}
+
+/// `set_thp_enabled` for a caller that already holds the kernel-state lock (e.g.
+/// through a `PoolChange`): shares that lock instead of waiting for it. Drop the
+/// `ThpChange` first if it must be restored before the pool.
+pub fn set_thp_enabled_holding(lock: &KernelStateLock, mode: &str) -> Result<ThpChange> {
+    let path = check_thp_request(mode)?;
+    change_thp(lock.try_clone()?, path, mode)
+}
+
 /// Reads a pool's size under the lock: the resting value, not a test's temporary one.
 pub fn resting_pool_size(page_kb: u64) -> Result<u64> {
     let _lock = lock_kernel_state()?;
@@ -195,6 +293,12 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
+
+    #[test]
+    fn thp_guard_refuses_unknown_modes_without_locking() {
+        let e = set_thp_enabled("sometimes").err().unwrap();
+        assert!(format!("{e:#}").contains("unknown THP mode"), "{e:#}");
+    }
 
     #[test]
     fn restore_runs_once_on_drop() {
