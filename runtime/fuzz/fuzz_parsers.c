@@ -46,8 +46,11 @@ static void check_plan_result(const struct ht_plan *p, int rc, size_t len)
         /* The whole plan is dropped. */
         CHECK(!p->has_threshold && p->threshold == 0);
         CHECK(p->heap_large == HT_B_NONE && p->heap_small == HT_B_NONE &&
-              p->static_ == HT_B_NONE);
-        CHECK(p->nsites == 0 && p->pool_len == 0);
+              p->static_ == HT_B_NONE && p->arena == HT_B_NONE && p->arena_bytes == 0);
+        CHECK(p->nsites == 0 && p->pool_len == 0 && p->nstatics == 0);
+        CHECK(p->layout == HT_LAYOUT_HEAD_TAIL && p->fork_safe == HT_FORK_COPY);
+        for (int i = 0; i < HT_POOL_N; i++)
+            CHECK(p->pool_pages[i] == 0);
         CHECK(strncmp(p->error, "plan", 4) == 0);
         CHECK(p->err_line >= 0);
         /* The error quotes at most 80 bytes of the line, without control bytes. */
@@ -64,7 +67,37 @@ static void check_plan_result(const struct ht_plan *p, int rc, size_t len)
         CHECK(p->threshold == 0);
     CHECK(p->heap_large >= HT_B_NONE && p->heap_large < HT_B_COUNT);
     CHECK(p->heap_small == HT_B_NONE || p->heap_small == HT_B_4K || p->heap_small == HT_B_THP2M);
-    CHECK(p->static_ == HT_B_NONE || p->static_ == HT_B_4K || p->static_ == HT_B_THP2M);
+    /* heap-small is either the glibc tunable form or the arena, never both. */
+    CHECK(p->arena == HT_B_NONE || p->heap_small == HT_B_NONE);
+    if (p->arena == HT_B_NONE) {
+        CHECK(p->arena_bytes == 0);
+    } else {
+        CHECK(p->arena == HT_B_HUGETLB2M || p->arena == HT_B_THP2M);
+        CHECK(p->arena_bytes >= (2ull << 20) && p->arena_bytes <= HT_ARENA_MAX_BYTES &&
+              p->arena_bytes % (2ull << 20) == 0);
+    }
+    CHECK(p->layout == HT_LAYOUT_HEAD_TAIL || p->layout == HT_LAYOUT_ROUND_UP);
+    CHECK(p->fork_safe == HT_FORK_COPY || p->fork_safe == HT_FORK_THP || p->fork_safe == HT_FORK_OFF);
+    for (int i = 0; i < HT_POOL_N; i++)
+        CHECK(p->pool_pages[i] <= HT_PLAN_MAX_POOL_PAGES);
+#define STATIC_BACKING_OK(b) ((b) == HT_B_4K || (b) == HT_B_THP2M || (b) == HT_B_HUGETLB2M)
+    CHECK(p->static_ == HT_B_NONE || STATIC_BACKING_OK(p->static_));
+    CHECK(p->nstatics >= 0 && p->nstatics <= HT_PLAN_MAX_STATICS);
+    int main_statics = 0;
+    for (int i = 0; i < p->nstatics; i++) {
+        const struct ht_plan_static *st = &p->statics[i];
+        CHECK(STATIC_BACKING_OK(st->backing));
+        CHECK((size_t)st->mod_off + st->mod_len < p->pool_len || st->mod_len == 0);
+        const char *m = ht_plan_static_module(p, i);
+        CHECK(strlen(m) == st->mod_len);
+        if (st->mod_len == 0) {
+            main_statics++;
+            CHECK(p->static_ == st->backing); /* the main program's entry is mirrored */
+        }
+        for (int j = 0; j < i; j++) /* one directive per module */
+            CHECK(strcmp(ht_plan_static_module(p, j), m) != 0);
+    }
+    CHECK(main_statics <= 1 && (main_statics == 1) == (p->static_ != HT_B_NONE));
     CHECK(p->nsites >= 0 && p->nsites <= HT_PLAN_MAX_SITES);
     CHECK(p->pool_len <= HT_PLAN_POOL);
     for (int i = 0; i < p->nsites; i++) {
@@ -87,9 +120,18 @@ static int same_plan(const struct ht_plan *a, const struct ht_plan *b)
     if (a->valid != b->valid || a->has_threshold != b->has_threshold ||
         a->threshold != b->threshold || a->heap_large != b->heap_large ||
         a->heap_small != b->heap_small || a->static_ != b->static_ ||
+        a->arena != b->arena || a->arena_bytes != b->arena_bytes || a->layout != b->layout ||
+        a->fork_safe != b->fork_safe || a->nstatics != b->nstatics ||
         a->nsites != b->nsites || a->err_line != b->err_line ||
         strcmp(a->error, b->error) != 0)
         return 0;
+    for (int i = 0; i < HT_POOL_N; i++)
+        if (a->pool_pages[i] != b->pool_pages[i])
+            return 0;
+    for (int i = 0; i < a->nstatics; i++)
+        if (a->statics[i].backing != b->statics[i].backing ||
+            strcmp(ht_plan_static_module(a, i), ht_plan_static_module(b, i)) != 0)
+            return 0;
     for (int i = 0; i < a->nsites; i++) {
         if (a->sites[i].offset != b->sites[i].offset ||
             a->sites[i].backing != b->sites[i].backing ||
@@ -273,10 +315,31 @@ static int hexval(char c)
     return -1;
 }
 
+/* Reference UTF-8 check, written from the code-point definition (independent of
+ * fmt.c): the length of the well-formed sequence at j[i..n), 0 if none. */
+static size_t ref_utf8(const unsigned char *j, size_t i, size_t n)
+{
+    unsigned c = j[i], len, cp;
+    if (c >= 0xf0 && c < 0xf8) { len = 4; cp = c & 0x07; }
+    else if (c >= 0xe0) { len = 3; cp = c & 0x0f; }
+    else if (c >= 0xc0) { len = 2; cp = c & 0x1f; }
+    else return 0;
+    if (c >= 0xf8 || i + len > n)
+        return 0;
+    for (unsigned k = 1; k < len; k++) {
+        if ((j[i + k] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (j[i + k] & 0x3f);
+    }
+    static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
 /* Decodes a JSON string literal as the summary writer produces it; returns the
- * decoded length or -1 when it is not a well-formed literal. Bytes >= 0x80 are
- * taken as they are (the writer passes them through; see the UTF-8 note in
- * runtime/fuzz/README.md). */
+ * decoded length or -1 when it is not a well-formed literal or not valid UTF-8.
+ * \u0080..\u00ff stand for single bytes that were not UTF-8 (the writer's rule). */
 static long json_decode(const char *j, size_t n, char *out)
 {
     size_t o = 0;
@@ -288,6 +351,15 @@ static long json_decode(const char *j, size_t n, char *out)
             return -1; /* must be escaped */
         if (c == '"')
             return -1; /* unescaped quote inside */
+        if (c >= 0x80) {
+            size_t len = ref_utf8((const unsigned char *)j, i, n - 1);
+            if (len == 0)
+                return -1; /* raw bytes must be well-formed UTF-8 */
+            memcpy(out + o, j + i, len);
+            o += len;
+            i += len - 1;
+            continue;
+        }
         if (c != '\\') {
             out[o++] = (char)c;
             continue;
@@ -313,8 +385,8 @@ static long json_decode(const char *j, size_t n, char *out)
                     return -1;
                 v = v * 16 + h;
             }
-            if (v > 0x7f)
-                return -1; /* the writer only escapes ASCII controls */
+            if (v > 0xff)
+                return -1; /* the writer escapes single bytes only */
             out[o++] = (char)v;
             i += 4;
             break;

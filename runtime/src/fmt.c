@@ -116,12 +116,34 @@ void hb_hex(struct ht_buf *b, uint64_t v)
     hb_putn(b, t, ht_fmt_hex(t, v));
 }
 
+/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlongs, no
+ * surrogates, at most U+10FFFF), 0 if the bytes there are not one. */
+static size_t utf8_seq_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c >= 0xc2 && c <= 0xdf)
+        return (s[1] & 0xc0) == 0x80 ? 2 : 0;
+    if (c >= 0xe0 && c <= 0xef) {
+        unsigned char lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 ? 3 : 0;
+    }
+    if (c >= 0xf0 && c <= 0xf4) {
+        unsigned char lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 && (s[3] & 0xc0) == 0x80 ? 4 : 0;
+    }
+    return 0;
+}
+
+/* JSON must be UTF-8, but paths, plan lines and environment values are bytes:
+ * well-formed UTF-8 passes through, any other byte >= 0x80 becomes \u00XX (the
+ * code point of that byte read as Latin-1), so the summary always parses. */
 void hb_json_str(struct ht_buf *b, const char *s)
 {
     static const char dig[] = "0123456789abcdef";
     hb_putc(b, '"');
-    for (; *s; s++) {
+    while (*s) {
         unsigned char c = (unsigned char)*s;
+        size_t n;
         switch (c) {
         case '"': hb_puts(b, "\\\""); break;
         case '\\': hb_puts(b, "\\\\"); break;
@@ -129,14 +151,19 @@ void hb_json_str(struct ht_buf *b, const char *s)
         case '\r': hb_puts(b, "\\r"); break;
         case '\t': hb_puts(b, "\\t"); break;
         default:
-            if (c < 0x20 || c == 0x7f) {
+            if (c >= 0x80 && (n = utf8_seq_len((const unsigned char *)s)) != 0) {
+                hb_putn(b, s, n);
+                s += n;
+                continue;
+            }
+            if (c < 0x20 || c >= 0x7f) {
                 char u[6] = {'\\', 'u', '0', '0', dig[c >> 4], dig[c & 15]};
                 hb_putn(b, u, 6);
             } else {
-                /* Bytes >= 0x80 are passed through; paths are normally UTF-8. */
                 hb_putc(b, (char)c);
             }
         }
+        s++;
     }
     hb_putc(b, '"');
 }

@@ -97,6 +97,29 @@ static void test_json(void)
                  "\"o\":{},\"a\":[\"x\",2,{\"t\":true,\"f\":false}],\"e\":[]}");
 }
 
+/* Non-UTF-8 bytes (a plan line, a path in another encoding) must still give JSON. */
+static void test_json_bytes(void)
+{
+    static const struct { const char *in, *out; } cases[] = {
+        {"\xff\xfe", "\"\\u00ff\\u00fe\""},
+        {"caf\xc3\xa9", "\"caf\xc3\xa9\""},               /* well-formed: kept */
+        {"\xc3", "\"\\u00c3\""},                           /* truncated sequence */
+        {"\xc0\xaf", "\"\\u00c0\\u00af\""},                 /* overlong '/' */
+        {"\xed\xa0\x80", "\"\\u00ed\\u00a0\\u0080\""},       /* a surrogate */
+        {"\xf4\x90\x80\x80", "\"\\u00f4\\u0090\\u0080\\u0080\""}, /* above U+10FFFF */
+        {"\xf0\x9f\x98\x80!", "\"\xf0\x9f\x98\x80!\""},       /* 4 bytes, kept */
+        {"a\xe2\x82", "\"a\\u00e2\\u0082\""},                 /* cut at the end */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char m[128];
+        struct ht_buf b;
+        hb_init(&b, m, sizeof m);
+        hb_json_str(&b, cases[i].in);
+        CHECK(!b.trunc);
+        CHECK_STR(m, cases[i].out);
+    }
+}
+
 static void test_path(void)
 {
     char out[64];
@@ -131,6 +154,7 @@ int main(void)
     test_parse();
     test_buf();
     test_json();
+    test_json_bytes();
     test_path();
     test_errno();
     return unit_done("unit_fmt");

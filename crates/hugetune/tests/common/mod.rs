@@ -4,7 +4,9 @@
 
 #![allow(dead_code)]
 
-use hugetune_capture::launch::{apply_env, plan_text, record_env, RecordEnv};
+use hugetune_capture::launch::{
+    apply_env_with, plan_text_with, record_env, PlanOptions, RecordEnv,
+};
 use hugetune_model::{Backing, Category};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -43,9 +45,12 @@ pub enum Mode {
     Record,
     /// Apply mode, plan `heap-large hugetlb-2m`.
     ApplyLarge,
-    /// Apply mode, plan `heap-small thp-2m` (the launcher adds `heap-large 4k` and
-    /// `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`).
+    /// Apply mode, plan `heap-small thp-2m` through glibc's tunable (the launcher
+    /// adds `heap-large 4k` and `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`).
     ApplySmall,
+    /// Apply mode, heap-small in the library's arena (`heap-small arena thp-2m`),
+    /// the launcher's default form.
+    ApplySmallArena,
     /// Apply mode, plan `heap-large thp-2m`.
     ApplyLargeThp,
 }
@@ -54,13 +59,20 @@ impl Mode {
     pub fn assignments(self) -> Vec<(Category, Backing)> {
         match self {
             Mode::ApplyLarge => vec![(Category::HeapLarge, Backing::Hugetlb2m)],
-            Mode::ApplySmall => vec![(Category::HeapSmall, Backing::Thp2m)],
+            Mode::ApplySmall | Mode::ApplySmallArena => vec![(Category::HeapSmall, Backing::Thp2m)],
             Mode::ApplyLargeThp => vec![(Category::HeapLarge, Backing::Thp2m)],
             Mode::Plain | Mode::Record => vec![],
         }
     }
     pub fn is_apply(self) -> bool {
         !matches!(self, Mode::Plain | Mode::Record)
+    }
+    /// How the launcher writes this mode's plan.
+    pub fn plan_options(self) -> PlanOptions {
+        PlanOptions {
+            heap_small_arena: self != Mode::ApplySmall,
+            ..PlanOptions::default()
+        }
     }
 }
 
@@ -111,8 +123,9 @@ pub fn prepare(cmd: &mut Command, mode: Mode, base: &Path, tag: &str) -> RunDir 
         _ => {
             let a = mode.assignments();
             let plan = dir.join("plan");
-            std::fs::write(&plan, plan_text(&a, THRESHOLD)).unwrap();
-            apply_env(lib, &plan, Some(&summary), &a)
+            let opts = mode.plan_options();
+            std::fs::write(&plan, plan_text_with(&a, THRESHOLD, &opts)).unwrap();
+            apply_env_with(lib, &plan, Some(&summary), &a, &opts)
         }
     };
     cmd.envs(env);
