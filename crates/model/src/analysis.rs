@@ -150,7 +150,10 @@ pub struct Analyzer {
 fn huge_key(obj: &ObjectInfo, seg: Option<&StaticSegment>, addr: u64) -> Option<u64> {
     match obj.category {
         Category::HeapLarge => {
-            Some(TAG_2M | TAG_OWNED | (obj.frame_base + ((addr - obj.start) >> SHIFT_2M)))
+            // The head is on huge pages; the tail stays on 4 KB pages.
+            let off = addr - obj.start;
+            (off < obj.head_len())
+                .then_some(TAG_2M | TAG_OWNED | (obj.frame_base + (off >> SHIFT_2M)))
         }
         Category::Static => {
             let seg = seg?;
@@ -403,6 +406,45 @@ mod tests {
             p.dedup();
             p.len()
         });
+    }
+
+    /// The runtime library's head+tail layout: a 3 MiB block is one 2 MB page and
+    /// 256 pages of 4 KB; touching all of it faults 1 huge page and 256 small ones.
+    #[test]
+    fn heap_large_blocks_have_a_huge_head_and_a_small_tail() {
+        let mut cat = Categorizer::new(AddressSpace::default(), 128 * 1024);
+        let base = 0x7f00_0000_0000u64;
+        cat.apply(&AllocEvent {
+            seq: 1,
+            op: AllocOp::Alloc {
+                addr: base,
+                size: 3 << 20,
+                via: AllocVia::Malloc,
+                site: None,
+            },
+        });
+        let refs: Vec<(u32, u64)> = (0..(3u64 << 20) / 4096)
+            .map(|p| base + p * 4096)
+            .map(|a| (cat.classify(a).unwrap(), a))
+            .collect();
+        let r = analyze(AnalysisInput {
+            geometry: geometry(),
+            static_segments: vec![],
+            objects: cat.objects(),
+            refs: &refs,
+            heap_large_peak_pages: cat.peak_owned_frames(),
+            alloc_stats: cat.stats().clone(),
+        });
+        let m = r.mapping("heap-large").unwrap();
+        assert_eq!(m.category(Category::HeapLarge, PageSize::P2m).faults, 1);
+        assert_eq!(m.category(Category::HeapLarge, PageSize::P4k).faults, 256);
+        assert_eq!(
+            r.all_small()
+                .category(Category::HeapLarge, PageSize::P4k)
+                .faults,
+            768
+        );
+        assert_eq!(r.heap_large_peak_pages, 1);
     }
 
     /// The same-page shortcut must give exactly what the engines give.

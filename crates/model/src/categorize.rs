@@ -113,17 +113,28 @@ pub struct ObjectInfo {
     pub alloc_seq: u64,
     pub free_seq: Option<u64>,
     /// First frame of this object in the runtime library's own huge-page placement
-    /// (every owned object gets fresh, 2 MB-aligned whole pages).
+    /// (every owned object gets a fresh, 2 MB-aligned mapping).
     pub frame_base: u64,
     /// Index into `AddressSpace::static_segments` for static pseudo-objects.
     pub segment: Option<u32>,
 }
 
 impl ObjectInfo {
-    /// Huge pages the runtime library maps for this object (whole 2 MB pages).
+    /// Huge pages the runtime library maps for this object. Its default layout
+    /// (head+tail, docs/formats.md §3) puts floor(size / 2 MB) huge pages first and
+    /// the rest on 4 KB pages: no partial huge page is zeroed, none is wasted.
     pub fn frames(&self) -> u64 {
-        self.len.div_ceil(SIZE_2M)
+        head_frames(self.len)
     }
+    /// Bytes of the object on huge pages (its head).
+    pub fn head_len(&self) -> u64 {
+        self.frames() * SIZE_2M
+    }
+}
+
+/// Huge pages of an owned block of `len` bytes under the head+tail layout.
+pub fn head_frames(len: u64) -> u64 {
+    len / SIZE_2M
 }
 
 pub const OBJ_OTHER: u32 = 0;
@@ -235,7 +246,7 @@ impl Categorizer {
         self.kill_range(seq, addr, addr.saturating_add(size));
         let category = self.category_of(via, size);
         let id = self.objects.len() as u32;
-        let frames = size.div_ceil(SIZE_2M);
+        let frames = head_frames(size);
         let frame_base = if category == Category::HeapLarge {
             let b = self.next_frame;
             self.next_frame += frames;
@@ -271,7 +282,7 @@ impl Categorizer {
         let (category, len, start) = (o.category, o.len, o.start);
         self.live.remove(&start);
         if category == Category::HeapLarge {
-            self.owned_frames -= len.div_ceil(SIZE_2M);
+            self.owned_frames -= head_frames(len);
         }
         let st = &mut self.stats[category.index()];
         st.live_bytes = st.live_bytes.saturating_sub(len);
@@ -444,7 +455,8 @@ mod tests {
             op: AllocOp::Free { addr: 0x5000_0000 },
         });
         assert_eq!(cat(&mut c, 0x5000_0000 + 4096), Some(Category::Other));
-        assert_eq!(c.peak_owned_frames(), 1);
+        // 1 MiB is below one huge page: owned on 4 KB pages, no huge page held.
+        assert_eq!(c.peak_owned_frames(), 0);
         assert_eq!(
             c.stats()[Category::HeapLarge.index()].requested_bytes,
             1 << 20
@@ -466,15 +478,17 @@ mod tests {
         });
         let id = c.classify(0x40000 + 10).unwrap();
         assert_eq!(c.object(id).category, Category::HeapLarge);
-        assert_eq!(c.object(id).frames(), 3);
+        // 5 MiB: a head of two 2 MB pages and a 1 MiB tail on 4 KB pages.
+        assert_eq!(c.object(id).frames(), 2);
+        assert_eq!(c.object(id).head_len(), 4 << 20);
         c.apply(&alloc(3, 0x1000_0000, 2 << 20));
-        assert_eq!(c.peak_owned_frames(), 4);
+        assert_eq!(c.peak_owned_frames(), 3);
         c.apply(&AllocEvent {
             seq: 4,
             op: AllocOp::Free { addr: 0x40000 },
         });
         c.apply(&alloc(5, 0x2000_0000, 2 << 20));
-        assert_eq!(c.peak_owned_frames(), 4);
+        assert_eq!(c.peak_owned_frames(), 3);
     }
 
     #[test]
