@@ -307,7 +307,7 @@ void ht_rec_put_slow(unsigned kind, unsigned flags, uint64_t seq, uint64_t t, ui
 
 /* ---- pre-init events ---- */
 
-#define PRE_CAP 1024u
+#define PRE_CAP 4096u
 #define PRE_CLOSED 0x40000000u
 
 struct pre_ev {
