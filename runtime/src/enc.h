@@ -1,5 +1,5 @@
 /* enc.h - the event encoding of the allocation log, version 2
- * (docs/formats.md §2.4). Pure: no library state, so the unit tests and the
+ * (docs/formats.md §2.3). Pure: no library state, so the unit tests and the
  * floor benchmark use exactly the code the hooks run.
  *
  * An event is an opcode byte (kind | flags), the time delta in 2 bytes
@@ -46,7 +46,7 @@ struct ht_enc {
     uint64_t last_caller[16]; /* by kind & 15 */
 };
 
-/* ---- event encoding (formats.md §2.4) ---- */
+/* ---- event encoding (formats.md §2.3) ---- */
 
 /* Fields besides [seq], time and addr that a kind stores. */
 #define HT_F_SIZE 1u
@@ -62,7 +62,7 @@ struct ht_enc {
 /* Worst-case bytes an event may touch: opcode + 4 width bytes + 7 fields of 8
  * bytes, plus the 8-byte overhang of the last store. */
 #define HT_EV_MAX 72u
-/* Chunk header (formats.md §2.3). */
+/* Chunk header (formats.md §2.2). */
 #define HT_CHUNK_HDR 40u
 #define HT_CHUNK_TAG 0x4b435448u /* "HTCK" */
 
@@ -95,11 +95,11 @@ static inline unsigned ht_kind_fields(unsigned kind)
 
 static inline uint64_t ht_zz(uint64_t d) { return (d << 1) ^ (uint64_t)((int64_t)d >> 63); }
 
-/* Bytes needed for v (0 for 0), without a branch. */
+/* Bytes needed for v (0 for 0), without a branch: bsr, setne, lea, shr. */
 static inline unsigned ht_width(uint64_t v)
 {
-    unsigned w = (71u - (unsigned)__builtin_clzll(v | 1)) >> 3;
-    return w & (0u - (unsigned)(v != 0));
+    unsigned top = 63u ^ (unsigned)__builtin_clzll(v | 1); /* index of the highest set bit */
+    return (top + 8u * (unsigned)(v != 0)) >> 3;
 }
 
 /* The fields after the time (and the time itself when long): width nibbles

@@ -158,7 +158,7 @@ static inline void ht_count_alloc(int cat, uint64_t bytes)
 void ht_counters_sum(uint64_t out[HT_TC_N]);
 
 /* ---- record mode (record.c; inline fast path in rec.h) ---- */
-#define HT_BUF_SIZE (256u << 10)
+#define HT_BUF_SIZE (64u << 10) /* ~8000 events per write; 64 MiB for 1024 live threads */
 #define HT_MARKER_SPAN (1u << 20)
 
 int ht_rec_setup(void);        /* core init: clock, log file, arena, markers, pre-init events */
@@ -189,7 +189,7 @@ static inline uint64_t ht_seq_next(void)
 }
 /* Never called: the marker area is read-only zeros. */
 void ht_marker_nonzero(void);
-/* The marker load of section 2.5 of the contract. The loaded byte feeds a
+/* The marker load of section 2.4 of the contract. The loaded byte feeds a
  * (never taken) branch: a load whose result is dead may be dropped by binary
  * translators (Valgrind's VEX optimizer does), and then the trace would lack
  * the marker. */

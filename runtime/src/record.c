@@ -156,7 +156,7 @@ static void write_at(uint64_t off, const void *buf, size_t len)
 
 static uint64_t reserve(uint64_t n) { return atomic_fetch_add_explicit(&g_off, n, memory_order_relaxed); }
 
-/* Chunk header (formats.md §2.3) at h. */
+/* Chunk header (formats.md §2.2) at h. */
 static void chunk_header(unsigned char *h, int tid, uint32_t bytes, uint32_t events, uint32_t skip)
 {
     uint64_t t, ns;

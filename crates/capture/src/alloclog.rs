@@ -185,7 +185,7 @@ pub struct Record {
 }
 
 impl Record {
-    /// Whether the runtime library made a marker load for this record (section 2.5).
+    /// Whether the runtime library made a marker load for this record (section 2.4).
     pub fn has_marker(&self, header: &Header) -> bool {
         header.marker_span != 0 && self.kind.is_hooked_call() && self.flags & FLAG_PREINIT == 0
     }
