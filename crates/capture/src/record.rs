@@ -102,7 +102,12 @@ pub fn record_with_lackey(
     if log.header.marker_span == 0 {
         bail!("the allocation log has no markers: references cannot be aligned with allocations");
     }
-    let summary = std::fs::read_to_string(dir.join(format!("summary.{}.json", log.header.pid)))
+    // The image's summary: `%p` is `<pid>.x<g>` for an exec'd image (formats.md §1).
+    let pid_part = match log.header.exec_gen {
+        0 => log.header.pid.to_string(),
+        g => format!("{}.x{g}", log.header.pid),
+    };
+    let summary = std::fs::read_to_string(dir.join(format!("summary.{pid_part}.json")))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     Ok(Recorded {
