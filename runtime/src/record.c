@@ -561,9 +561,10 @@ void ht_rec_setup_done(void) { pre_close(); }
 /* The /proc/self/maps line containing sp: [*lo, *hi), and whether it is the
  * main thread's "[stack]". Returns 0 if found. No allocation, async-signal
  * safe (raw syscalls, a small stack buffer). */
-static int stack_of(uint64_t sp, uint64_t *lo, uint64_t *hi, int *main_stack)
+static int stack_of(uint64_t sp, uint64_t *lo, uint64_t *hi, int *main_stack, char *scratch,
+                    size_t cap)
 {
-    char buf[512];
+    char small[512];
     struct ht_lines l;
     const char *line;
     size_t n;
@@ -571,7 +572,11 @@ static int stack_of(uint64_t sp, uint64_t *lo, uint64_t *hi, int *main_stack)
     int found = -1;
     if (fd < 0)
         return -1;
-    ht_lines_init(&l, (int)fd, buf, sizeof buf);
+    if (!scratch) {
+        scratch = small;
+        cap = sizeof small;
+    }
+    ht_lines_init(&l, (int)fd, scratch, cap);
     while (ht_lines_next(&l, &line, &n) == 1) {
         const char *dash = memchr(line, '-', n);
         const char *sp1 = memchr(line, ' ', n);
@@ -601,15 +606,21 @@ void ht_rec_thread_start(struct ht_slot *s)
         atomic_store_explicit(&s->limit, HT_BUF_SIZE, memory_order_relaxed);
     }
     uint64_t sp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+    /* The stack first, while the thread's buffer is still empty: it serves as
+     * the maps reader's buffer (fewer read calls than a small stack buffer,
+     * and no large frame on what may be a small signal stack). */
+    uint64_t lo, hi;
+    int main_stack;
+    size_t room = s ? 4096 - HT_CHUNK_HDR : 0; /* the page the first events go to anyway */
+    int have_stack = stack_of(sp, &lo, &hi, &main_stack,
+                              s ? (char *)s->buf + HT_CHUNK_HDR : NULL, room) == 0;
     uint64_t seq = ht_rec_with_seq ? ht_seq_next() : 0;
     ht_rec_put(HT_K_THREAD, seq, HT_NOW, sp, 0, 0, 0, NULL);
     /* The thread's TLS block holds the library's per-thread state. */
     seq = ht_rec_with_seq ? ht_seq_next() : 0;
     ht_rec_put(HT_K_OWN_REGION, seq, HT_NOW, (uint64_t)(uintptr_t)&ht_tls, sizeof ht_tls, 0, 0,
                NULL);
-    uint64_t lo, hi;
-    int main_stack;
-    if (stack_of(sp, &lo, &hi, &main_stack) == 0) {
+    if (have_stack) {
         seq = ht_rec_with_seq ? ht_seq_next() : 0;
         ht_rec_put(HT_K_STACK, seq, HT_NOW, lo, hi - lo, sp, (uint64_t)main_stack, NULL);
     }

@@ -22,7 +22,6 @@ struct ht_slot *ht_slots;
 size_t ht_slots_bytes;
 _Atomic uint64_t ht_global_cnt[HT_TC_N];
 
-static _Atomic unsigned g_slot_hint;
 extern pthread_key_t ht_thread_key; /* init.c */
 extern int ht_thread_key_ok;
 
@@ -42,9 +41,11 @@ static struct ht_slot *slot_take(void)
 {
     if (!ht_slots)
         return NULL;
-    unsigned start = atomic_fetch_add_explicit(&g_slot_hint, 1, memory_order_relaxed);
+    /* The lowest free slot: a program that keeps creating threads reuses the
+     * same few buffers (already touched memory) instead of cycling through
+     * all of them. */
     for (unsigned i = 0; i < HT_MAX_SLOTS; i++) {
-        struct ht_slot *s = &ht_slots[(start + i) % HT_MAX_SLOTS];
+        struct ht_slot *s = &ht_slots[i];
         int expect = 0;
         if (atomic_load_explicit(&s->in_use, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_strong(&s->in_use, &expect, 1))
