@@ -300,6 +300,9 @@ struct Raw {
     /// Blob payload: offset and length in the file.
     payload: Option<(usize, usize)>,
     offset: usize,
+    /// Version 2 without seqs: the order key (running maximum of the times in the
+    /// chunk, chunk index, index in the chunk).
+    key: (u64, u32, u32),
 }
 
 impl AllocLog {
@@ -478,6 +481,7 @@ fn parse_v1(b: &[u8], err: &dyn Fn(usize, String) -> LogError) -> Result<Vec<Raw
             rec: r,
             payload,
             offset: rec_off,
+            key: (0, 0, 0),
         });
     }
     out.sort_by_key(|r| r.rec.seq);
@@ -534,8 +538,7 @@ fn parse_v2(
     cal.add(u64_at(b, 64), u64_at(b, 72));
     cal.add(u64_at(b, 96), u64_at(b, 104));
     let mut events: Vec<Raw> = Vec::new();
-    // (first event index, events kept) per chunk, in file order.
-    let mut chunks: Vec<(usize, usize)> = Vec::new();
+    let mut n_chunks = 0u32;
     let mut hole_bytes = 0u64;
     let mut o = V2_HEADER_SIZE;
     while o < b.len() {
@@ -589,7 +592,8 @@ fn parse_v2(
                 format!("chunk of {bytes} bytes cannot hold {n_events} events"),
             ));
         }
-        let first = events.len();
+        let chunk_index = n_chunks;
+        let mut run_max = 0u64;
         let mut p = o + CHUNK_HEADER_SIZE;
         let (mut prev_seq, mut prev_time, mut prev_addr) = (0u64, 0u64, 0u64);
         let mut last_caller = [0u64; 16];
@@ -675,10 +679,12 @@ fn parse_v2(
                 q += size as usize;
             }
             p = q;
+            run_max = run_max.max(prev_time);
             if i < skip {
                 continue; // already in the file, in an earlier chunk of this thread
             }
             events.push(Raw {
+                key: (run_max, chunk_index, i as u32),
                 rec: Record {
                     kind,
                     flags: ((op >> 6) & 1) as u16,
@@ -701,7 +707,7 @@ fn parse_v2(
                 format!("{} bytes after the last event of the chunk", end - p),
             ));
         }
-        chunks.push((first, events.len() - first));
+        n_chunks += 1;
         o += total;
     }
 
@@ -711,20 +717,7 @@ fn parse_v2(
     } else {
         // By time, each chunk's order kept: the key is the running maximum of the
         // times within the chunk, ties broken by chunk and position.
-        let mut keys: Vec<(u64, u32, u32)> = Vec::with_capacity(events.len());
-        for (ci, &(first, n)) in chunks.iter().enumerate() {
-            let mut run = 0u64;
-            for (j, e) in events[first..first + n].iter().enumerate() {
-                run = run.max(e.rec.time_ns);
-                keys.push((run, ci as u32, (first + j) as u32));
-            }
-        }
-        keys.sort_unstable();
-        let mut slots: Vec<Option<Raw>> = events.into_iter().map(Some).collect();
-        events = keys
-            .iter()
-            .map(|&(_, _, i)| slots[i as usize].take().unwrap())
-            .collect();
+        events.sort_unstable_by_key(|e| e.key);
         for (i, e) in events.iter_mut().enumerate() {
             e.rec.seq = i as u64 + 1;
         }
