@@ -34,10 +34,9 @@ fn main() {
         println!("cargo:rerun-if-changed={}", d.join("Makefile").display());
         println!("cargo:rerun-if-changed={}", d.join("src").display());
     }
-    println!(
-        "cargo:rerun-if-changed={}",
-        runtime_dir.join("tests").display()
-    );
+    for sub in ["tests", "tools"] {
+        println!("cargo:rerun-if-changed={}", runtime_dir.join(sub).display());
+    }
     let rt_build = out.join("runtime");
     let work_build = out.join("workloads");
     make(&runtime_dir, &rt_build, &["lib", "tests"]);

@@ -13,6 +13,7 @@
 #include "ht.h"
 #include "apply_fast.h"
 #include "next.h"
+#include "rec.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -21,6 +22,10 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <dlfcn.h>
+
+#include "fmt.h"
+#include "sys.h"
 
 #define RA() __builtin_return_address(0)
 #define SLOW __attribute__((noinline))
@@ -30,7 +35,19 @@ static inline int inert(void)
     return atomic_load_explicit(&ht_state, memory_order_relaxed) == HT_INERT;
 }
 
-/* Mode to act in for a hooked call: HT_RECORD, HT_APPLY or 0 (pass through). */
+/* Mode to act in for a hooked call: HT_RECORD, HT_APPLY, HT_PREINIT (not
+ * initialized yet: record into the pre-init buffer) or 0 (pass through). */
+#define HT_PREINIT 100
+
+static SLOW int preinit_mode(void)
+{
+    /* The allocator behind us must be known: calls made while resolving it
+     * are dlsym's, i.e. the library's own. */
+    if (ht_tls.guard || atomic_load_explicit(&ht_next_state, memory_order_acquire) != HT_NEXT_READY)
+        return 0;
+    return HT_PREINIT;
+}
+
 static inline int active_mode(void)
 {
     int s = ht_state_get();
@@ -38,7 +55,13 @@ static inline int active_mode(void)
         ht_init_slow();
         s = ht_state_get();
     }
+    if (HT_UNLIKELY(s < HT_INERT))
+        return preinit_mode();
     if (s < HT_RECORD || ht_tls.guard)
+        return 0;
+    /* Initialized from inside dlsym's allocation (the constructor resolving
+     * the allocator): those calls are the library's own. */
+    if (HT_UNLIKELY(atomic_load_explicit(&ht_next_state, memory_order_relaxed) != HT_NEXT_READY))
         return 0;
     ht_thread_ensure();
     return s;
@@ -53,13 +76,56 @@ static inline int cat_of(uint64_t n)
     return n >= ht_cfg.threshold ? HT_CAT_HEAP_LARGE : HT_CAT_HEAP_SMALL;
 }
 
-/* Allocation events: the marker load comes after the real call returned. */
-static inline void rec_after(uint16_t kind, const void *res, uint64_t size, uint64_t arg,
+/* ---- record branches ---- */
+
+/* A call before initialization; if initialization finished meanwhile, it is
+ * recorded normally. */
+static SLOW void rec_preinit(unsigned kind, const void *res, uint64_t size, uint64_t arg,
                              uint64_t arg2, const void *ra)
 {
-    uint64_t seq = ht_seq_next();
-    ht_marker(seq);
-    ht_rec_event(kind, seq, (uint64_t)(uintptr_t)res, size, arg, arg2, ra);
+    if (ht_preinit_event(kind, 0, (uint64_t)(uintptr_t)res, size, arg, arg2, ra))
+        return;
+    if (ht_state_get() != HT_RECORD || ht_tls.guard)
+        return;
+    ht_thread_ensure();
+    uint64_t seq = 0;
+    if (ht_marker_base) {
+        seq = ht_seq_next();
+        ht_marker(seq);
+    }
+    if (ht_rec_logging)
+        ht_rec_put(kind, seq, HT_NOW, (uint64_t)(uintptr_t)res, size, arg, arg2, ra);
+}
+
+/* Allocation events: the marker load comes after the real call returned. */
+static inline __attribute__((always_inline)) void
+rec_after(int m, unsigned kind, const void *res, uint64_t size, uint64_t arg, uint64_t arg2,
+          const void *ra)
+{
+    if (HT_UNLIKELY(m == HT_PREINIT)) {
+        rec_preinit(kind, res, size, arg, arg2, ra);
+        return;
+    }
+    uint64_t seq = 0;
+    if (ht_marker_base) {
+        seq = ht_seq_next();
+        ht_marker(seq);
+    }
+    if (HT_LIKELY(ht_rec_logging))
+        ht_rec_put(kind, seq, HT_NOW, (uint64_t)(uintptr_t)res, size, arg, arg2, ra);
+}
+
+/* Free events: seq and marker before the real call (the object is dead from
+ * the marker on). The event itself is appended before the call too, so its
+ * time precedes any reuse of the address by another thread. */
+static inline __attribute__((always_inline)) uint64_t rec_seq_marker(void)
+{
+    uint64_t seq = 0;
+    if (ht_marker_base) {
+        seq = ht_seq_next();
+        ht_marker(seq);
+    }
+    return seq;
 }
 
 static inline int bad_posix_align(size_t a)
@@ -72,10 +138,11 @@ static inline int bad_posix_align(size_t a)
 static SLOW void *malloc_slow(size_t n, const void *ra)
 {
     int m = active_mode();
-    if (m == HT_RECORD) {
+    if (m == HT_RECORD || m == HT_PREINIT) {
         void *p = ht_fwd_malloc(n);
-        rec_after(HT_K_MALLOC, p, n, 0, 0, ra);
-        ht_count_alloc(cat_of(n), n);
+        rec_after(m, HT_K_MALLOC, p, n, 0, 0, ra);
+        if (m == HT_RECORD)
+            ht_count_alloc(cat_of(n), n);
         return p;
     }
     if (m == HT_APPLY)
@@ -119,11 +186,15 @@ static SLOW void free_slow(void *p, const void *ra)
     }
     int m = active_mode();
     if (m == HT_RECORD) {
-        /* Free events: the marker load comes before the real call. */
-        uint64_t seq = ht_seq_next();
-        ht_marker(seq);
+        uint64_t seq = rec_seq_marker();
+        if (HT_LIKELY(ht_rec_logging))
+            ht_rec_put(HT_K_FREE, seq, HT_NOW, (uint64_t)(uintptr_t)p, 0, 0, 0, ra);
         ht_fwd_free(p);
-        ht_rec_event(HT_K_FREE, seq, (uint64_t)(uintptr_t)p, 0, 0, 0, ra);
+        return;
+    }
+    if (m == HT_PREINIT) {
+        rec_preinit(HT_K_FREE, p, 0, 0, 0, ra);
+        ht_fwd_free(p);
         return;
     }
     if ((m == HT_APPLY || apply_state()) && ht_apply_free(p))
@@ -149,12 +220,12 @@ HT_API void free(void *p)
 static SLOW void *calloc_slow(size_t nm, size_t sz, const void *ra)
 {
     int m = active_mode();
-    if (m == HT_RECORD) {
+    if (m == HT_RECORD || m == HT_PREINIT) {
         size_t total;
         int ovf = __builtin_mul_overflow(nm, sz, &total);
         void *p = ht_fwd_calloc(nm, sz);
-        rec_after(HT_K_CALLOC, p, ovf ? UINT64_MAX : total, nm, sz, ra);
-        if (!ovf)
+        rec_after(m, HT_K_CALLOC, p, ovf ? UINT64_MAX : total, nm, sz, ra);
+        if (!ovf && m == HT_RECORD)
             ht_count_alloc(cat_of(total), total);
         return p;
     }
@@ -181,13 +252,15 @@ HT_API void *calloc(size_t nm, size_t sz)
 static SLOW void *realloc_slow(void *p, size_t n, const void *ra, uint16_t kind, int ovf)
 {
     int m = active_mode();
-    if (m == HT_RECORD) {
+    if (m == HT_RECORD || m == HT_PREINIT) {
         void *r = ovf ? NULL : ht_fwd_realloc(p, n);
         if (ovf)
             errno = ENOMEM;
-        rec_after(kind, r, ovf ? UINT64_MAX : n, (uint64_t)(uintptr_t)p, 0, ra);
-        if (!ovf && (p == NULL || n != 0))
+        int e = errno;
+        rec_after(m, kind, r, ovf ? UINT64_MAX : n, (uint64_t)(uintptr_t)p, 0, ra);
+        if (!ovf && (p == NULL || n != 0) && m == HT_RECORD)
             ht_count_alloc(cat_of(n), n);
+        errno = e;
         return r;
     }
     if (ovf) {
@@ -241,10 +314,11 @@ static void *next_aligned(int kind, size_t align, size_t n)
 static SLOW void *aligned_slow(int kind, size_t align, size_t n, const void *ra)
 {
     int m = active_mode();
-    if (m == HT_RECORD) {
+    if (m == HT_RECORD || m == HT_PREINIT) {
         void *p = next_aligned(kind, align, n);
-        rec_after((uint16_t)kind, p, n, align, 0, ra);
-        ht_count_alloc(cat_of(n), n);
+        rec_after(m, (unsigned)kind, p, n, align, 0, ra);
+        if (m == HT_RECORD)
+            ht_count_alloc(cat_of(n), n);
         return p;
     }
     if (m == HT_APPLY)
@@ -296,9 +370,9 @@ static SLOW int posix_memalign_slow(void **out, size_t align, size_t n, const vo
             p = ht_fwd_memalign(align, n);
         rc = p ? 0 : ENOMEM;
     }
-    if (m == HT_RECORD) {
-        rec_after(HT_K_POSIX_MEMALIGN, p, n, align, (uint64_t)rc, ra);
-        if (rc != EINVAL)
+    if (m == HT_RECORD || m == HT_PREINIT) {
+        rec_after(m, HT_K_POSIX_MEMALIGN, p, n, align, (uint64_t)rc, ra);
+        if (rc != EINVAL && m == HT_RECORD)
             ht_count_alloc(cat_of(n), n);
     }
     if (rc == 0)
@@ -348,9 +422,9 @@ static SLOW void *mmap_slow(void *a, size_t len, int prot, int flags, int fd, of
 {
     int m = active_mode();
     void *r = raw_mmap(a, len, prot, flags, fd, off);
-    if (m == HT_RECORD) {
+    if (m == HT_RECORD || m == HT_PREINIT) {
         int e = errno;
-        rec_after(HT_K_MMAP, r, len, ((uint64_t)(uint32_t)prot << 32) | (uint32_t)flags,
+        rec_after(m, HT_K_MMAP, r, len, ((uint64_t)(uint32_t)prot << 32) | (uint32_t)flags,
                   ((uint64_t)(uint32_t)fd << 32) | (((uint64_t)off >> 12) & 0xffffffffu), ra);
         errno = e;
     }
@@ -371,11 +445,22 @@ static SLOW int munmap_slow(void *a, size_t len, const void *ra)
 {
     int m = active_mode();
     if (m == HT_RECORD) {
-        uint64_t seq = ht_seq_next();
-        ht_marker(seq); /* before the real call: dead from here on */
+        /* dead from the marker on; the time is taken before the call (the
+         * range may be mapped again by another thread as soon as it returns),
+         * the event written after it (with the result). */
+        uint64_t seq = rec_seq_marker();
+        uint64_t t = ht_rec_logging ? ht_now() : 0;
         long r = syscall(SYS_munmap, a, len);
         int e = errno;
-        ht_rec_event(HT_K_MUNMAP, seq, (uint64_t)(uintptr_t)a, len, (uint64_t)(int64_t)r, 0, ra);
+        if (HT_LIKELY(ht_rec_logging))
+            ht_rec_put(HT_K_MUNMAP, seq, t, (uint64_t)(uintptr_t)a, len, (uint64_t)(int64_t)r, 0, ra);
+        errno = e;
+        return (int)r;
+    }
+    if (m == HT_PREINIT) {
+        long r = syscall(SYS_munmap, a, len);
+        int e = errno;
+        rec_preinit(HT_K_MUNMAP, a, len, (uint64_t)(int64_t)r, 0, ra);
         errno = e;
         return (int)r;
     }
@@ -394,9 +479,9 @@ static SLOW void *mremap_slow(void *old, size_t oldlen, size_t newlen, int flags
 {
     int m = active_mode();
     void *r = (void *)syscall(SYS_mremap, old, oldlen, newlen, flags, na);
-    if (m == HT_RECORD) {
+    if (m == HT_RECORD || m == HT_PREINIT) {
         int e = errno;
-        rec_after(HT_K_MREMAP, r, newlen, (uint64_t)(uintptr_t)old, oldlen, ra);
+        rec_after(m, HT_K_MREMAP, r, newlen, (uint64_t)(uintptr_t)old, oldlen, ra);
         errno = e;
     }
     return r;
@@ -414,4 +499,222 @@ HT_API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
     if (HT_LIKELY(inert()))
         return (void *)syscall(SYS_mremap, old, oldlen, newlen, flags, na);
     return mremap_slow(old, oldlen, newlen, flags, na, RA());
+}
+
+/* ---------------- fork and exec (record mode: FORK and EXEC events) ----------------
+ *
+ * glibc routes execv, execl, execvp, ... to its internal __execve/__execvpe,
+ * not through the PLT, so each entry point is hooked. In every mode the call
+ * goes to the next definition (dlsym RTLD_NEXT). In record mode, before an
+ * exec the log gets what it would get at exit (an exec that succeeds runs no
+ * destructors: snapshot, every thread's buffer, the summary) and an EXEC event;
+ * the new image learns its exec generation from HUGETUNE_EXEC_GEN so that its
+ * log does not overwrite this one (docs/formats.md §1). A vfork child shares
+ * our memory and must not touch the log: it is recognised by its pid. */
+
+static void *next_fn(void *_Atomic *cache, const char *name)
+{
+    void *f = atomic_load_explicit(cache, memory_order_acquire);
+    if (!f) {
+        ht_tls.guard++; /* dlsym's allocations are the library's own */
+        f = dlsym(RTLD_NEXT, name);
+        ht_tls.guard--;
+        atomic_store_explicit(cache, f, memory_order_release);
+    }
+    return f;
+}
+
+#define NEXT(type, name)                                                       \
+    static void *_Atomic next_##name;                                          \
+    type f_##name = (type)next_fn(&next_##name, #name);                        \
+    if (!f_##name) {                                                           \
+        errno = ENOSYS;                                                        \
+        return -1;                                                             \
+    }
+
+typedef pid_t (*fork_t)(void);
+typedef int (*execve_t)(const char *, char *const[], char *const[]);
+typedef int (*execv_t)(const char *, char *const[]);
+typedef int (*fexecve_t)(int, char *const[], char *const[]);
+typedef int (*execveat_t)(int, const char *, char *const[], char *const[], int);
+
+static SLOW pid_t fork_slow(fork_t f, const void *ra)
+{
+    pid_t pid = f();
+    if (pid != 0) { /* the parent; -1: failed */
+        int e = errno;
+        int m = active_mode();
+        if (m == HT_RECORD || m == HT_PREINIT)
+            rec_after(m, HT_K_FORK, NULL, 0, (uint64_t)(int64_t)pid, 0, ra);
+        errno = e;
+    }
+    return pid;
+}
+
+HT_API pid_t fork(void)
+{
+    NEXT(fork_t, fork);
+    if (HT_LIKELY(inert()))
+        return f_fork();
+    return fork_slow(f_fork, RA());
+}
+
+struct exec_ctx {
+    int active;
+    unsigned gen;
+    void *map;
+    size_t maplen;
+    const char *path;
+    const void *ra;
+};
+
+/* Returns the environment to pass to the exec. */
+static SLOW char *const *exec_begin(struct exec_ctx *c, const char *path, char *const envp[],
+                                    const void *ra)
+{
+    c->active = 0;
+    c->map = NULL;
+    if (active_mode() != HT_RECORD || ht_sys_getpid() != ht_cfg.pid)
+        return envp;
+    c->active = 1;
+    c->gen = ht_cfg.exec_gen + 1;
+    c->path = path ? path : "";
+    c->ra = ra;
+    ht_rec_exec_before(c->path, c->gen, ra);
+    return ht_rec_exec_env(envp, c->gen, &c->map, &c->maplen);
+}
+
+/* The exec returned, i.e. failed. */
+static SLOW void exec_end(struct exec_ctx *c)
+{
+    int e = errno;
+    if (c->active) {
+        ht_rec_exec_failed(c->path, c->gen, e, c->ra);
+        if (c->map)
+            ht_sys_munmap(c->map, c->maplen);
+    }
+    errno = e;
+}
+
+static SLOW int execve_slow(execve_t f, const char *path, char *const argv[], char *const envp[],
+                            const void *ra)
+{
+    struct exec_ctx c;
+    char *const *env = exec_begin(&c, path, envp, ra);
+    int r = f(path, argv, env);
+    exec_end(&c);
+    return r;
+}
+
+HT_API int execve(const char *path, char *const argv[], char *const envp[])
+{
+    NEXT(execve_t, execve);
+    if (HT_LIKELY(inert()))
+        return f_execve(path, argv, envp);
+    return execve_slow(f_execve, path, argv, envp, RA());
+}
+
+HT_API int execv(const char *path, char *const argv[])
+{
+    if (HT_LIKELY(inert())) {
+        NEXT(execv_t, execv);
+        return f_execv(path, argv);
+    }
+    NEXT(execve_t, execve);
+    return execve_slow(f_execve, path, argv, environ, RA());
+}
+
+/* execvp/execvpe search PATH: the next execvpe does that, with our envp. */
+HT_API int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    NEXT(execve_t, execvpe);
+    if (HT_LIKELY(inert()))
+        return f_execvpe(file, argv, envp);
+    return execve_slow(f_execvpe, file, argv, envp, RA());
+}
+
+HT_API int execvp(const char *file, char *const argv[])
+{
+    if (HT_LIKELY(inert())) {
+        NEXT(execv_t, execvp);
+        return f_execvp(file, argv);
+    }
+    NEXT(execve_t, execvpe);
+    return execve_slow(f_execvpe, file, argv, environ, RA());
+}
+
+/* execl family: the argument list as an array (what glibc does too). */
+#define ARGV_FROM_VA(arg0, ap, argv, n)                                        \
+    size_t n = 1;                                                              \
+    va_start(ap, arg0);                                                        \
+    while (va_arg(ap, char *))                                                 \
+        n++;                                                                   \
+    va_end(ap);                                                                \
+    char *argv[n + 1];                                                         \
+    argv[0] = (char *)(arg0);                                                  \
+    va_start(ap, arg0);                                                        \
+    for (size_t i_ = 1; i_ <= n; i_++)                                         \
+        argv[i_] = va_arg(ap, char *);
+
+HT_API int execl(const char *path, const char *arg, ...)
+{
+    va_list ap;
+    ARGV_FROM_VA(arg, ap, argv, n)
+    va_end(ap);
+    NEXT(execve_t, execve);
+    if (HT_LIKELY(inert()))
+        return f_execve(path, argv, environ);
+    return execve_slow(f_execve, path, argv, environ, RA());
+}
+
+HT_API int execle(const char *path, const char *arg, ...)
+{
+    va_list ap;
+    ARGV_FROM_VA(arg, ap, argv, n)
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    NEXT(execve_t, execve);
+    if (HT_LIKELY(inert()))
+        return f_execve(path, argv, envp);
+    return execve_slow(f_execve, path, argv, envp, RA());
+}
+
+HT_API int execlp(const char *file, const char *arg, ...)
+{
+    va_list ap;
+    ARGV_FROM_VA(arg, ap, argv, n)
+    va_end(ap);
+    NEXT(execve_t, execvpe);
+    if (HT_LIKELY(inert()))
+        return f_execvpe(file, argv, environ);
+    return execve_slow(f_execvpe, file, argv, environ, RA());
+}
+
+HT_API int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    NEXT(fexecve_t, fexecve);
+    if (HT_LIKELY(inert()))
+        return f_fexecve(fd, argv, envp);
+    char path[32];
+    struct ht_buf b;
+    hb_init(&b, path, sizeof path);
+    hb_puts(&b, "/proc/self/fd/");
+    hb_i64(&b, fd);
+    struct exec_ctx c;
+    char *const *env = exec_begin(&c, path, envp, RA());
+    int r = f_fexecve(fd, argv, env);
+    exec_end(&c);
+    return r;
+}
+
+HT_API int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
+{
+    NEXT(execveat_t, execveat);
+    if (HT_LIKELY(inert()))
+        return f_execveat(dirfd, path, argv, envp, flags);
+    struct exec_ctx c;
+    char *const *env = exec_begin(&c, path, envp, RA());
+    int r = f_execveat(dirfd, path, argv, env, flags);
+    exec_end(&c);
+    return r;
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "enc.h"
 #include "plan.h"
 
 /* ---- glibc's real allocator (exported by glibc 2.36 for exactly this) ---- */
@@ -78,6 +79,7 @@ struct ht_config {
     char exe_path[HT_PATH_MAX]; /* readlink /proc/self/exe */
     int pid;
     int is_fork_child; /* output paths without %p get ".<pid>" appended */
+    unsigned exec_gen; /* record mode: execs this pid made before this image */
 };
 extern struct ht_config ht_cfg;
 
@@ -102,10 +104,15 @@ enum ht_phase { HT_PH_NONE = 0, HT_PH_ACQUIRING, HT_PH_ACTIVE, HT_PH_NOSLOT, HT_
 
 struct ht_slot {
     _Atomic int in_use;
-    _Atomic int busy;  /* append in progress (reentrancy / exit flusher) */
-    uint32_t len;      /* bytes used in buf */
+    _Atomic int lock;  /* chunk writes: the owner's flush vs. exit/exec flushers */
     int tid;
-    unsigned char *buf; /* record mode with a log: HT_BUF_SIZE bytes */
+    _Atomic uint32_t limit; /* owner appends while pos + HT_EV_MAX <= limit; 0: slow path */
+    /* (events << 32) | bytes used in buf: published by the owner (release)
+     * after each complete event, read by other flushers (acquire). */
+    _Atomic uint64_t fill;
+    uint32_t flushed_ev; /* leading events of this chunk already written (skip) */
+    unsigned char *buf;  /* record mode with a log: HT_BUF_SIZE bytes */
+    struct ht_enc enc;   /* owner only */
     uint64_t cnt[HT_TC_N];
 } __attribute__((aligned(64)));
 
@@ -113,6 +120,7 @@ struct ht_tls {
     int guard; /* >0: inside the library; hooks pass straight through */
     int tid;   /* cached gettid, 0 = unknown */
     int phase;
+    int depth; /* record mode: appending to the slot (a signal handler's event goes direct) */
     struct ht_slot *slot;
 };
 extern __thread struct ht_tls ht_tls __attribute__((tls_model("initial-exec")));
@@ -149,55 +157,28 @@ static inline void ht_count_alloc(int cat, uint64_t bytes)
 /* Sum of the global and all live threads' counters. */
 void ht_counters_sum(uint64_t out[HT_TC_N]);
 
-/* ---- record mode (record.c) ---- */
-enum ht_kind {
-    HT_K_MALLOC = 1,
-    HT_K_CALLOC = 2,
-    HT_K_REALLOC = 3,
-    HT_K_FREE = 4,
-    HT_K_POSIX_MEMALIGN = 5,
-    HT_K_ALIGNED_ALLOC = 6,
-    HT_K_MEMALIGN = 7,
-    HT_K_VALLOC = 8,
-    HT_K_PVALLOC = 9,
-    HT_K_MMAP = 10,
-    HT_K_MUNMAP = 11,
-    HT_K_MREMAP = 12,
-    HT_K_REALLOCARRAY = 13,
-    HT_K_THREAD = 20,
-    HT_K_MODULE = 21,
-    HT_K_MAPS = 22,
-    HT_K_OWN_REGION = 23,
-};
-
-struct ht_rec {
-    uint16_t kind;
-    uint16_t flags;
-    uint32_t tid;
-    uint64_t seq;
-    uint64_t time;
-    uint64_t addr;
-    uint64_t size;
-    uint64_t arg;
-    uint64_t arg2;
-    uint64_t caller;
-};
-_Static_assert(sizeof(struct ht_rec) == 64, "record is 64 bytes");
-
-#define HT_BUF_SIZE (64u << 10)
+/* ---- record mode (record.c; inline fast path in rec.h) ---- */
+#define HT_BUF_SIZE (64u << 10) /* ~8000 events per write; 64 MiB for 1024 live threads */
 #define HT_MARKER_SPAN (1u << 20)
 
-int ht_rec_setup(void);        /* core init: log file, arena, markers */
+int ht_rec_setup(void);        /* core init: clock, log file, arena, markers, pre-init events */
+void ht_rec_setup_done(void);  /* state is HT_RECORD now: last pre-init events */
 void ht_rec_start(void);       /* constructor: MODULE + MAPS blobs */
 void ht_rec_finish(void);      /* destructor: exit blobs, flush everything */
 void ht_rec_atfork_prepare(void);
 void ht_rec_atfork_parent(void);
 void ht_rec_atfork_child(void);
-void ht_rec_thread_start(struct ht_slot *s, void *stack_hint);
+void ht_rec_thread_start(struct ht_slot *s);
 void ht_rec_thread_flush(struct ht_slot *s);
-void ht_rec_own_regions(void);
 const char *ht_rec_log_path(void);
 uint64_t ht_rec_records(void);
+/* HUGETUNE_EXEC_GEN ("<pid>:<gen>", set by the exec hooks) if it names this
+ * pid, else 0: how many execs this pid made before this image. */
+unsigned ht_rec_parse_exec_gen(void);
+/* exec hooks (hooks.c): before the call, after a failed call, new envp. */
+void ht_rec_exec_before(const char *path, unsigned new_gen, const void *caller);
+void ht_rec_exec_failed(const char *path, unsigned new_gen, int err, const void *caller);
+char *const *ht_rec_exec_env(char *const envp[], unsigned gen, void **map, size_t *maplen);
 
 extern _Atomic uint64_t ht_seq;
 extern const volatile unsigned char *ht_marker_base; /* NULL: markers off */
@@ -221,9 +202,6 @@ static inline void ht_marker(uint64_t seq)
             ht_marker_nonzero();
     }
 }
-/* Appends one record for a hooked call (thread buffer or direct write). */
-void ht_rec_event(uint16_t kind, uint64_t seq, uint64_t addr, uint64_t size,
-                  uint64_t arg, uint64_t arg2, const void *caller);
 
 /* ---- apply mode (apply.c) ---- */
 int ht_apply_setup(void); /* core init: plan, registry */

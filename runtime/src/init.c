@@ -19,6 +19,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -56,8 +57,43 @@ void ht_verbose(const char *a, const char *b)
     ht_sys_write(2, hb.p, hb.len);
 }
 
+/* An exec'd image of a recorded process (same pid, exec generation g >= 1)
+ * must not overwrite the files of the image before: "%p" stands for
+ * "<pid>.x<g>" (formats.md §1). Rewrites tmpl's "%p" into "%p.x<g>". */
+static int exec_tmpl(const char *tmpl, char *out, size_t cap)
+{
+    struct ht_buf b;
+    hb_init(&b, out, cap);
+    for (const char *c = tmpl; *c; c++) {
+        hb_putc(&b, *c);
+        if (c[0] == '%' && (c[1] == '%' || c[1] == 'p')) {
+            hb_putc(&b, c[1]);
+            if (c[1] == 'p') {
+                hb_puts(&b, ".x");
+                hb_u64(&b, ht_cfg.exec_gen);
+            }
+            c++;
+        }
+    }
+    return b.trunc ? -1 : 0;
+}
+
 int ht_output_path(const char *tmpl, char *out, size_t cap)
 {
+    char with_pid[HT_PATH_MAX + 4], t[HT_PATH_MAX + 32];
+    if (ht_cfg.exec_gen) {
+        if (!ht_path_has_pid(tmpl)) { /* no %p: ".<pid>.x<g>" appended */
+            size_t n = strlen(tmpl);
+            if (n + 4 > sizeof with_pid)
+                return -1;
+            memcpy(with_pid, tmpl, n);
+            memcpy(with_pid + n, ".%p", 4);
+            tmpl = with_pid;
+        }
+        if (exec_tmpl(tmpl, t, sizeof t) != 0)
+            return -1;
+        tmpl = t;
+    }
     long n = ht_expand_path(tmpl, ht_cfg.pid, out, cap);
     if (n < 0)
         return -1;
@@ -140,6 +176,11 @@ void ht_init_slow(void)
         atomic_store(&ht_state, HT_UNINIT); /* too early: try again later */
         return;
     }
+    /* A signal handler's calls would pass through unrecorded (guard) while
+     * this thread initializes: hold signals until it is done. */
+    sigset_t all, sigs;
+    sigfillset(&all);
+    HT_SYSCALL(SYS_rt_sigprocmask, SIG_SETMASK, &all, &sigs, 8);
     ht_tls.guard++;
 
     const char *m = ht_getenv("HUGETUNE_MODE");
@@ -151,6 +192,7 @@ void ht_init_slow(void)
     if (mode == HT_INERT) {
         atomic_store_explicit(&ht_state, HT_INERT, memory_order_release);
         ht_tls.guard--;
+        HT_SYSCALL(SYS_rt_sigprocmask, SIG_SETMASK, &sigs, NULL, 8);
         return;
     }
 
@@ -159,6 +201,8 @@ void ht_init_slow(void)
     v = ht_getenv("HUGETUNE_MARKERS");
     ht_cfg.markers = mode == HT_RECORD && v && strcmp(v, "1") == 0;
     ht_cfg.pid = ht_sys_getpid();
+    if (mode == HT_RECORD)
+        ht_cfg.exec_gen = ht_rec_parse_exec_gen();
     ht_cfg.threshold = HT_DEFAULT_THRESHOLD;
     v = ht_getenv("HUGETUNE_THRESHOLD");
     if (v && *v) {
@@ -189,7 +233,10 @@ void ht_init_slow(void)
         ht_apply_setup();
     ht_verbose(mode == HT_RECORD ? "record mode" : "apply mode", "");
     atomic_store_explicit(&ht_state, mode, memory_order_release);
+    if (mode == HT_RECORD)
+        ht_rec_setup_done(); /* calls that raced with the initialization */
     ht_tls.guard--;
+    HT_SYSCALL(SYS_rt_sigprocmask, SIG_SETMASK, &sigs, NULL, 8);
 }
 
 __attribute__((constructor)) static void ht_ctor(int argc, char **argv, char **envp)

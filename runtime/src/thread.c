@@ -5,12 +5,14 @@
  * thread's buffer and sum every live thread's counters, which TLS of other
  * threads does not allow. Slots live in one mmap'd table; a thread takes one
  * with a CAS on its first event and gives it back from a pthread key destructor
- * at thread exit. Appends touch only the thread's own slot (no locks). */
+ * at thread exit. Appends touch only the thread's own slot (no locks; the
+ * slot's lock is taken once per written chunk, see record.c). */
 #include "ht.h"
 
 #include "sys.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -20,7 +22,6 @@ struct ht_slot *ht_slots;
 size_t ht_slots_bytes;
 _Atomic uint64_t ht_global_cnt[HT_TC_N];
 
-static _Atomic unsigned g_slot_hint;
 extern pthread_key_t ht_thread_key; /* init.c */
 extern int ht_thread_key_ok;
 
@@ -40,9 +41,11 @@ static struct ht_slot *slot_take(void)
 {
     if (!ht_slots)
         return NULL;
-    unsigned start = atomic_fetch_add_explicit(&g_slot_hint, 1, memory_order_relaxed);
+    /* The lowest free slot: a program that keeps creating threads reuses the
+     * same few buffers (already touched memory) instead of cycling through
+     * all of them. */
     for (unsigned i = 0; i < HT_MAX_SLOTS; i++) {
-        struct ht_slot *s = &ht_slots[(start + i) % HT_MAX_SLOTS];
+        struct ht_slot *s = &ht_slots[i];
         int expect = 0;
         if (atomic_load_explicit(&s->in_use, memory_order_relaxed) == 0 &&
             atomic_compare_exchange_strong(&s->in_use, &expect, 1))
@@ -54,22 +57,30 @@ static struct ht_slot *slot_take(void)
 void ht_thread_attach(void)
 {
     struct ht_tls *t = &ht_tls;
-    int local; /* its address is the THREAD record's stack hint */
+    sigset_t all, old;
 
-    t->phase = HT_PH_ACQUIRING; /* a signal handler's events go direct meanwhile */
+    t->phase = HT_PH_ACQUIRING; /* a nested event goes direct meanwhile */
+    /* No signal handler runs while this thread sets up: its calls would pass
+     * through unrecorded during pthread_setspecific (guard). */
+    sigfillset(&all);
+    HT_SYSCALL(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, 8);
     if (t->tid == 0)
         t->tid = ht_sys_gettid();
     struct ht_slot *s = slot_take();
     if (!s) {
         t->phase = HT_PH_NOSLOT;
-        ht_verbose("slot table full: thread logs record by record", "");
-        ht_rec_thread_start(NULL, &local);
+        ht_verbose("slot table full: thread logs event by event", "");
+        ht_rec_thread_start(NULL);
+        HT_SYSCALL(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, 8);
         return;
     }
     s->tid = t->tid;
-    s->len = 0;
+    s->buf = NULL;
+    s->flushed_ev = 0;
+    atomic_store_explicit(&s->limit, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->fill, 0, memory_order_relaxed);
     memset(s->cnt, 0, sizeof s->cnt);
-    atomic_store_explicit(&s->busy, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->lock, 0, memory_order_relaxed);
     if (ht_thread_key_ok) {
         t->guard++; /* pthread_setspecific may calloc for high keys */
         pthread_setspecific(ht_thread_key, s);
@@ -77,7 +88,8 @@ void ht_thread_attach(void)
     }
     t->slot = s;
     t->phase = HT_PH_ACTIVE;
-    ht_rec_thread_start(s, &local);
+    ht_rec_thread_start(s);
+    HT_SYSCALL(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, 8);
 }
 
 void ht_thread_exit(void *v)
@@ -94,7 +106,8 @@ void ht_thread_exit(void *v)
     /* Later events of this thread (other TLS destructors) go direct. */
     t->slot = NULL;
     t->phase = HT_PH_EXITED;
-    s->len = 0;
+    atomic_store_explicit(&s->limit, 0, memory_order_relaxed);
+    s->buf = NULL;
     atomic_store_explicit(&s->in_use, 0, memory_order_release);
     t->guard--;
 }
@@ -107,13 +120,17 @@ void ht_thread_atfork_child(void)
     ht_tls.tid = 0;
     ht_tls.slot = NULL;
     ht_tls.phase = HT_PH_NONE;
+    ht_tls.depth = 0;
     if (ht_slots) {
         for (unsigned i = 0; i < HT_MAX_SLOTS; i++) {
             struct ht_slot *s = &ht_slots[i];
-            s->len = 0;
             s->tid = 0;
+            s->buf = NULL;
+            s->flushed_ev = 0;
+            atomic_store_explicit(&s->limit, 0, memory_order_relaxed);
+            atomic_store_explicit(&s->fill, 0, memory_order_relaxed);
             memset(s->cnt, 0, sizeof s->cnt);
-            atomic_store_explicit(&s->busy, 0, memory_order_relaxed);
+            atomic_store_explicit(&s->lock, 0, memory_order_relaxed);
             atomic_store_explicit(&s->in_use, 0, memory_order_relaxed);
         }
     }

@@ -39,6 +39,8 @@ logcheck() { # logcheck NAME GLOB
 
 echo "== inert"
 expect "t_known inert" env LD_PRELOAD="$L" "$T/t_known"
+expect "t_exec inert" env LD_PRELOAD="$L" "$T/t_exec"
+expect "t_early inert" env LD_PRELOAD="$L" "$T/t_early"
 expect "t_threads inert" env LD_PRELOAD="$L" "$T/t_threads" 2 20000
 expect "t_apply inert (glibc)" env LD_PRELOAD="$L" "$T/t_apply" expect=glibc
 expect "no summary when inert" env LD_PRELOAD="$L" HUGETUNE_SUMMARY="$W/inert.json" "$T/t_known"
@@ -63,6 +65,21 @@ n=$(ls "$W"/f.*.log | wc -l)
 logcheck "t_fork logs" "$W/f.*.log"
 n=$(ls "$W"/f.*.json | wc -l)
 [ "$n" -eq 3 ] && pass "t_fork: one summary per process" || fail "t_fork: $n summaries, want 3"
+n=$("$T/htdump" "$W/f.$(sed 's/.*"pid":\([0-9]*\).*/\1/' "$W/out").log" | grep -c ' FORK ')
+[ "$n" -eq 2 ] && pass "t_fork: the parent's log names its 2 children" || fail "t_fork: $n FORK events, want 2"
+expect "t_exec record" $R HUGETUNE_LOG="$W/e.%p.log" HUGETUNE_SUMMARY="$W/e.%p.json" "$T/t_exec"
+n=$(ls "$W"/e.*.log | wc -l)
+[ "$n" -eq 5 ] && pass "t_exec: one log per process and image" || fail "t_exec: $n logs, want 5"
+logcheck "t_exec logs" "$W/e.*.log"
+n=$(ls "$W"/e.*.x1.log | wc -l)
+[ "$n" -eq 2 ] && pass "t_exec: exec'd images write .x1 logs" || fail "t_exec: $n .x1 logs, want 2"
+expect "t_early record (pre-init calls, signals)" $R HUGETUNE_LOG="$W/pre.%p.log" "$T/t_early"
+logcheck "t_early log" "$W/pre.*.log"
+n=$("$T/htdump" $W/pre.*.log | grep -c ' PREINIT ')
+[ "$n" -gt 200 ] && pass "t_early: $n pre-init calls recorded" || fail "t_early: $n pre-init calls"
+expect "t_known record, CLOCK_MONOTONIC times" $R HUGETUNE_CLOCK=monotonic HUGETUNE_LOG="$W/mono.%p.log" "$T/t_known"
+logcheck "monotonic log" "$W/mono.*.log"
+has "monotonic log clock" "$("$T/htdump" "$(ls "$W"/mono.*.log)" >"$W/mono.txt"; echo "$W/mono.txt")" 'clock monotonic'
 expect "record without log" $R HUGETUNE_SUMMARY="$W/nolog.json" "$T/t_known"
 has "summary without log" "$W/nolog.json" '"heap-large":{"allocations":1,'
 

@@ -19,6 +19,17 @@ pub struct ProfileInputs {
     pub modules: Vec<String>,
     pub threshold: u64,
     pub markers: (u64, u64),
+    /// Pids of the children the program forked (FORK events): memory the program
+    /// touched is shared copy-on-write with them, which private hugetlb pages do
+    /// not survive when the pool is short.
+    #[serde(default)]
+    pub children: Vec<u32>,
+    /// Whether the program calls fork at all (a failed fork counts too).
+    #[serde(default)]
+    pub forks: bool,
+    /// Programs it exec'd (EXEC events that were not reported as failed).
+    #[serde(default)]
+    pub execs: Vec<String>,
 }
 
 /// Distinct loaded modules (a module appears in the start and the exit snapshot).
@@ -155,9 +166,17 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
                 len: r.size,
             },
             Kind::Thread => {
+                // Version 1 names only a stack pointer; version 2 adds STACK below.
                 if let Some(e) = containing(&maps, r.addr) {
                     push_range(&mut space.stack_ranges, (e.start, e.end));
                 }
+                continue;
+            }
+            Kind::Stack => {
+                push_range(
+                    &mut space.stack_ranges,
+                    (r.addr, r.addr.saturating_add(r.size)),
+                );
                 continue;
             }
             Kind::OwnRegion => {
@@ -178,6 +197,16 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
             (markers.0, markers.0 + markers.1),
         );
     }
+    // The runtime library's own segments are announced as OWN_REGION: they are not
+    // the program's static data.
+    let excluded = space.excluded_ranges.clone();
+    space.static_segments.retain(|s| {
+        !excluded
+            .iter()
+            .any(|&(lo, hi)| lo <= s.start && s.end <= hi)
+    });
+    // A stack seen both whole (STACK, maps) and as part of a merged maps line is
+    // listed once per distinct range; that is harmless for classification.
     // A heap range must not swallow a stack or a static segment (defensive: maps of
     // unusual processes).
     space.heap_ranges.retain(|&(lo, hi)| {
@@ -187,11 +216,29 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
                 .iter()
                 .any(|s| s.start < hi && lo < s.end)
     });
+    // An exec attempt is followed by a failure report (errno) from the same thread
+    // when the call returned; the others replaced the program.
+    let execs = log
+        .execs
+        .iter()
+        .enumerate()
+        .filter(|&(i, e)| {
+            e.errno == 0
+                && log.execs[i + 1..]
+                    .iter()
+                    .find(|f| f.tid == e.tid)
+                    .is_none_or(|f| f.errno == 0)
+        })
+        .map(|(_, e)| e.path.clone())
+        .collect();
     ProfileInputs {
         space,
         events,
         modules: names,
         threshold,
         markers,
+        children: log.children(),
+        forks: log.forks(),
+        execs,
     }
 }

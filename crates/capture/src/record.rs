@@ -36,11 +36,22 @@ fn main_log(dir: &Path) -> Result<(PathBuf, AllocLog)> {
             Err(e) => eprintln!("hugetune: ignoring unreadable log: {e:#}"),
         }
     }
-    // The profiled process is the one that is not a child of another logged one.
+    // The profiled process is the one that is not a child of another logged one;
+    // if it exec'd (a launcher such as valgrind's, or `sh -c`, becoming the program)
+    // each image wrote its own log: the program is the last image.
     let pids: Vec<u32> = parsed.iter().map(|(_, l)| l.header.pid).collect();
-    let idx = parsed
+    let root = parsed
         .iter()
-        .position(|(_, l)| !pids.contains(&l.header.ppid));
+        .find(|(_, l)| !pids.contains(&l.header.ppid))
+        .map(|(_, l)| (l.header.pid, l.header.ppid));
+    let idx = root.and_then(|(pid, ppid)| {
+        parsed
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, l))| l.header.pid == pid && l.header.ppid == ppid)
+            .max_by_key(|(_, (_, l))| l.header.exec_gen)
+            .map(|(i, _)| i)
+    });
     match idx {
         Some(i) => Ok(parsed.swap_remove(i)),
         None => bail!(
@@ -91,7 +102,12 @@ pub fn record_with_lackey(
     if log.header.marker_span == 0 {
         bail!("the allocation log has no markers: references cannot be aligned with allocations");
     }
-    let summary = std::fs::read_to_string(dir.join(format!("summary.{}.json", log.header.pid)))
+    // The image's summary: `%p` is `<pid>.x<g>` for an exec'd image (formats.md §1).
+    let pid_part = match log.header.exec_gen {
+        0 => log.header.pid.to_string(),
+        g => format!("{}.x{g}", log.header.pid),
+    };
+    let summary = std::fs::read_to_string(dir.join(format!("summary.{pid_part}.json")))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     Ok(Recorded {

@@ -2,7 +2,7 @@
 //! tool's own reader, apply mode checked in /proc by the test programs, pools set
 //! under the shared kernel-state lock and always restored.
 
-use hugetune_capture::alloclog::{AllocLog, Kind};
+use hugetune_capture::alloclog::{AllocLog, Kind, FLAG_PREINIT};
 use hugetune_capture::kernel_state::{
     lock_kernel_state, on_restore, set_hugetlb_pool, KernelStateLock, Restore,
 };
@@ -1073,17 +1073,15 @@ fn markers_place_every_call_in_the_lackey_stream() {
             .unwrap();
     let refs = std::iter::from_fn(move || r.next_ref().unwrap().map(|(a, _)| a));
     let (present, s) = hugetune_model::stream::present_categories(&spec, refs);
+    // Every hooked call has its marker (pre-init calls, before the marker area
+    // existed, would not; THREAD, STACK, OWN_REGION, MODULE, MAPS are not calls).
     let hooked = rec
         .log
         .records
         .iter()
-        .filter(|r| {
-            !matches!(
-                r.kind,
-                Kind::Thread | Kind::OwnRegion | Kind::Module | Kind::Maps
-            )
-        })
+        .filter(|r| r.has_marker(&rec.log.header))
         .count() as u64;
+    assert!(hooked > 30, "{hooked} hooked calls");
     assert_eq!(s.markers, hooked, "one marker per hooked call");
     assert_eq!(
         s.events_applied, s.events,
@@ -1094,4 +1092,245 @@ fn markers_place_every_call_in_the_lackey_stream() {
         "the 1 MiB buffer is heap-large: {present:?}"
     );
     assert!(present.contains(&hugetune_model::Category::Stack));
+}
+
+fn record_env(dir: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("HUGETUNE_MODE", "record".into()),
+        (
+            "HUGETUNE_LOG",
+            dir.join("alloc.%p.log").display().to_string(),
+        ),
+        (
+            "HUGETUNE_SUMMARY",
+            dir.join("summary.%p.json").display().to_string(),
+        ),
+    ]
+}
+
+fn in_range(a: u64, lo: u64, hi: u64) -> bool {
+    a >= lo && a < hi
+}
+
+#[test]
+fn calls_before_initialization_are_recorded_signal_handlers_included() {
+    let d = tempfile::tempdir().unwrap();
+    let out = run(&prog("t_early"), &[], &record_env(d.path()));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = &out.json;
+    let log = AllocLog::read(
+        &d.path()
+            .join(format!("alloc.{}.log", j["pid"].as_u64().unwrap())),
+    )
+    .unwrap();
+    let find = |kind: Kind, addr: u64| {
+        log.records
+            .iter()
+            .find(|r| r.kind == kind && r.addr == addr)
+            .unwrap_or_else(|| panic!("no {kind:?} record at {addr:#x}"))
+    };
+    let pre = |r: &hugetune_capture::alloclog::Record| r.flags & FLAG_PREINIT != 0;
+    let m = find(Kind::Malloc, hex(&j["malloc4321"]));
+    assert_eq!(m.size, 4321);
+    let c = find(Kind::Calloc, hex(&j["calloc3000"]));
+    assert_eq!((c.size, c.arg, c.arg2), (3000, 3, 1000));
+    let r = find(Kind::Realloc, hex(&j["realloc5000"]));
+    assert_eq!((r.size, r.arg), (5000, m.addr));
+    let pm = find(Kind::PosixMemalign, hex(&j["memalign300"]));
+    assert_eq!((pm.size, pm.arg, pm.arg2), (300, 64, 0));
+    let f = find(Kind::Free, c.addr);
+    let mm = find(Kind::Mmap, hex(&j["mmap_page"]));
+    let un = find(Kind::Munmap, mm.addr);
+    for r in [m, c, r, pm, f, mm, un] {
+        assert!(pre(r), "{r:?} is not marked pre-init");
+    }
+    // Every call of the signal handler (which may interrupt the library's own
+    // pre-init path) is there, pre-init too.
+    let (hlo, hhi) = (hex(&j["handler_start"]), hex(&j["handler_end"]));
+    let calls = j["handler_calls"].as_u64().unwrap();
+    for kind in [Kind::Mmap, Kind::Munmap] {
+        let from_handler: Vec<_> = log
+            .records
+            .iter()
+            .filter(|r| r.kind == kind && in_range(r.caller, hlo, hhi))
+            .collect();
+        assert_eq!(
+            from_handler.len() as u64,
+            calls,
+            "{kind:?} from the handler"
+        );
+        assert!(from_handler.iter().all(|r| pre(r)));
+    }
+    eprintln!(
+        "{calls} handler calls, {} while inside malloc/free",
+        j["in_call_hits"]
+    );
+    let loops = j["loops"].as_u64().unwrap();
+    let small = log
+        .records
+        .iter()
+        .filter(|r| r.kind == Kind::Malloc && r.size == 200 && pre(r))
+        .count() as u64;
+    assert_eq!(small, loops);
+    // Pre-init calls come first, before anything recorded after initialization.
+    let last_pre = log.records.iter().filter(|r| pre(r)).map(|r| r.seq).max();
+    let first_post = log.records.iter().filter(|r| !pre(r)).map(|r| r.seq).min();
+    assert!(last_pre < first_post, "{last_pre:?} {first_post:?}");
+    // And they are counted in the summary.
+    let s = summary(d.path(), j["pid"].as_u64().unwrap());
+    assert!(
+        s["categories"]["heap-small"]["allocations"]
+            .as_u64()
+            .unwrap()
+            >= loops + 4
+    );
+}
+
+#[test]
+fn static_segments_and_stacks_of_a_log_are_the_programs() {
+    let d = tempfile::tempdir().unwrap();
+    let out = run(&prog("t_early"), &[], &record_env(d.path()));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = &out.json;
+    let log = AllocLog::read(
+        &d.path()
+            .join(format!("alloc.{}.log", j["pid"].as_u64().unwrap())),
+    )
+    .unwrap();
+    let inputs = inputs_from_log(&log);
+    let seg_of = |a: u64| {
+        inputs
+            .space
+            .static_segments
+            .iter()
+            .find(|s| in_range(a, s.start, s.end))
+            .unwrap_or_else(|| panic!("{a:#x} is in no static segment"))
+    };
+    let exe = j["exe"].as_str().unwrap();
+    for key in ["main_data", "main_bss"] {
+        let s = seg_of(hex(&j[key]));
+        assert!(s.main_program, "{key}");
+        assert_eq!(inputs.modules[s.module as usize], exe, "{key}");
+    }
+    for key in ["lib_data", "lib_bss"] {
+        let s = seg_of(hex(&j[key]));
+        assert!(!s.main_program, "{key}");
+        assert!(
+            inputs.modules[s.module as usize].ends_with("/libt_early.so"),
+            "{key}: {}",
+            inputs.modules[s.module as usize]
+        );
+    }
+    // The runtime library's own data is not the program's.
+    assert!(inputs
+        .space
+        .static_segments
+        .iter()
+        .all(|s| !inputs.modules[s.module as usize].ends_with("libhugetune.so")));
+    // Both threads' stacks come from STACK records.
+    let stacks: Vec<_> = log
+        .records
+        .iter()
+        .filter(|r| r.kind == Kind::Stack)
+        .collect();
+    for key in ["main_stack", "thread_stack"] {
+        let a = hex(&j[key]);
+        assert!(
+            stacks.iter().any(|r| in_range(a, r.addr, r.addr + r.size)),
+            "{key} {a:#x} not in a STACK record: {stacks:?}"
+        );
+        assert!(
+            inputs
+                .space
+                .stack_ranges
+                .iter()
+                .any(|&(lo, hi)| in_range(a, lo, hi)),
+            "{key}"
+        );
+    }
+    assert!(
+        stacks.iter().any(|r| r.arg2 == 1),
+        "the main thread's [stack]"
+    );
+}
+
+#[test]
+fn fork_and_exec_every_process_and_image_has_a_complete_log() {
+    let d = tempfile::tempdir().unwrap();
+    let out = run(&prog("t_exec"), &[], &record_env(d.path()));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = &out.json;
+    let (pid, a, b) = (
+        j["pid"].as_u64().unwrap(),
+        j["fork_child"].as_u64().unwrap(),
+        j["exec_child"].as_u64().unwrap(),
+    );
+    let me = j["self"].as_str().unwrap();
+    let read = |name: String| {
+        AllocLog::read(&d.path().join(&name)).unwrap_or_else(|e| panic!("{name}: {e:#}"))
+    };
+    let has_malloc = |l: &AllocLog, size: u64| {
+        l.records
+            .iter()
+            .any(|r| r.kind == Kind::Malloc && r.size == size)
+    };
+
+    // The parent's first image: its children by pid, the failed exec, the exec.
+    let p0 = read(format!("alloc.{pid}.log"));
+    assert_eq!((p0.header.pid as u64, p0.header.exec_gen), (pid, 0));
+    assert!(has_malloc(&p0, 1111));
+    // A live thread's buffered events were written out before the exec.
+    assert!(has_malloc(&p0, 5555));
+    let mut kids = p0.children();
+    kids.sort_unstable();
+    assert_eq!(kids, vec![a as u32, b as u32]);
+    let execs: Vec<(&str, u32, u32)> = p0
+        .execs
+        .iter()
+        .map(|e| (e.path.as_str(), e.new_gen, e.errno))
+        .collect();
+    assert_eq!(
+        execs,
+        vec![
+            ("/nonexistent/hugetune-t_exec", 1, 0),
+            ("/nonexistent/hugetune-t_exec", 1, libc::ENOENT as u32),
+            (me, 1, 0)
+        ]
+    );
+    let inputs = inputs_from_log(&p0);
+    assert!(inputs.forks);
+    assert_eq!(inputs.execs, vec![me.to_string()]);
+    // Its second image: same pid, generation 1, its own log and summary.
+    let p1 = read(format!("alloc.{pid}.x1.log"));
+    assert_eq!((p1.header.pid as u64, p1.header.exec_gen), (pid, 1));
+    assert!(has_malloc(&p1, 4444) && !has_malloc(&p1, 1111));
+    for s in [
+        format!("summary.{pid}.json"),
+        format!("summary.{pid}.x1.json"),
+    ] {
+        assert!(d.path().join(&s).exists(), "{s}");
+    }
+    // The forked child.
+    let ca = read(format!("alloc.{a}.log"));
+    assert_eq!(ca.header.ppid as u64, pid);
+    assert!(has_malloc(&ca, 2222) && !has_malloc(&ca, 1111));
+    // The child that exec'd: both its images.
+    let cb0 = read(format!("alloc.{b}.log"));
+    assert_eq!(cb0.execs.len(), 1);
+    assert_eq!((cb0.execs[0].path.as_str(), cb0.execs[0].new_gen), (me, 1));
+    let cb1 = read(format!("alloc.{b}.x1.log"));
+    assert_eq!((cb1.header.ppid as u64, cb1.header.exec_gen), (pid, 1));
+    assert!(has_malloc(&cb1, 3333));
+    // Nothing else.
+    let n = std::fs::read_dir(d.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count();
+    assert_eq!(n, 5);
 }
