@@ -20,12 +20,15 @@ struct config {
     enum page_id page;    /* --page */
     double random_pct;    /* --random-pct (randmem only) */
     uint64_t limit;       /* --limit (primes only) */
+    uint64_t forks;       /* --fork: children that write the buffers after the passes */
 };
 
 /* Exit statuses: 0 ok, 2 bad usage, 3 a resource could not be had (hugetlb pool,
  * memory).  Callers (the Rust tool, scripts) rely on these. */
 #define EXIT_USAGE 2
 #define EXIT_RESOURCE 3
+#define EXIT_CHILD 4            /* a --fork child did not exit 0 */
+#define MAX_FORKS 64u
 
 #define LINE_BYTES 64u          /* cache line: the unit of randmem and chase */
 #define MAX_THREADS 256u

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -164,7 +166,8 @@ void bigbufs_get(const struct config *cfg, unsigned count, size_t bytes, struct 
         static_back(cfg->page, stride * count);
         for (unsigned i = 0; i < count; i++) {
             out[i] = (struct bigbuf){ .alloc = static_buf + i * stride, .kind = BB_STATIC,
-                                      .base = static_buf + i * stride, .len = usable_bytes(bytes) };
+                                      .base = static_buf + i * stride, .len = usable_bytes(bytes),
+                                      .forks = (unsigned)cfg->forks };
         }
         return;
     }
@@ -172,6 +175,7 @@ void bigbufs_get(const struct config *cfg, unsigned count, size_t bytes, struct 
     for (unsigned i = 0; i < count; i++) {
         struct bigbuf *b = &out[i];
         memset(b, 0, sizeof *b);
+        b->forks = (unsigned)cfg->forks;
         if (cfg->page == PAGE_DEFAULT) {
             /* Really malloc: this is the allocation the runtime library intercepts. */
             b->alloc = malloc(bytes);
@@ -189,8 +193,47 @@ void bigbufs_get(const struct config *cfg, unsigned count, size_t bytes, struct 
     }
 }
 
+/* The child of a snapshotting service (redis BGSAVE, a checkpointer) shares the
+ * parent's touched memory copy-on-write; writing it makes the kernel copy each page,
+ * which for private hugetlb memory needs a free huge page (SIGBUS when the pool has
+ * none).  Each child writes every 4 KB page of every buffer once. */
+static void fork_writers(unsigned count, const struct bigbuf *bufs)
+{
+    fflush(stdout);
+    for (unsigned k = 0; k < bufs[0].forks; k++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            die_resource("fork failed: %s", strerror(errno));
+        if (pid == 0) {
+            for (unsigned i = 0; i < count; i++) {
+                volatile char *p = (volatile char *)bufs[i].base;
+                for (size_t off = 0; off < bufs[i].len; off += 4096)
+                    p[off] = (char)(p[off] + 1);
+            }
+            _exit(0);
+        }
+        int st;
+        while (waitpid(pid, &st, 0) < 0) {
+            if (errno != EINTR)
+                die_resource("waitpid: %s", strerror(errno));
+        }
+        if (WIFSIGNALED(st)) {
+            fprintf(stderr, "hugetune-work: forked child %ld died of signal %d (%s)\n",
+                    (long)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+            exit(EXIT_CHILD);
+        }
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "hugetune-work: forked child %ld exited with status %d\n", (long)pid,
+                    WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            exit(EXIT_CHILD);
+        }
+    }
+}
+
 void bigbufs_put(unsigned count, struct bigbuf *bufs)
 {
+    if (count > 0 && bufs[0].forks > 0)
+        fork_writers(count, bufs);
     for (unsigned i = 0; i < count; i++) {
         if (bufs[i].kind == BB_MALLOC)
             free(bufs[i].alloc);

@@ -15,12 +15,15 @@ struct bigbuf {
     int kind;
     char *base;        /* first 64-byte aligned byte of the buffer */
     size_t len;        /* usable bytes from base */
+    unsigned forks;    /* --fork: children to fork before the buffer goes back */
 };
 
 /* Gets `count` buffers of `bytes` bytes each, placed per cfg->place (heap-large or
  * static) and backed per cfg->page.  Exits EXIT_RESOURCE when memory or hugetlb
  * pages cannot be had, EXIT_USAGE when the placement cannot hold them. */
 void bigbufs_get(const struct config *cfg, unsigned count, size_t bytes, struct bigbuf *out);
+/* With --fork N, first forks N children one after another, each writing one word per
+ * 4 KB page of every buffer (exits EXIT_CHILD if one does not exit 0). */
 void bigbufs_put(unsigned count, struct bigbuf *bufs);
 
 /* heap-small allocation source: malloc (--page default) or a bump allocator over one

@@ -61,6 +61,10 @@ static const char usage_text[] =
     "                     a hugetlb mapping that fails exits with status 3, no fallback\n"
     "  --random-pct P     randmem: percent (0..100) of random accesses (default 100)\n"
     "  --limit N          primes: upper bound (default 20000)\n"
+    "  --fork N           after the passes, fork N children one after another; each writes\n"
+    "                     one word in every 4 KB page of the buffers (copy-on-write, as a\n"
+    "                     snapshotting child would) and exits; the parent waits for each.\n"
+    "                     Exit status 4 if a child dies (0..64; heap-large or static only)\n"
     "  --help             this text\n"
     "\n"
     "exit status: 0 ok, 2 bad usage, 3 memory or huge pages not available.\n";
@@ -138,9 +142,10 @@ static double parse_pct(const char *s)
     return v;
 }
 
-enum opt_id { O_SIZE, O_ITERS, O_ACCESSES, O_THREADS, O_SEED, O_PLACE, O_PAGE, O_PCT, O_LIMIT };
+enum opt_id { O_SIZE, O_ITERS, O_ACCESSES, O_THREADS, O_SEED, O_PLACE, O_PAGE, O_PCT, O_LIMIT, O_FORK };
 static const char *const opt_names[] = {
     "--size", "--iters", "--accesses", "--threads", "--seed", "--place", "--page", "--random-pct", "--limit",
+    "--fork",
 };
 
 void parse_options(int argc, char **argv, struct config *cfg)
@@ -186,6 +191,7 @@ void parse_options(int argc, char **argv, struct config *cfg)
         case O_THREADS: cfg->threads = (unsigned)parse_count("--threads", val, 1, MAX_THREADS); break;
         case O_SEED: cfg->seed = parse_count("--seed", val, 0, UINT64_MAX); break;
         case O_LIMIT: cfg->limit = parse_count("--limit", val, 2, MAX_LIMIT); break;
+        case O_FORK: cfg->forks = parse_count("--fork", val, 0, MAX_FORKS); break;
         case O_PCT: cfg->random_pct = parse_pct(val); break;
         case O_PLACE: {
             int p = lookup(val, place_names, COUNT_OF(place_names));
@@ -213,6 +219,8 @@ void parse_options(int argc, char **argv, struct config *cfg)
     if (seen[O_ACCESSES] && (cfg->kernel == K_STREAM || cfg->kernel == K_PRIMES))
         die_usage("--accesses does not apply to %s (a pass is %s)", kernel_name(cfg->kernel),
                   cfg->kernel == K_STREAM ? "one triad over the arrays" : "one count up to --limit");
+    if (cfg->forks && (cfg->kernel == K_PRIMES || cfg->kernel == K_MALLOC || cfg->place == PLACE_HEAP_SMALL))
+        die_usage("--fork needs one big buffer: randmem, chase, gups or stream with --place heap-large or static");
     if (cfg->kernel == K_PRIMES)
         return;     /* no memory: --size, --place and --page are ignored */
 

@@ -104,7 +104,9 @@ BAD = [[], ["foo"], ["randmem", "--bogus"], ["randmem", "--size"], ["randmem", "
        ["chase", "--random-pct", "5"], ["randmem", "--limit", "5"], ["stream", "--accesses", "5"],
        ["randmem", "--threads", "0"], ["randmem", "--threads", "257"], ["randmem", "--iters", "0"],
        ["randmem", "--seed", "-1"], ["randmem", "--place", "heap"], ["randmem", "--page", "2m"],
-       ["randmem", "chase"], ["gups", "--size", "4K", "--threads", "2"]]
+       ["randmem", "chase"], ["gups", "--size", "4K", "--threads", "2"],
+       ["chase", "--fork", "65"], ["chase", "--fork", "x"], ["chase", "--fork", "1", "--place", "heap-small"],
+       ["primes", "--fork", "1"], ["malloc", "--fork", "1"]]
 
 
 def bad_usage():
@@ -113,6 +115,20 @@ def bad_usage():
         if rc != 2 or out or len(err.strip().splitlines()) != 1:
             fail(f"bad usage {args}: exit {rc}, stdout {out!r}, stderr {err!r}")
     print(f"ok  {len(BAD)} bad usages exit 2 with one line on stderr")
+
+
+def forked_writers():
+    # Each child writes every page of the buffer after the passes; the parent's
+    # result (and checksum) is the one without --fork, and it exits 0.
+    for k in ["randmem", "chase", "gups", "stream"]:
+        for pl in ("heap-large", "static"):
+            base = [k, "--size", "8M", "--place", pl]
+            if k != "stream":
+                base += ["--accesses", "10000"]
+            a, b = run_json(base), run_json(base + ["--fork", "3"])
+            if a and b and a["checksum"] != b["checksum"]:
+                fail(f"{base} --fork 3: checksum {b['checksum']} != {a['checksum']}")
+    print("ok  --fork: children write the buffers, results unchanged, exit 0")
 
 
 def heap_small_allocations():
@@ -140,6 +156,7 @@ if __name__ == "__main__":
     matrix()
     chase_cycle()
     bad_usage()
+    forked_writers()
     heap_small_allocations()
     print("FAILED: %d" % len(failures) if failures else "all checks passed")
     sys.exit(1 if failures else 0)

@@ -94,6 +94,8 @@ pub fn capture(
         "--trace-mem=yes",
         "--basic-counts=no",
         "--trace-children=no",
+        // A forked child would write its trace into the same pipe, interleaved.
+        "--child-silent-after-fork=yes",
     ])
     .arg(format!("--log-fd={LOG_FD}"))
     .arg("--")

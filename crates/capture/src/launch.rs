@@ -112,6 +112,19 @@ impl Default for PlanOptions {
     }
 }
 
+impl PlanOptions {
+    /// The library's options for a program with these traits: a program that forks
+    /// gets `fork-safe thp`, so that no private hugetlb memory exists at a fork
+    /// even where the plan asks for it (a pool or an allocation site plan written by
+    /// hand); the planner already keeps its categories off hugetlb.
+    pub fn for_program(program: &hugetune_model::plan::ProgramTraits) -> Self {
+        PlanOptions {
+            fork_safe: program.forks.then_some(ForkSafe::Thp),
+            ..PlanOptions::default()
+        }
+    }
+}
+
 /// The plan file the runtime library reads in apply mode.
 pub fn plan_text(assignments: &[(Category, Backing)], threshold: u64) -> String {
     plan_text_with(assignments, threshold, &PlanOptions::default())
@@ -283,5 +296,24 @@ mod tests {
             plan_text_with(&[], 1, &PlanOptions::default()),
             plan_text(&[], 1)
         );
+    }
+
+    #[test]
+    fn programs_that_fork_get_fork_safe_thp() {
+        use hugetune_model::plan::ProgramTraits;
+        let a = [(Category::HeapLarge, Backing::Thp2m)];
+        let forks = ProgramTraits {
+            forks: true,
+            fork_children: 1,
+        };
+        let text = plan_text_with(&a, 131072, &PlanOptions::for_program(&forks));
+        assert!(text.contains("\nfork-safe thp\n"), "{text}");
+        let text = plan_text_with(
+            &a,
+            131072,
+            &PlanOptions::for_program(&ProgramTraits::default()),
+        );
+        assert!(!text.contains("fork-safe"), "{text}");
+        assert_eq!(text, plan_text(&a, 131072));
     }
 }

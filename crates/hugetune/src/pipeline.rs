@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use hugetune_capture::ab::{self, AbResult, Verdict};
 use hugetune_capture::alloclog::AllocLog;
 use hugetune_capture::elf;
-use hugetune_capture::launch;
+use hugetune_capture::launch::{self, PlanOptions};
 use hugetune_capture::machine::{self, Machine};
 use hugetune_capture::profile::inputs_from_log;
 use hugetune_capture::record::record_with_lackey;
@@ -18,7 +18,7 @@ use hugetune_model::categorize::Categorizer;
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
 use hugetune_model::page::Backing;
-use hugetune_model::plan::{Availability, ThpMode};
+use hugetune_model::plan::{Availability, ProgramTraits, ThpMode};
 use hugetune_model::rank::{self, Prediction, Significance};
 use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
 use hugetune_model::tlb::TlbGeometry;
@@ -205,6 +205,8 @@ pub struct Analysis {
     pub threshold: u64,
     /// Top allocation sites by requested bytes: (module, offset, category, bytes, count).
     pub sites: Vec<SiteSummary>,
+    /// Whether the profiled program forks (it keeps the planner off private hugetlb).
+    pub program: ProgramTraits,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -303,6 +305,10 @@ pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<
         significance,
         cost: cost.clone(),
         threshold: inputs.threshold,
+        program: ProgramTraits {
+            forks: inputs.forks,
+            fork_children: inputs.children.len() as u64,
+        },
     })
 }
 
@@ -326,6 +332,7 @@ pub fn store_analysis(
         "ref_source": a.meta.ref_source,
         "tlb": a.result.geometry,
         "cost": a.cost,
+        "program": a.program,
     });
     let directives: Vec<NewDirective> = a
         .predictions
@@ -374,6 +381,7 @@ pub struct Stored {
     pub significance: Significance,
     pub native_s: f64,
     pub threshold: u64,
+    pub program: ProgramTraits,
 }
 
 /// Directives of the newest profile of the program `argv` runs, as predictions.
@@ -393,6 +401,12 @@ pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> 
         .collect::<Result<_>>()?;
     let significance: Significance = serde_json::from_value(summary["significance"].clone())
         .context("stored profile has no significance test")?;
+    // Profiles stored before fork detection existed read as not forking.
+    let program = match &summary["program"] {
+        serde_json::Value::Null => ProgramTraits::default(),
+        v => serde_json::from_value(v.clone())
+            .context("the stored profile's program traits are not readable by this hugetune")?,
+    };
     Ok(Some(Stored {
         program_id,
         profile_id,
@@ -400,6 +414,7 @@ pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> 
         significance,
         native_s: summary["native_s"].as_f64().unwrap_or(0.0),
         threshold: summary["threshold"].as_u64().unwrap_or(128 * 1024),
+        program,
     }))
 }
 
@@ -415,7 +430,7 @@ pub fn availability_now() -> Availability {
 /// Peak 2 MB pages the runtime library will hold for heap-large objects when
 /// `argv` runs, measured by one record-mode run (no reference tracing). It also
 /// warms the machine up before timed runs.
-pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<(u64, RunStats)> {
+pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<Sizing> {
     let dir = tempfile::Builder::new()
         .prefix("hugetune-size.")
         .tempdir()?;
@@ -434,7 +449,12 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<(u64, RunStats)>
             stats.exit_code
         );
     }
-    let mut peak = 0;
+    let mut out = Sizing {
+        heap_large_pages: 0,
+        program: ProgramTraits::default(),
+    };
+    // One log per process and image: children forked by the program add their own
+    // peaks (they run at the same time as the parent in the worst case).
     for e in std::fs::read_dir(dir.path())?.flatten() {
         let l = AllocLog::read(&e.path())?;
         let inputs = inputs_from_log(&l);
@@ -442,9 +462,19 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<(u64, RunStats)>
         for ev in &inputs.events {
             c.apply(ev);
         }
-        peak += c.peak_owned_frames();
+        out.heap_large_pages += c.peak_owned_frames();
+        out.program.forks |= inputs.forks;
+        out.program.fork_children += inputs.children.len() as u64;
     }
-    Ok((peak, stats))
+    Ok(out)
+}
+
+/// What the untimed record-mode run of the reference input showed.
+pub struct Sizing {
+    /// Peak 2 MB pages the runtime library would hold for heap-large blocks.
+    pub heap_large_pages: u64,
+    /// Whether the reference input forks (an input the profile did not see may).
+    pub program: ProgramTraits,
 }
 
 /// Adjusts predictions of a training profile to the pool pages the reference run needs.
@@ -477,11 +507,15 @@ pub fn applied_spec(
     argv: &[OsString],
     assignments: &[(Category, Backing)],
     threshold: u64,
+    options: &PlanOptions,
     stdout: Output,
 ) -> Result<Applied> {
     let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
     let plan_file = dir.path().join("plan");
-    std::fs::write(&plan_file, launch::plan_text(assignments, threshold))?;
+    std::fs::write(
+        &plan_file,
+        launch::plan_text_with(assignments, threshold, options),
+    )?;
     let summary = dir.path().join("summary.%p.json");
     let mut spec = RunSpec::new(argv.to_vec());
     spec.env = launch::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
@@ -570,9 +604,10 @@ pub fn validate(
     argv: &[OsString],
     assignments: &[(Category, Backing)],
     threshold: u64,
+    options: &PlanOptions,
     runs: usize,
 ) -> Result<Validation> {
-    let applied = applied_spec(art, argv, assignments, threshold, Output::Null)?;
+    let applied = applied_spec(art, argv, assignments, threshold, options, Output::Null)?;
     let mut baseline = RunSpec::new(argv.to_vec());
     baseline.stdout = Output::Null;
     let dir = applied.dir.path().to_path_buf();

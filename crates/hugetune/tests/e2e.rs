@@ -92,6 +92,65 @@ fn optimize_picks_heap_large_for_a_large_heap_buffer() {
 }
 
 #[test]
+fn optimize_keeps_a_program_that_forks_off_private_hugetlb() {
+    // The child writes the whole buffer after the fork: with private hugetlb pages
+    // and a pool sized to the plan, its copy-on-write faults would SIGBUS.
+    let d = tempfile::tempdir().unwrap();
+    let r = optimize(
+        &d.path().join("f.db"),
+        &[
+            "chase",
+            "--size",
+            "8M",
+            "--place",
+            "heap-large",
+            "--fork",
+            "1",
+        ],
+    );
+    assert_eq!(
+        r["plan"]["program"]["forks"],
+        Value::Bool(true),
+        "{}",
+        r["plan"]
+    );
+    assert!(
+        r["plan"]["program"]["fork_children"].as_u64().unwrap() >= 1,
+        "{}",
+        r["plan"]
+    );
+    let assignments = r["plan"]["assignments"].as_array().unwrap();
+    assert!(
+        assignments.iter().all(|a| a[1] != "hugetlb-2m"),
+        "a forking program got private hugetlb: {}",
+        r["plan"]
+    );
+    assert!(
+        assignments
+            .iter()
+            .any(|a| a[0] == "heap-large" && a[1] == "thp-2m"),
+        "heap-large should still gain, on THP: {}",
+        r["plan"]
+    );
+    let reasons = r["plan"]["reasons"].to_string();
+    assert!(
+        reasons.contains("ruled out: the program forks"),
+        "{reasons}"
+    );
+    let text = r["plan"]["text"].as_str().unwrap();
+    assert!(text.contains("\nfork-safe thp\n"), "{text}");
+    assert_eq!(r["plan"]["hugetlb_pages"], 0, "{}", r["plan"]);
+    // The plain runs exit 0 (the sizing run checks it), and so did every
+    // optimized run, child included (the workload exits 4 when a child dies).
+    assert_eq!(
+        r["validation"]["exit_codes_match"],
+        Value::Bool(true),
+        "{}",
+        r["validation"]
+    );
+}
+
+#[test]
 fn optimize_does_not_pick_heap_large_when_the_hot_data_is_static() {
     let d = tempfile::tempdir().unwrap();
     let r = optimize(

@@ -24,6 +24,21 @@ pub struct Availability {
     pub thp: ThpMode,
 }
 
+/// What the profile says about the program beyond its references.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramTraits {
+    /// The program calls `fork` (in the profile or the sizing run). Private
+    /// hugetlb pages it touched before a fork are shared copy-on-write with the
+    /// child, and the first write after the fork needs a fresh huge page: SIGBUS
+    /// when the pool has none left. Such programs get THP instead (seed 002;
+    /// the runtime library also copies at fork when it still holds hugetlb).
+    #[serde(default)]
+    pub forks: bool,
+    /// Children seen forking in the profile (0 when only failed forks were seen).
+    #[serde(default)]
+    pub fork_children: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanDecision {
     /// What to apply; empty: run unchanged.
@@ -39,7 +54,23 @@ impl PlanDecision {
     }
 }
 
-fn feasible(p: &Prediction, avail: &Availability) -> Result<(), String> {
+fn uses_hugetlb(p: &Prediction) -> bool {
+    p.assignments.iter().any(|&(_, b)| b == Backing::Hugetlb2m)
+}
+
+fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Result<(), String> {
+    if program.forks && uses_hugetlb(p) {
+        return Err(format!(
+            "the program forks ({} {} in the profile): private hugetlb pages shared \
+             copy-on-write with a child can SIGBUS when the pool runs dry",
+            program.fork_children,
+            if program.fork_children == 1 {
+                "child"
+            } else {
+                "children"
+            }
+        ));
+    }
     if p.hugetlb_pages > avail.hugetlb_2m_free {
         return Err(format!(
             "needs {} hugetlb 2 MB pages, {} available",
@@ -58,6 +89,7 @@ pub fn choose(
     preds: &[Prediction],
     sig: &Significance,
     avail: &Availability,
+    program: &ProgramTraits,
     native_seconds: f64,
     min_gain: f64,
 ) -> PlanDecision {
@@ -80,8 +112,8 @@ pub fn choose(
     let threshold_ns = min_gain * native_seconds * 1e9;
     let mut best: Option<&Prediction> = None;
     for p in preds.iter().filter(|p| !p.assignments.is_empty()) {
-        match feasible(p, avail) {
-            Err(why) => reasons.push(format!("{}: not possible now: {}", p.label, why)),
+        match feasible(p, avail, program) {
+            Err(why) => reasons.push(format!("{}: ruled out: {}", p.label, why)),
             Ok(()) => {
                 if best.is_none_or(|b| p.saving_ns > b.saving_ns) {
                     best = Some(p);
@@ -106,7 +138,7 @@ pub fn choose(
                 .collect();
             let alt = preds
                 .iter()
-                .find(|p| p.assignments == without && feasible(p, avail).is_ok());
+                .find(|p| p.assignments == without && feasible(p, avail, program).is_ok());
             let alt_saving = alt.map_or(0.0, |p| p.saving_ns);
             if best.saving_ns - alt_saving < threshold_ns {
                 reasons.push(format!(
@@ -212,7 +244,14 @@ mod tests {
             hugetlb_2m_free: 100,
             thp: ThpMode::Madvise,
         };
-        let d = choose(&preds(), &sig(true), &avail, 1.0, 0.01);
+        let d = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
         assert_eq!(
             d.assignments,
             vec![(Category::HeapLarge, Backing::Hugetlb2m)]
@@ -225,7 +264,14 @@ mod tests {
             hugetlb_2m_free: 10,
             thp: ThpMode::Madvise,
         };
-        let d = choose(&preds(), &sig(true), &avail, 1.0, 0.01);
+        let d = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
         assert_eq!(d.assignments, vec![(Category::HeapLarge, Backing::Thp2m)]);
         assert!(d.reasons.iter().any(|r| r.contains("needs 100 hugetlb")));
     }
@@ -236,14 +282,28 @@ mod tests {
             hugetlb_2m_free: 0,
             thp: ThpMode::Never,
         };
-        assert!(choose(&preds(), &sig(true), &avail, 1.0, 0.01)
-            .assignments
-            .is_empty());
+        assert!(choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01
+        )
+        .assignments
+        .is_empty());
         let avail = Availability {
             hugetlb_2m_free: 1000,
             thp: ThpMode::Madvise,
         };
-        let d = choose(&preds(), &sig(false), &avail, 1.0, 0.01);
+        let d = choose(
+            &preds(),
+            &sig(false),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
         assert!(d.assignments.is_empty());
         assert!(d.reasons[0].contains("significance"));
     }
@@ -255,7 +315,44 @@ mod tests {
             thp: ThpMode::Madvise,
         };
         // 300 ms of a 100 s run is 0.3 %: below a 1 % bar.
-        let d = choose(&preds(), &sig(true), &avail, 100.0, 0.01);
+        let d = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            100.0,
+            0.01,
+        );
         assert!(d.assignments.is_empty(), "{:?}", d);
+    }
+
+    #[test]
+    fn programs_that_fork_get_thp_instead_of_private_hugetlb() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+        };
+        let forks = ProgramTraits {
+            forks: true,
+            fork_children: 3,
+        };
+        let d = choose(&preds(), &sig(true), &avail, &forks, 1.0, 0.01);
+        assert_eq!(d.assignments, vec![(Category::HeapLarge, Backing::Thp2m)]);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("heap-large: ruled out: the program forks (3 children")),
+            "{:?}",
+            d.reasons
+        );
+        assert_eq!(d.hugetlb_pages(), 0);
+        // Without THP there is nothing safe left to apply.
+        let no_thp = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Never,
+        };
+        assert!(choose(&preds(), &sig(true), &no_thp, &forks, 1.0, 0.01)
+            .assignments
+            .is_empty());
     }
 }

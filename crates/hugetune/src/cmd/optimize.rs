@@ -6,10 +6,11 @@ use crate::pipeline::{self, Analysis, Validation};
 use crate::Ctx;
 use anyhow::{Context, Result};
 use hugetune_capture::kernel_state::{reserve_hugetlb, PoolChange};
+use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_model::cost::CostModel;
 use hugetune_model::plan;
-use hugetune_model::plan::{Availability, PlanDecision};
+use hugetune_model::plan::{Availability, PlanDecision, ProgramTraits};
 use hugetune_model::rank::Prediction;
 use hugetune_report::{bytes, secs};
 use hugetune_store::db::NewRun;
@@ -59,6 +60,9 @@ pub struct PlanReport {
     pub hugetlb_pages: u64,
     pub reserved_pages: u64,
     pub availability: Availability,
+    /// What the profile and the sizing run showed about the program (forks).
+    #[serde(default)]
+    pub program: ProgramTraits,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -189,8 +193,22 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     pipeline::note(
         "warm-up run in record mode (sizes the hugetlb pages this input needs; not timed)",
     );
-    let (ref_pages, _) = pipeline::sizing_run(&art, &o.command)?;
+    let sizing = pipeline::sizing_run(&art, &o.command)?;
+    let ref_pages = sizing.heap_large_pages;
     let preds = pipeline::with_reference_pages(&an.predictions, ref_pages);
+    // The reference input may fork where the training input did not.
+    let program = ProgramTraits {
+        forks: an.program.forks || sizing.program.forks,
+        fork_children: an.program.fork_children.max(sizing.program.fork_children),
+    };
+    if program.forks {
+        pipeline::note(format!(
+            "the program forks ({} children seen): private hugetlb pages are ruled out, \
+             the library runs with fork-safe thp",
+            program.fork_children
+        ));
+    }
+    let plan_options = PlanOptions::for_program(&program);
     let native_s = meta.native.wall_s;
 
     let avail_now = pipeline::availability_now();
@@ -198,7 +216,14 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     if o.reserve {
         avail_plan.hugetlb_2m_free += ref_pages;
     }
-    let mut decision = plan::choose(&preds, &an.significance, &avail_plan, native_s, o.min_gain);
+    let mut decision = plan::choose(
+        &preds,
+        &an.significance,
+        &avail_plan,
+        &program,
+        native_s,
+        o.min_gain,
+    );
     let mut reserved = None;
     if o.reserve {
         match reserve_for(&decision, &avail_now) {
@@ -211,11 +236,22 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
                 "only {} hugetlb pages are available; planning again with what there is",
                 got.hugetlb_2m_free
             ));
-            decision = plan::choose(&preds, &an.significance, &got, native_s, o.min_gain);
+            decision = plan::choose(
+                &preds,
+                &an.significance,
+                &got,
+                &program,
+                native_s,
+                o.min_gain,
+            );
         }
     }
     let availability = pipeline::availability_now();
-    let plan_text = hugetune_capture::launch::plan_text(&decision.assignments, an.threshold);
+    let plan_text = hugetune_capture::launch::plan_text_with(
+        &decision.assignments,
+        an.threshold,
+        &plan_options,
+    );
     pipeline::note(format!(
         "plan: {}",
         super::assignments_text(&decision.assignments)
@@ -226,6 +262,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         &o.command,
         &decision.assignments,
         an.threshold,
+        &plan_options,
         o.runs,
     )?;
     let reserved_pages = reserved.as_ref().map_or(0, |r| r.added());
@@ -274,6 +311,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             hugetlb_pages: decision.hugetlb_pages(),
             reserved_pages,
             availability,
+            program,
         },
         chosen_prediction: decision.prediction.clone(),
         predicted: preds,

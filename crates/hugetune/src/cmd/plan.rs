@@ -1,5 +1,6 @@
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Result};
+use hugetune_capture::launch::PlanOptions;
 use hugetune_model::plan;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -39,11 +40,16 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &st.predictions,
         &st.significance,
         &avail,
+        &st.program,
         st.native_s,
         a.min_gain,
     );
     let threshold = st.threshold;
-    let text = hugetune_capture::launch::plan_text(&d.assignments, threshold);
+    let text = hugetune_capture::launch::plan_text_with(
+        &d.assignments,
+        threshold,
+        &PlanOptions::for_program(&st.program),
+    );
     if let Some(o) = &a.output {
         std::fs::write(o, &text)?;
     }

@@ -3,6 +3,7 @@
 
 use crate::{pipeline, Ctx};
 use anyhow::Result;
+use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::plan;
 use hugetune_store::db::NewRun;
@@ -34,6 +35,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &st.predictions,
         &st.significance,
         &pipeline::availability_now(),
+        &st.program,
         st.native_s,
         a.min_gain,
     );
@@ -46,6 +48,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &a.command,
         &d.assignments,
         st.threshold,
+        &PlanOptions::for_program(&st.program),
         Output::Inherit,
     )?;
     let stats = runner::run(&applied.spec)?;

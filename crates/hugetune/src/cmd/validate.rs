@@ -1,5 +1,6 @@
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Result};
+use hugetune_capture::launch::PlanOptions;
 use hugetune_model::plan;
 use std::ffi::OsString;
 
@@ -29,11 +30,19 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &st.predictions,
         &st.significance,
         &pipeline::availability_now(),
+        &st.program,
         st.native_s,
         a.min_gain,
     );
     let threshold = st.threshold;
-    let v = pipeline::validate(&art, &a.command, &d.assignments, threshold, a.runs as usize)?;
+    let v = pipeline::validate(
+        &art,
+        &a.command,
+        &d.assignments,
+        threshold,
+        &PlanOptions::for_program(&st.program),
+        a.runs as usize,
+    )?;
     if a.json {
         println!(
             "{}",
