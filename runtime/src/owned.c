@@ -340,22 +340,8 @@ static void *pool_alloc(size_t size, int want, int cat, size_t align, int zero)
 
 static uint64_t sys_hugepages(uint64_t page_kb, const char *field)
 {
-    char path[128], buf[32];
-    struct ht_buf b;
-    hb_init(&b, path, sizeof path);
-    hb_puts(&b, "/sys/kernel/mm/hugepages/hugepages-");
-    hb_u64(&b, page_kb);
-    hb_puts(&b, "kB/");
-    hb_puts(&b, field);
-    long n = ht_read_file(path, buf, sizeof buf);
-    uint64_t v = 0;
-    if (n > 0) {
-        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-            n--;
-        if (ht_parse_u64(buf, (size_t)n, 10, &v) != 0)
-            v = 0;
-    }
-    return v;
+    uint64_t v;
+    return ht_hugepages_counter(page_kb, field, &v) == 0 ? v : 0;
 }
 
 void ht_owned_setup_pools(void)

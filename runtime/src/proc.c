@@ -34,6 +34,23 @@ long ht_read_file(const char *path, char *buf, size_t cap)
     return (long)n;
 }
 
+int ht_hugepages_counter(uint64_t page_kb, const char *field, uint64_t *out)
+{
+    char path[128], buf[32];
+    struct ht_buf b;
+    hb_init(&b, path, sizeof path);
+    hb_puts(&b, "/sys/kernel/mm/hugepages/hugepages-");
+    hb_u64(&b, page_kb);
+    hb_puts(&b, "kB/");
+    hb_puts(&b, field);
+    long n = ht_read_file(path, buf, sizeof buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        n--;
+    if (n <= 0 || ht_parse_u64(buf, (size_t)n, 10, out) != 0)
+        return -1;
+    return 0;
+}
+
 void ht_lines_init(struct ht_lines *l, int fd, char *buf, size_t cap)
 {
     l->fd = fd;

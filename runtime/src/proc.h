@@ -13,6 +13,11 @@
  * -errno. */
 long ht_read_file(const char *path, char *buf, size_t cap);
 
+/* One counter of a hugetlb page size, /sys/kernel/mm/hugepages/hugepages-<kb>kB/<field>
+ * (nr_hugepages, free_hugepages, ...). 0 and *out set, or -1 (no such size, not a
+ * number). */
+int ht_hugepages_counter(uint64_t page_kb, const char *field, uint64_t *out);
+
 /* Line reader over an fd with a fixed buffer. Lines longer than the buffer are
  * returned truncated (the rest of the line is skipped). */
 struct ht_lines {

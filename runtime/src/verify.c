@@ -159,18 +159,8 @@ static void counters(struct ht_json *j, const char *key, uint64_t kb)
     static const char *const f[] = {"nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages"};
     hj_obj_begin(j, key);
     for (unsigned i = 0; i < 4; i++) {
-        char path[128], buf[32];
-        struct ht_buf b;
-        hb_init(&b, path, sizeof path);
-        hb_puts(&b, "/sys/kernel/mm/hugepages/hugepages-");
-        hb_u64(&b, kb);
-        hb_puts(&b, "kB/");
-        hb_puts(&b, f[i]);
-        long n = ht_read_file(path, buf, sizeof buf);
         uint64_t v;
-        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-            n--;
-        if (n > 0 && ht_parse_u64(buf, (size_t)n, 10, &v) == 0)
+        if (ht_hugepages_counter(kb, f[i], &v) == 0)
             hj_u64(j, f[i], v);
     }
     hj_obj_end(j);

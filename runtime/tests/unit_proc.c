@@ -119,11 +119,29 @@ static void test_live(void)
     CHECK(ht_read_file("/proc/self/comm", rb, sizeof rb) > 0);
 }
 
+static void test_hugepages_counter(void)
+{
+    uint64_t v = 12345;
+    /* No 3 kB huge page size anywhere: an error, *out untouched. */
+    CHECK(ht_hugepages_counter(3, "nr_hugepages", &v) == -1 && v == 12345);
+    CHECK(ht_hugepages_counter(2048, "no_such_counter", &v) == -1);
+    /* Where the kernel has 2 MB hugetlb pages, the value is the file's. */
+    FILE *f = fopen("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "r");
+    if (f) {
+        unsigned long long want = 0;
+        CHECK(fscanf(f, "%llu", &want) == 1);
+        fclose(f);
+        CHECK(ht_hugepages_counter(2048, "free_hugepages", &v) == 0);
+        CHECK(v == want);
+    }
+}
+
 int main(void)
 {
     test_lines();
     test_smaps(4096);
     test_smaps(64); /* forces truncation of long header lines and many refills */
     test_live();
+    test_hugepages_counter();
     return unit_done("unit_proc");
 }

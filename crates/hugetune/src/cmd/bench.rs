@@ -85,85 +85,47 @@ pub struct RuntimeReport {
     pub workloads: Vec<WorkloadResult>,
 }
 
+/// (name, hugetune-work arguments separated by spaces).
 fn workloads(quick: bool) -> Vec<(&'static str, Vec<&'static str>)> {
-    if quick {
-        return vec![
+    let list: &[(&'static str, &'static str)] = if quick {
+        &[
             (
                 "malloc, 2 threads, tiny ring",
-                vec![
-                    "malloc",
-                    "--threads",
-                    "2",
-                    "--size",
-                    "32K",
-                    "--accesses",
-                    "200000",
-                ],
+                "malloc --threads 2 --size 32K --accesses 200000",
+            ),
+            ("chase, heap-small", "chase --size 4M --place heap-small"),
+        ]
+    } else {
+        &[
+            (
+                "malloc, 2 threads, tiny ring",
+                "malloc --threads 2 --size 32K --accesses 10000000",
             ),
             (
-                "chase, heap-small",
-                vec!["chase", "--size", "4M", "--place", "heap-small"],
+                "malloc, 1 thread, tiny ring",
+                "malloc --threads 1 --size 32K --accesses 10000000",
             ),
-        ];
-    }
-    vec![
-        (
-            "malloc, 2 threads, tiny ring",
-            vec![
-                "malloc",
-                "--threads",
-                "2",
-                "--size",
-                "32K",
-                "--accesses",
-                "10000000",
-            ],
-        ),
-        (
-            "malloc, 1 thread, tiny ring",
-            vec![
-                "malloc",
-                "--threads",
-                "1",
-                "--size",
-                "32K",
-                "--accesses",
-                "10000000",
-            ],
-        ),
-        (
-            "malloc, 2 threads, 64 MiB live",
-            vec![
-                "malloc",
-                "--threads",
-                "2",
-                "--size",
-                "64M",
-                "--accesses",
-                "2000000",
-            ],
-        ),
-        (
-            "randmem, heap-small, 256 MiB",
-            vec!["randmem", "--size", "256M", "--place", "heap-small"],
-        ),
-        (
-            "chase, heap-small, 256 MiB",
-            vec!["chase", "--size", "256M", "--place", "heap-small"],
-        ),
-        (
-            "gups, 2 threads, heap-small, 256 MiB",
-            vec![
-                "gups",
-                "--size",
-                "256M",
-                "--place",
-                "heap-small",
-                "--threads",
-                "2",
-            ],
-        ),
-    ]
+            (
+                "malloc, 2 threads, 64 MiB live",
+                "malloc --threads 2 --size 64M --accesses 2000000",
+            ),
+            (
+                "randmem, heap-small, 256 MiB",
+                "randmem --size 256M --place heap-small",
+            ),
+            (
+                "chase, heap-small, 256 MiB",
+                "chase --size 256M --place heap-small",
+            ),
+            (
+                "gups, 2 threads, heap-small, 256 MiB",
+                "gups --size 256M --place heap-small --threads 2",
+            ),
+        ]
+    };
+    list.iter()
+        .map(|&(name, args)| (name, args.split_whitespace().collect()))
+        .collect()
 }
 
 fn kernel_seconds(stdout: &[u8]) -> Result<f64> {
