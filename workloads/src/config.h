@@ -21,6 +21,7 @@ struct config {
     double random_pct;    /* --random-pct (randmem only) */
     uint64_t limit;       /* --limit (primes only) */
     uint64_t forks;       /* --fork: children that write the buffers after the passes */
+    const char *trace;    /* --trace FILE, or NULL */
 };
 
 /* Exit statuses: 0 ok, 2 bad usage, 3 a resource could not be had (hugetlb pool,

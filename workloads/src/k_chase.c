@@ -6,6 +6,7 @@
 
 #include "access.h"
 #include "kernels.h"
+#include "trace.h"
 #include "memory.h"
 #include "nodes.h"
 #include "rng.h"
@@ -109,7 +110,9 @@ void kernel_chase(const struct config *cfg, struct kresult *res)
 
     res->accesses = cfg->accesses ? cfg->accesses : n;
     phase_begin(&ph);
+    trace_begin();
     res->checksum = walk(cfg, res->accesses, start);
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     if (cfg->place == PLACE_HEAP_SMALL) {

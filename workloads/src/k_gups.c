@@ -7,6 +7,7 @@
 
 #include "access.h"
 #include "kernels.h"
+#include "trace.h"
 #include "memory.h"
 #include "nodes.h"
 #include "rng.h"
@@ -28,6 +29,7 @@ static void gups_flat(const struct config *cfg, struct kresult *res)
 
     const uint64_t updates = cfg->accesses ? cfg->accesses : n, iters = cfg->iters;
     phase_begin(&ph);
+    trace_begin();
 #pragma omp parallel
     {
         const unsigned t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -50,6 +52,7 @@ static void gups_flat(const struct config *cfg, struct kresult *res)
             }
         }
     }
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     uint64_t sum = 0;
@@ -78,6 +81,7 @@ static void gups_small(const struct config *cfg, struct kresult *res)
     const uint64_t updates = cfg->accesses ? cfg->accesses : l.words, iters = cfg->iters;
     const uint64_t nnodes = l.count;
     phase_begin(&ph);
+    trace_begin();
 #pragma omp parallel
     {
         const unsigned t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -97,6 +101,7 @@ static void gups_small(const struct config *cfg, struct kresult *res)
             }
         }
     }
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     uint64_t sum = 0, g = 0;

@@ -8,7 +8,9 @@
 #include <omp.h>
 #include <stdlib.h>
 
+#include "access.h"
 #include "kernels.h"
+#include "trace.h"
 #include "rng.h"
 #include "util.h"
 
@@ -48,6 +50,7 @@ void kernel_malloc(const struct config *cfg, struct kresult *res)
     const uint64_t ops = cfg->accesses ? cfg->accesses : 10000000u, iters = cfg->iters;
     uint64_t sum = 0;
     phase_begin(&ph);
+    trace_begin();
 #pragma omp parallel num_threads(nt) reduction(+ : sum)
     {
         const unsigned t = omp_get_thread_num();
@@ -60,17 +63,20 @@ void kernel_malloc(const struct config *cfg, struct kresult *res)
                 const uint64_t r = splitmix64(&st);
                 const uint64_t k = below(r, ring);
                 const size_t n = 16 + below(r >> 20 | r << 44, 1009);
-                s += mine[k][0];
-                free(mine[k]);
-                mine[k] = malloc(n);
-                if (!mine[k])
+                unsigned char *blk = ref_load_ptr((void *const *)&mine[k]);
+                s += ref_load_u8(blk);
+                free(blk);
+                blk = malloc(n);
+                if (!blk)
                     die_resource("malloc(%zu) failed", n);
-                mine[k][0] = (unsigned char)i;
+                ref_store_u8(blk, (unsigned char)i);
+                mine[k] = blk; /* the slot's store: counted with its load above */
                 s += n;
             }
         }
         sum += s;
     }
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     for (uint64_t k = 0; k < ring * nt; k++)

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "kernels.h"
+#include "trace.h"
 #include "util.h"
 
 static int is_prime(uint64_t c)
@@ -27,6 +28,7 @@ void kernel_primes(const struct config *cfg, struct kresult *res)
     const uint64_t iters = cfg->iters, limit = cfg->limit;
     uint64_t count = 0;
     phase_begin(&ph);
+    trace_begin();
 #pragma omp parallel reduction(+ : count)
     for (uint64_t it = 0; it < iters; it++) {
         /* Later candidates cost more: hand them out in small dynamic chunks. */
@@ -34,6 +36,7 @@ void kernel_primes(const struct config *cfg, struct kresult *res)
         for (uint64_t c = 2; c <= limit; c++)
             count += (uint64_t)is_prime(c);
     }
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     res->accesses = 1;      /* one event per pass */

@@ -10,6 +10,7 @@
 
 #include "access.h"
 #include "kernels.h"
+#include "trace.h"
 #include "memory.h"
 #include "nodes.h"
 #include "rng.h"
@@ -41,6 +42,7 @@ static void randmem_flat(const struct config *cfg, struct kresult *res)
     const uint32_t thr = pct_threshold(cfg->random_pct);
     uint64_t sum = 0;
     phase_begin(&ph);
+    trace_begin();
 #pragma omp parallel reduction(+ : sum)
     {
         const unsigned t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -66,6 +68,7 @@ static void randmem_flat(const struct config *cfg, struct kresult *res)
         }
         sum += s;
     }
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     res->accesses = accesses;
@@ -98,6 +101,7 @@ static void randmem_small(const struct config *cfg, struct kresult *res)
     const uint32_t thr = pct_threshold(cfg->random_pct);
     uint64_t sum = 0;
     phase_begin(&ph);
+    trace_begin();
 #pragma omp parallel reduction(+ : sum)
     {
         const unsigned t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -137,6 +141,7 @@ static void randmem_small(const struct config *cfg, struct kresult *res)
         }
         sum += s;
     }
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     res->accesses = accesses;

@@ -5,6 +5,7 @@
 
 #include "access.h"
 #include "kernels.h"
+#include "trace.h"
 #include "memory.h"
 #include "nodes.h"
 #include "rng.h"
@@ -46,12 +47,14 @@ static void stream_flat(const struct config *cfg, struct kresult *res)
 
     const uint64_t iters = cfg->iters;
     phase_begin(&ph);
+    trace_begin();
 #pragma omp parallel
     for (uint64_t it = 0; it < iters; it++) {
 #pragma omp for schedule(static)
         for (uint64_t i = 0; i < n; i++)
             ref_store_f64(&a[i], ref_load_f64(&b[i]) + SCALAR * ref_load_f64(&c[i]));
     }
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     uint64_t sum = 0;
@@ -101,6 +104,7 @@ static void stream_small(const struct config *cfg, struct kresult *res)
 
     const uint64_t iters = cfg->iters;
     phase_begin(&ph);
+    trace_begin();
 #pragma omp parallel
     {
         const unsigned t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -119,6 +123,7 @@ static void stream_small(const struct config *cfg, struct kresult *res)
 #pragma omp barrier
         }
     }
+    trace_end();
     phase_end(&ph, &res->seconds, &res->minor_faults);
 
     uint64_t sum = 0;

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "kernels.h"
+#include "trace.h"
 
 static void print_result(const struct config *cfg, const struct kresult *r)
 {
@@ -44,6 +45,8 @@ int main(int argc, char **argv)
 {
     struct config cfg;
     parse_options(argc, argv, &cfg);
+    if (cfg.trace)
+        trace_open(cfg.trace, argc, argv);
 
     /* Exactly cfg.threads threads in every parallel region. */
     omp_set_dynamic(0);
@@ -58,6 +61,7 @@ int main(int argc, char **argv)
     case K_PRIMES: kernel_primes(&cfg, &res); break;
     case K_MALLOC: kernel_malloc(&cfg, &res); break;
     }
+    trace_close();
     print_result(&cfg, &res);
     return fflush(stdout) == 0 ? 0 : 1;
 }

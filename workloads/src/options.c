@@ -65,6 +65,9 @@ static const char usage_text[] =
     "                     one word in every 4 KB page of the buffers (copy-on-write, as a\n"
     "                     snapshotting child would) and exits; the parent waits for each.\n"
     "                     Exit status 4 if a child dies (0..64; heap-large or static only)\n"
+    "  --trace FILE       write the exact reference stream of the kernel phase (every\n"
+    "                     reference the kernel makes to its data) to FILE, in hugetune's\n"
+    "                     reference stream format; timings of a traced run are meaningless\n"
     "  --help             this text\n"
     "\n"
     "exit status: 0 ok, 2 bad usage, 3 memory or huge pages not available.\n";
@@ -142,10 +145,10 @@ static double parse_pct(const char *s)
     return v;
 }
 
-enum opt_id { O_SIZE, O_ITERS, O_ACCESSES, O_THREADS, O_SEED, O_PLACE, O_PAGE, O_PCT, O_LIMIT, O_FORK };
+enum opt_id { O_SIZE, O_ITERS, O_ACCESSES, O_THREADS, O_SEED, O_PLACE, O_PAGE, O_PCT, O_LIMIT, O_FORK, O_TRACE };
 static const char *const opt_names[] = {
     "--size", "--iters", "--accesses", "--threads", "--seed", "--place", "--page", "--random-pct", "--limit",
-    "--fork",
+    "--fork", "--trace",
 };
 
 void parse_options(int argc, char **argv, struct config *cfg)
@@ -192,6 +195,11 @@ void parse_options(int argc, char **argv, struct config *cfg)
         case O_SEED: cfg->seed = parse_count("--seed", val, 0, UINT64_MAX); break;
         case O_LIMIT: cfg->limit = parse_count("--limit", val, 2, MAX_LIMIT); break;
         case O_FORK: cfg->forks = parse_count("--fork", val, 0, MAX_FORKS); break;
+        case O_TRACE:
+            if (!*val)
+                die_usage("--trace needs a file name");
+            cfg->trace = val;
+            break;
         case O_PCT: cfg->random_pct = parse_pct(val); break;
         case O_PLACE: {
             int p = lookup(val, place_names, COUNT_OF(place_names));

@@ -2,7 +2,7 @@
 //! machine has. Lackey's text trace is streamed through a pipe and converted on the
 //! fly into the compact binary reference stream; the text never touches the disk.
 
-use crate::refs::RefWriter;
+use crate::refs::{RefWriter, StreamHeader};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::fs::File;
@@ -122,7 +122,7 @@ pub fn capture(
     let mut child = cmd.spawn().context("starting valgrind")?;
     drop(wr);
     let file = File::create(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut writer = RefWriter::new(file)?;
+    let mut writer = RefWriter::new(file, &StreamHeader::complete("valgrind-lackey"))?;
     let mut reader = BufReader::with_capacity(1 << 20, File::from(rd));
     let mut line = Vec::with_capacity(128);
     let mut instructions = 0u64;
@@ -146,7 +146,7 @@ pub fn capture(
         }
     }
     let refs = writer.count();
-    writer.finish()?;
+    writer.finish(refs)?;
     let status = child.wait()?;
     Ok(LackeyRun {
         status,

@@ -1,0 +1,162 @@
+//! `hugetune-work --trace FILE`: the exact reference stream of a kernel, written by
+//! the C encoder (include/hugetune/refstream.h) and read by the Rust reader. These
+//! are the ground truth the sampled sources are tested against.
+
+use hugetune_capture::refs::{RefReader, SamplingKind};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+const WORK: &str = env!("HUGETUNE_BUILT_WORK");
+
+struct Traced {
+    out: Value,
+    refs: Vec<hugetune_capture::refs::Ref>,
+    seen: u64,
+    command: Vec<String>,
+}
+
+fn traced(dir: &Path, args: &[&str]) -> Traced {
+    let file = dir.join("t.htrefs");
+    let o = Command::new(WORK)
+        .args(args)
+        .arg("--trace")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut r = RefReader::new(std::fs::File::open(&file).unwrap()).unwrap();
+    assert_eq!(r.version(), 2);
+    assert_eq!(r.header().source, "workload-trace");
+    assert_eq!(r.header().sampling, SamplingKind::Complete);
+    let command = r.header().command.clone().unwrap();
+    let mut refs = Vec::new();
+    while let Some(x) = r.next_record().unwrap() {
+        refs.push(x);
+    }
+    let t = r.totals().unwrap();
+    assert_eq!(t.refs_written, refs.len() as u64);
+    Traced {
+        out,
+        refs,
+        seen: t.refs_seen,
+        command,
+    }
+}
+
+fn hex(v: &Value) -> u64 {
+    u64::from_str_radix(v.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// Per thread, indices 0, 1, 2, ... in order (a complete stream has no gaps).
+fn check_sequences(refs: &[hugetune_capture::refs::Ref]) -> HashMap<u32, u64> {
+    let mut next: HashMap<u32, u64> = HashMap::new();
+    for r in refs {
+        let n = next.entry(r.thread).or_insert(0);
+        assert_eq!(r.seq, *n, "thread {} skipped an index", r.thread);
+        *n += 1;
+    }
+    next
+}
+
+#[test]
+fn chase_trace_is_every_step_of_the_walk() {
+    let d = tempfile::tempdir().unwrap();
+    let t = traced(d.path(), &["chase", "--size", "1M", "--threads", "2"]);
+    let steps = t.out["accesses"].as_u64().unwrap();
+    // Each step loads the next pointer and the node's payload.
+    assert_eq!(t.refs.len() as u64, 2 * steps);
+    assert_eq!(t.seen, 2 * steps);
+    let base = hex(&t.out["buffer"]);
+    assert!(t
+        .refs
+        .iter()
+        .all(|r| !r.write && r.addr >= base && r.addr < base + (1 << 20) + 64));
+    let per_thread = check_sequences(&t.refs);
+    assert_eq!(per_thread.len(), 2, "{per_thread:?}");
+    assert!(t.command.iter().any(|a| a == "chase"));
+}
+
+#[test]
+fn randmem_and_gups_traces_carry_writes() {
+    let d = tempfile::tempdir().unwrap();
+    let t = traced(
+        d.path(),
+        &[
+            "randmem",
+            "--size",
+            "1M",
+            "--accesses",
+            "5000",
+            "--random-pct",
+            "50",
+        ],
+    );
+    assert!(t.refs.iter().any(|r| r.write));
+    assert!(t.refs.len() as u64 >= 5000, "{}", t.refs.len());
+    check_sequences(&t.refs);
+    let t = traced(d.path(), &["gups", "--size", "1M", "--accesses", "3000"]);
+    // Every update is one read-modify-write of a table word.
+    assert_eq!(t.refs.iter().filter(|r| r.write).count(), 3000);
+}
+
+#[test]
+fn traces_cover_the_heap_small_nodes_and_the_malloc_kernel() {
+    let d = tempfile::tempdir().unwrap();
+    let t = traced(
+        d.path(),
+        &[
+            "chase",
+            "--size",
+            "2M",
+            "--place",
+            "heap-small",
+            "--accesses",
+            "4000",
+        ],
+    );
+    // The walk goes through many distinct nodes, spread over many pages.
+    let pages: std::collections::HashSet<u64> = t.refs.iter().map(|r| r.addr >> 12).collect();
+    assert!(pages.len() > 50, "{} pages", pages.len());
+    let t = traced(d.path(), &["malloc", "--size", "32K", "--accesses", "1000"]);
+    // Per operation: the slot's pointer, the old block's byte, the new block's byte.
+    assert_eq!(t.refs.len(), 3000);
+    assert_eq!(t.refs.iter().filter(|r| r.write).count(), 1000);
+}
+
+#[test]
+fn a_cut_trace_is_an_error() {
+    let d = tempfile::tempdir().unwrap();
+    traced(d.path(), &["stream", "--size", "1M"]);
+    let file = d.path().join("t.htrefs");
+    let bytes = std::fs::read(&file).unwrap();
+    for cut in [bytes.len() - 1, bytes.len() / 2] {
+        let mut r = RefReader::new(&bytes[..cut]).unwrap();
+        let res: std::io::Result<()> = (|| {
+            while r.next_record()?.is_some() {}
+            Ok(())
+        })();
+        assert!(res.is_err(), "cut at {cut} read cleanly");
+    }
+}
+
+#[test]
+fn bad_trace_arguments_are_usage_errors() {
+    let o = Command::new(WORK)
+        .args(["chase", "--size", "1M", "--trace", "/nonexistent-dir/x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--trace: cannot create"));
+    let o = Command::new(WORK)
+        .args(["chase", "--trace="])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
