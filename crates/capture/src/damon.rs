@@ -193,6 +193,24 @@ pub struct DamonCapture {
     pub snapshots: Vec<DamonSnapshot>,
 }
 
+impl DamonCapture {
+    /// Reads a serialized capture, rejecting a `format` other than [`FORMAT`].
+    pub fn from_json(text: &str) -> Result<DamonCapture> {
+        #[derive(Deserialize)]
+        struct Head {
+            format: String,
+        }
+        let head: Head = serde_json::from_str(text).context("a DAMON capture: no format")?;
+        if head.format != FORMAT {
+            bail!(
+                "a DAMON capture of format {:?}: this hugetune reads {FORMAT:?}",
+                head.format
+            );
+        }
+        serde_json::from_str(text).context("a DAMON capture")
+    }
+}
+
 // ---------------------------------------------------------------- sysfs helpers
 
 fn read_trim(path: &Path) -> Result<String> {
@@ -938,8 +956,11 @@ mod tests {
         assert_eq!(cap.snapshots[0].summary.bytes_accessed, 0x10000);
         let json = serde_json::to_string(&cap).unwrap();
         assert!(json.contains("\"format\":\"hugetune-damon/1\""), "{json}");
-        let back: DamonCapture = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, cap);
+        assert_eq!(DamonCapture::from_json(&json).unwrap(), cap);
+        let other = json.replace("hugetune-damon/1", "hugetune-damon/9");
+        let e = format!("{:#}", DamonCapture::from_json(&other).unwrap_err());
+        assert!(e.contains("hugetune-damon/9"), "{e}");
+        assert!(DamonCapture::from_json("{}").is_err());
     }
 
     #[test]

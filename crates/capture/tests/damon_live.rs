@@ -45,7 +45,7 @@ fn workload() -> PathBuf {
 /// Whatever `available` says about this machine, a session that it refuses
 /// changes nothing.
 #[test]
-fn refusal_on_this_machine_changes_nothing() {
+fn damon_refusal_on_this_machine_changes_nothing() {
     let before = resting_nr_kdamonds();
     let verdict = {
         let _lock = lock_kernel_state().unwrap();
@@ -61,7 +61,7 @@ fn refusal_on_this_machine_changes_nothing() {
 }
 
 #[test]
-fn live_randmem_256m_regions_are_seen_and_state_restored() {
+fn damon_live_randmem_256m_regions_are_seen_and_state_restored() {
     if skip_reason().is_some() {
         return;
     }
@@ -103,6 +103,5 @@ fn live_randmem_256m_regions_are_seen_and_state_restored() {
         cap.snapshots.len()
     );
     let json = serde_json::to_string(&cap).unwrap();
-    let back: damon::DamonCapture = serde_json::from_str(&json).unwrap();
-    assert_eq!(back, cap);
+    assert_eq!(damon::DamonCapture::from_json(&json).unwrap(), cap);
 }
