@@ -1,8 +1,10 @@
 //! Running programs under hugetune's collectors, and reading what they produce:
-//! allocation logs, reference traces, counters, /proc and cpuid.
+//! allocation logs, reference traces, DAMON region snapshots, counters, /proc and
+//! cpuid.
 
 pub mod ab;
 pub mod alloclog;
+pub mod damon;
 pub mod elf;
 pub mod kernel_state;
 pub mod lackey;
