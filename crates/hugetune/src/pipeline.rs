@@ -165,11 +165,11 @@ pub fn record(
         native,
         machine: machine::machine(tlb_override)?,
         runtime_summary: rec.summary.clone(),
+        ref_stream: None,
     };
     let log_bytes = std::fs::read(&rec.log_path)?;
     let refs = std::fs::read(&rec.refs_path)?;
-    profile::write(out, &meta, &log_bytes, refs)?;
-    Ok(meta)
+    profile::write(out, &meta, &log_bytes, refs, Vec::new())
 }
 
 /// The uninstrumented time of a command: the median of three runs when it is short
@@ -252,6 +252,13 @@ fn sites(cat: &Categorizer, modules: &[String]) -> Vec<SiteSummary> {
 /// Runs the model over a bundle.
 pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<Analysis> {
     let b = profile::read(path)?;
+    for x in &b.extra {
+        note(format!(
+            "bundle section '{}' ({}) is kept for other tools; the model does not use it",
+            x.name,
+            hugetune_report::bytes(x.data.len() as u64)
+        ));
+    }
     let log = AllocLog::parse(&b.alloc_log, path)?;
     let inputs = inputs_from_log(&log);
     let spec = StreamSpec {

@@ -1,17 +1,30 @@
-//! The profile bundle's contents: metadata (JSON), the allocation log (zstd) and the
-//! reference stream (already zstd). The container is `hugetune_store::bundle`;
-//! docs/formats.md §6 documents the sections.
+//! The profile bundle's contents: metadata (JSON), the allocation log (zstd), the
+//! reference stream (docs/formats.md §6, zstd) and optional extra sections. The
+//! container is `hugetune_store::bundle`; docs/formats.md §7 documents it all.
 
 use anyhow::{bail, Context, Result};
 use hugetune_capture::alloclog::AllocLog;
 use hugetune_capture::machine::Machine;
+use hugetune_capture::refs::{RefReader, StreamHeader, Totals};
 use hugetune_capture::runner::RunStats;
 use hugetune_store::bundle::{self, Section};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 pub const FORMAT: &str = "hugetune-profile";
-pub const META_VERSION: u32 = 1;
+/// Version 2 added `ref_stream` (the stream's header and totals).
+pub const META_VERSION: u32 = 2;
+/// Metadata versions this hugetune reads.
+pub const META_VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
+
+/// What the reference stream section holds, read from it when the bundle is written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefStreamInfo {
+    /// The stream's format version (1: lackey bundles before version 2).
+    pub version: u32,
+    pub header: StreamHeader,
+    pub totals: Totals,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Program {
@@ -39,6 +52,9 @@ pub struct ProfileMeta {
     pub native: RunStats,
     pub machine: Machine,
     pub runtime_summary: Option<serde_json::Value>,
+    /// Filled in by `write` from the stream itself (absent in version-1 metadata).
+    #[serde(default)]
+    pub ref_stream: Option<RefStreamInfo>,
 }
 
 pub struct Bundle {
@@ -46,13 +62,51 @@ pub struct Bundle {
     pub alloc_log: Vec<u8>,
     /// The zstd-compressed reference stream (hugetune_capture::refs format).
     pub refs: Vec<u8>,
+    /// Sections beyond meta, alloc and refs (e.g. `damon`), as stored.
+    pub extra: Vec<Section>,
 }
 
-pub fn write(path: &Path, meta: &ProfileMeta, alloc_log: &[u8], refs: Vec<u8>) -> Result<()> {
-    let sections = vec![
+/// Reads a whole reference stream: its header and END's totals, or the reason it is
+/// not a valid stream.
+pub fn scan_refs(refs: &[u8]) -> Result<RefStreamInfo> {
+    let mut r = RefReader::new(refs)?;
+    while r.next_event()?.is_some() {}
+    let totals = r
+        .totals()
+        .context("the reference stream has no totals after its end")?;
+    Ok(RefStreamInfo {
+        version: r.version(),
+        header: r.header().clone(),
+        totals,
+    })
+}
+
+/// Section names `write` reserves.
+const CORE_SECTIONS: [&str; 3] = ["meta", "alloc", "refs"];
+
+/// Writes a bundle; checks the reference stream end to end first (a bundle never
+/// holds a stream that is cut or corrupt) and returns the metadata as written,
+/// with `ref_stream` filled in.
+pub fn write(
+    path: &Path,
+    meta: &ProfileMeta,
+    alloc_log: &[u8],
+    refs: Vec<u8>,
+    extra: Vec<Section>,
+) -> Result<ProfileMeta> {
+    let mut meta = meta.clone();
+    meta.format = FORMAT.into();
+    meta.version = META_VERSION;
+    meta.ref_stream = Some(scan_refs(&refs).context("the captured reference stream")?);
+    for e in &extra {
+        if CORE_SECTIONS.contains(&e.name.as_str()) {
+            bail!("section name '{}' is reserved", e.name);
+        }
+    }
+    let mut sections = vec![
         Section {
             name: "meta".into(),
-            data: serde_json::to_vec_pretty(meta)?,
+            data: serde_json::to_vec_pretty(&meta)?,
         },
         Section {
             name: "alloc".into(),
@@ -63,37 +117,228 @@ pub fn write(path: &Path, meta: &ProfileMeta, alloc_log: &[u8], refs: Vec<u8>) -
             data: refs,
         },
     ];
-    bundle::write(path, &sections)
+    sections.extend(extra);
+    bundle::write(path, &sections)?;
+    Ok(meta)
 }
 
 pub fn read(path: &Path) -> Result<Bundle> {
     let s = bundle::read(path)?;
-    let meta: ProfileMeta =
-        serde_json::from_slice(bundle::section(&s, "meta")?).with_context(|| {
-            format!(
-                "bundle {}: the 'meta' section is not valid profile metadata",
-                path.display()
-            )
-        })?;
-    if meta.format != FORMAT || meta.version != META_VERSION {
+    decode(s).with_context(|| format!("bundle {}", path.display()))
+}
+
+/// Checks and splits a bundle's sections (the container is already checked).
+pub fn decode(s: Vec<Section>) -> Result<Bundle> {
+    let meta_bytes = bundle::section(&s, "meta")?;
+    // The version first, so that a newer bundle gets a version error rather than
+    // a complaint about a field this hugetune does not know.
+    let head: serde_json::Value =
+        serde_json::from_slice(meta_bytes).context("the 'meta' section is not JSON")?;
+    let format = head["format"].as_str().unwrap_or("");
+    let version = head["version"].as_u64().unwrap_or(0);
+    if format != FORMAT || !META_VERSIONS.contains(&(version as u32)) || version > u32::MAX as u64 {
         bail!(
-            "bundle {}: metadata format '{}' version {} is not supported (this hugetune reads '{FORMAT}' version {META_VERSION})",
-            path.display(),
-            meta.format,
-            meta.version
+            "metadata format '{format}' version {version} is not supported (this hugetune reads '{FORMAT}' versions {}..={})",
+            META_VERSIONS.start(),
+            META_VERSIONS.end()
         );
     }
-    let alloc_log = zstd::decode_all(bundle::section(&s, "alloc")?).with_context(|| {
-        format!(
-            "bundle {}: the 'alloc' section does not decompress",
-            path.display()
-        )
-    })?;
+    let meta: ProfileMeta =
+        serde_json::from_value(head).context("the 'meta' section is not valid profile metadata")?;
+    let alloc_log = zstd::decode_all(bundle::section(&s, "alloc")?)
+        .context("the 'alloc' section does not decompress")?;
     // Validate now, so a bad log is reported against the bundle, not later.
-    AllocLog::parse(&alloc_log, path)?;
+    AllocLog::parse(&alloc_log, Path::new("alloc section"))?;
+    let refs = bundle::section(&s, "refs")?.to_vec();
+    // The stream's header now (cheap); its body is checked as it is read.
+    let r = RefReader::new(&refs[..]).context("the 'refs' section")?;
+    if let Some(info) = &meta.ref_stream {
+        if info.version != r.version() || &info.header != r.header() {
+            bail!("the 'refs' section does not match the stream the metadata describes");
+        }
+    }
+    let extra = s
+        .into_iter()
+        .filter(|x| !CORE_SECTIONS.contains(&x.name.as_str()))
+        .collect();
     Ok(Bundle {
         meta,
         alloc_log,
-        refs: bundle::section(&s, "refs")?.to_vec(),
+        refs,
+        extra,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugetune_capture::refs::RefWriter;
+    use proptest::prelude::*;
+
+    /// The smallest valid allocation log: a version-1 header without records.
+    fn empty_log() -> Vec<u8> {
+        let mut b = hugetune_capture::alloclog::MAGIC.to_vec();
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&64u32.to_le_bytes());
+        b.extend_from_slice(&42u32.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&[0u8; 40]);
+        b
+    }
+
+    fn stream(n: u64) -> Vec<u8> {
+        let mut w = RefWriter::new(Vec::new(), &StreamHeader::complete("test")).unwrap();
+        for i in 0..n {
+            w.push(0x10_0000 + i * 64, i % 3 == 0).unwrap();
+        }
+        w.finish(n).unwrap()
+    }
+
+    fn meta() -> ProfileMeta {
+        ProfileMeta {
+            format: FORMAT.into(),
+            version: META_VERSION,
+            created_unix: 1,
+            command: vec!["x".into()],
+            program: Program {
+                path: "/bin/x".into(),
+                build_id: None,
+            },
+            ref_source: "test".into(),
+            ref_sampling: "complete".into(),
+            refs: 1000,
+            instructions: 0,
+            capture_s: 0.5,
+            pid: 42,
+            native: RunStats::default(),
+            machine: hugetune_capture::machine::machine(None).unwrap(),
+            runtime_summary: None,
+            ref_stream: None,
+        }
+    }
+
+    fn valid_bundle(dir: &Path) -> (std::path::PathBuf, ProfileMeta) {
+        let p = dir.join("b.htb");
+        let extra = vec![Section {
+            name: "damon".into(),
+            data: b"{}".to_vec(),
+        }];
+        let m = write(&p, &meta(), &empty_log(), stream(1000), extra).unwrap();
+        (p, m)
+    }
+
+    #[test]
+    fn round_trip_fills_the_stream_info_and_keeps_extra_sections() {
+        let d = tempfile::tempdir().unwrap();
+        let (p, m) = valid_bundle(d.path());
+        let info = m.ref_stream.clone().unwrap();
+        assert_eq!(info.version, 2);
+        assert_eq!(info.totals.refs_written, 1000);
+        let b = read(&p).unwrap();
+        assert_eq!(b.meta, m);
+        assert_eq!(b.extra.len(), 1);
+        assert_eq!(b.extra[0].name, "damon");
+    }
+
+    #[test]
+    fn a_cut_stream_is_never_written() {
+        let d = tempfile::tempdir().unwrap();
+        let s = stream(5000);
+        let raw = zstd::decode_all(&s[..]).unwrap();
+        let cut = zstd::encode_all(&raw[..raw.len() - 3], 3).unwrap();
+        let e = write(&d.path().join("c.htb"), &meta(), &empty_log(), cut, vec![]).unwrap_err();
+        assert!(format!("{e:#}").contains("reference stream"), "{e:#}");
+        assert!(!d.path().join("c.htb").exists());
+    }
+
+    fn rewrite_meta(p: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+        let mut s = bundle::read(p).unwrap();
+        let m = s.iter_mut().find(|x| x.name == "meta").unwrap();
+        let mut v: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+        f(&mut v);
+        m.data = serde_json::to_vec(&v).unwrap();
+        bundle::write(p, &s).unwrap();
+    }
+
+    #[test]
+    fn versions_are_checked_first_and_version_1_still_reads() {
+        let d = tempfile::tempdir().unwrap();
+        let (p, _) = valid_bundle(d.path());
+        rewrite_meta(&p, |v| {
+            v["version"] = 3.into();
+            v["new_field"] = "x".into();
+        });
+        let e = format!("{:#}", read(&p).err().unwrap());
+        assert!(e.contains("version 3 is not supported"), "{e}");
+        // Version 1 metadata had no ref_stream.
+        let (p, _) = valid_bundle(d.path());
+        rewrite_meta(&p, |v| {
+            v["version"] = 1.into();
+            v.as_object_mut().unwrap().remove("ref_stream");
+        });
+        let b = read(&p).unwrap();
+        assert_eq!(b.meta.version, 1);
+        assert!(b.meta.ref_stream.is_none());
+        // A stream that does not match its description.
+        let (p, _) = valid_bundle(d.path());
+        rewrite_meta(&p, |v| v["ref_stream"]["header"]["source"] = "other".into());
+        let e = format!("{:#}", read(&p).err().unwrap());
+        assert!(e.contains("does not match"), "{e}");
+    }
+
+    fn mutate(bytes: &[u8], ops: &[(u8, usize, u8)]) -> Vec<u8> {
+        let mut b = bytes.to_vec();
+        for &(op, at, val) in ops {
+            if b.is_empty() {
+                break;
+            }
+            let i = at % b.len();
+            match op % 4 {
+                0 => b[i] ^= val | 1,
+                1 => b.truncate(i),
+                2 => b.insert(i, val),
+                _ => {
+                    b.remove(i);
+                }
+            }
+        }
+        b
+    }
+
+    proptest! {
+        // The reader fuzzed: mutated bundles (bit flips, cuts, insertions,
+        // deletions) and mutated metadata are errors, never panics. With the
+        // container's checksums fixed up, mutations reach the sections' readers.
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("HUGETUNE_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(200)))]
+        #[test]
+        fn mutated_bundles_never_panic(
+            ops in proptest::collection::vec((any::<u8>(), any::<usize>(), any::<u8>()), 1..6),
+            section in 0usize..4,
+            reseal in any::<bool>(),
+        ) {
+            let d = tempfile::tempdir().unwrap();
+            let (p, _) = valid_bundle(d.path());
+            let bytes = std::fs::read(&p).unwrap();
+            let input = if reseal {
+                let mut s = bundle::decode(&bytes).unwrap();
+                let k = section % s.len();
+                s[k].data = mutate(&s[k].data, &ops);
+                bundle::encode(&s).unwrap()
+            } else {
+                mutate(&bytes, &ops)
+            };
+            if let Ok(s) = bundle::decode(&input) {
+                if let Ok(b) = decode(s) {
+                    // Whatever was accepted reads to an end or to an error.
+                    let mut r = RefReader::new(&b.refs[..]).unwrap();
+                    let mut n = 0u64;
+                    while let Ok(Some(_)) = r.next_event() {
+                        n += 1;
+                        prop_assert!(n < 10_000_000);
+                    }
+                }
+            }
+        }
+    }
 }
