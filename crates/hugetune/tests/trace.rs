@@ -160,3 +160,63 @@ fn bad_trace_arguments_are_usage_errors() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Valgrind lackey, the complete source: every reference of the exact trace appears
+/// in lackey's stream, in the same order and with the same read/write flag (lackey
+/// also sees everything else: initialization, libc, the stack).
+#[test]
+fn lackey_sees_every_reference_of_the_exact_trace_in_order() {
+    if !hugetune_capture::lackey::valgrind_available() {
+        eprintln!("skipped: valgrind is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let trace = d.path().join("exact.htrefs");
+    let lackey_out = d.path().join("lackey.htrefs");
+    let argv: Vec<std::ffi::OsString> = [
+        WORK,
+        "randmem",
+        "--size",
+        "256K",
+        "--accesses",
+        "3000",
+        "--random-pct",
+        "60",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    let run = hugetune_capture::lackey::capture(
+        &argv,
+        &[],
+        &lackey_out,
+        std::process::Stdio::null(),
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(run.status.success());
+    let read = |p: &Path| {
+        let mut r = RefReader::new(std::fs::File::open(p).unwrap()).unwrap();
+        let mut v = Vec::new();
+        while let Some(x) = r.next_record().unwrap() {
+            v.push((x.addr, x.write));
+        }
+        (v, r.header().clone())
+    };
+    let (exact, _) = read(&trace);
+    let (all, h) = read(&lackey_out);
+    assert_eq!(h.source, "valgrind-lackey");
+    assert!(exact.len() >= 3000 && all.len() > exact.len());
+    // Greedy subsequence match.
+    let mut it = all.iter();
+    for (i, want) in exact.iter().enumerate() {
+        assert!(
+            it.any(|got| got == want),
+            "reference {i} of the trace ({:#x}, write {}) is not in lackey's stream in order",
+            want.0,
+            want.1
+        );
+    }
+}
