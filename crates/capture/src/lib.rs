@@ -10,6 +10,7 @@ pub mod kernel_state;
 pub mod lackey;
 pub mod launch;
 pub mod machine;
+pub mod perf;
 pub mod procfs;
 pub mod profile;
 pub mod record;
