@@ -236,6 +236,58 @@ fn sampling_from_header(events: &[HeaderEvent], seen: &BTreeMap<String, u64>) ->
     }
 }
 
+/// The samples as a reference stream (docs/formats.md §6, sampling `time`): one REF
+/// per sample, in perf's order, under its thread; `seq` = the sample's index in its
+/// thread × the fixed period (× 1 where the period is not fixed, which a reuse-time
+/// estimator must then scale by time instead); loads unflagged, stores flagged,
+/// samples whose event does not say (IBS, SPE) as loads. Samples of an unknown
+/// thread go under thread [`PerfSample::UNKNOWN_TID`].
+pub fn write_stream<W: std::io::Write>(
+    s: &PerfSamples,
+    command: Option<Vec<String>>,
+    w: W,
+) -> Result<W> {
+    use crate::refs::{RefWriter, SamplingKind, StreamHeader};
+    let Sampling::Time { period, .. } = s.sampling;
+    let header = StreamHeader {
+        sampling: SamplingKind::Time,
+        period,
+        command,
+        ..StreamHeader::complete("perf")
+    };
+    let step = period.unwrap_or(1).max(1);
+    let mut out = RefWriter::new(w, &header)?;
+    let mut index: BTreeMap<u32, u64> = BTreeMap::new();
+    for x in &s.samples {
+        let k = index.entry(x.tid).or_insert(0);
+        out.set_thread(x.tid);
+        let seq = k
+            .checked_mul(step)
+            .context("perf samples: reference index overflows")?;
+        out.push_seq(x.addr, x.write.unwrap_or(false), seq)?;
+        *k += 1;
+    }
+    // Every sample stands for `step` events; dropped samples count as seen.
+    let seen = s.total().saturating_mul(step);
+    Ok(out.finish(seen)?)
+}
+
+/// Sample counts by the page size perf saw behind each address (`data_page_size`):
+/// what really backed the memory while it ran.
+pub fn page_size_counts(s: &PerfSamples) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for x in &s.samples {
+        let k = match x.data_page_size {
+            Some(b) if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
+            Some(b) if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+            Some(b) => format!("{}K", b >> 10),
+            None => "unknown".into(),
+        };
+        *m.entry(k).or_insert(0) += 1;
+    }
+    m
+}
+
 /// Parses the output of `perf script -F tid,time,ip,addr,event[,data_page_size]`
 /// (optionally with `--header` and `--ns`). Perf prints the fields in its own
 /// order whatever the `-F` order: `tid time: event: addr ip [data_page_size]`, the

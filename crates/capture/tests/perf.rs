@@ -665,3 +665,31 @@ fn record_reports_perf_failures_clearly() {
     let e = record(&plan, &[], &[], Stdio::null(), &RecordOptions::default()).unwrap_err();
     assert!(e.to_string().contains("no command"), "{e}");
 }
+
+#[test]
+fn samples_become_a_time_sampled_reference_stream() {
+    use hugetune_capture::refs::{RefReader, SamplingKind};
+    let s = parse_fixture("intel-mem.txt").unwrap();
+    let bytes =
+        hugetune_capture::perf::write_stream(&s, Some(vec!["x".into()]), Vec::new()).unwrap();
+    let mut r = RefReader::new(&bytes[..]).unwrap();
+    assert_eq!(r.header().sampling, SamplingKind::Time);
+    assert_eq!(r.header().source, "perf");
+    let mut got = Vec::new();
+    while let Some(x) = r.next_record().unwrap() {
+        got.push(x);
+    }
+    assert_eq!(got.len(), s.samples.len());
+    for (a, b) in got.iter().zip(&s.samples) {
+        assert_eq!(
+            (a.addr, a.write, a.thread),
+            (b.addr, b.write == Some(true), b.tid)
+        );
+    }
+    assert_eq!(r.totals().unwrap().refs_seen, s.total());
+    let sizes = hugetune_capture::perf::page_size_counts(&s);
+    assert_eq!(sizes["4K"], 20);
+    assert_eq!(sizes["2M"], 10);
+    assert_eq!(sizes["1G"], 5);
+    assert_eq!(sizes["unknown"], 5);
+}
