@@ -220,3 +220,77 @@ fn lackey_sees_every_reference_of_the_exact_trace_in_order() {
         );
     }
 }
+
+/// perf, simulated (this machine has no PMU): every 50th reference of an exact trace
+/// written in `perf script`'s layout for Intel `perf mem` (fixed period 50), parsed,
+/// turned into a time-sampled stream and read back. Per-page counts × 50 estimate
+/// the exact ones; the sampled pages are pages of the trace.
+#[test]
+fn perf_time_samples_of_an_exact_trace_estimate_its_page_counts() {
+    use std::fmt::Write as _;
+    let d = tempfile::tempdir().unwrap();
+    let t = traced(
+        d.path(),
+        &[
+            "randmem",
+            "--size",
+            "4M",
+            "--accesses",
+            "400000",
+            "--random-pct",
+            "100",
+        ],
+    );
+    const PERIOD: usize = 50;
+    let mut text = String::from(
+        "# ========\n# event : name = cpu/mem-loads,ldlat=30/P, , id = { 1 }, type = 4, size = 136, config = 0x1cd, { sample_period, sample_freq } = 50, sample_type = IP|TID|TIME|ADDR|ID|PERIOD|DATA_SRC|WEIGHT|DATA_PAGE_SIZE, read_format = ID, disabled = 1, inherit = 1, enable_on_exec = 1, precise_ip = 2\n# event : name = cpu/mem-stores/P, , id = { 2 }, type = 4, size = 136, config = 0x82d0, { sample_period, sample_freq } = 50, sample_type = IP|TID|TIME|ADDR|ID|PERIOD|DATA_SRC|WEIGHT|DATA_PAGE_SIZE, read_format = ID, disabled = 1, inherit = 1, enable_on_exec = 1, precise_ip = 3\n# ========\n#\n",
+    );
+    for (i, r) in t.refs.iter().enumerate().skip(PERIOD - 1).step_by(PERIOD) {
+        let event = if r.write {
+            "        cpu/mem-stores/P"
+        } else {
+            "cpu/mem-loads,ldlat=30/P"
+        };
+        writeln!(
+            text,
+            "{:>6} {}.{:09}: {event}: {:16x} {:16x} 4K",
+            4242,
+            100 + i / 1_000_000,
+            i % 1_000_000 * 1000,
+            r.addr,
+            0x55d4_c3a0_1d34u64
+        )
+        .unwrap();
+    }
+    let s = hugetune_capture::perf::parse_script(std::io::BufReader::new(text.as_bytes())).unwrap();
+    assert_eq!(s.samples.len(), t.refs.len() / PERIOD);
+    let bytes = hugetune_capture::perf::write_stream(&s, None, Vec::new()).unwrap();
+    let mut r = RefReader::new(&bytes[..]).unwrap();
+    assert_eq!(r.header().sampling, SamplingKind::Time);
+    assert_eq!(r.header().period, Some(PERIOD as u64));
+    let mut est: HashMap<u64, f64> = HashMap::new();
+    while let Some(x) = r.next_record().unwrap() {
+        *est.entry(x.addr >> 12).or_default() += PERIOD as f64;
+    }
+    let mut exact: HashMap<u64, f64> = HashMap::new();
+    for x in &t.refs {
+        *exact.entry(x.addr >> 12).or_default() += 1.0;
+    }
+    assert!(est.keys().all(|p| exact.contains_key(p)));
+    let (te, tx): (f64, f64) = (est.values().sum(), exact.values().sum());
+    assert!((te - tx).abs() / tx < 0.01, "total {te} vs {tx}");
+    // 1024 pages of 4 MiB, about 390 samples each: each page's estimate within
+    // 5 standard errors (binomial, about 25 %).
+    for (p, &n) in &exact {
+        let e = est.get(p).copied().unwrap_or(0.0);
+        let sd = (n * (PERIOD as f64 - 1.0)).sqrt();
+        assert!(
+            (e - n).abs() < 5.0 * sd + PERIOD as f64,
+            "page {p:#x}: {e} vs {n}"
+        );
+    }
+    assert_eq!(
+        r.totals().unwrap().refs_seen,
+        (t.refs.len() / PERIOD * PERIOD) as u64
+    );
+}
