@@ -10,6 +10,7 @@ pub mod launch;
 pub mod machine;
 pub mod procfs;
 pub mod profile;
+pub mod qemu;
 pub mod record;
 pub mod refs;
 pub mod runner;
