@@ -312,9 +312,9 @@ fn capture_workloads(quick: bool) -> Vec<(&'static str, Vec<&'static str>)> {
         ]
     } else {
         &[
-            ("chase 64 MiB", "chase --size 64M"),
-            ("randmem 64 MiB", "randmem --size 64M"),
-            ("gups 32 MiB", "gups --size 32M"),
+            ("chase 16 MiB", "chase --size 16M"),
+            ("randmem 32 MiB", "randmem --size 32M"),
+            ("gups 16 MiB", "gups --size 16M"),
         ]
     };
     list.iter()
