@@ -2,7 +2,8 @@
 # Installs what hugetune needs on a fresh Debian machine; safe to run again.
 # Debian packages: gcc/make/libc6-dev (the C parts; libgomp comes with gcc),
 # valgrind (the reference source every machine has), python3 (workload self-check),
-# procps (pgrep, in the tests).
+# procps (pgrep, in the tests), qemu-user (qemu-x86_64: the QEMU TCG plugin reference
+# source, qemu-plugin/).
 # The robustness tests (crates/hugetune/tests/robustness.rs, docs/testing.md) run
 # real programs under the runtime library: python3 with its stdlib tests
 # (libpython3.11-testsuite), sqlite3, redis-server (links jemalloc) with
@@ -11,7 +12,7 @@
 # (libFuzzer); afl++ is there for longer campaigns with AFL++.
 set -euo pipefail
 
-packages=(gcc make libc6-dev valgrind python3 procps
+packages=(gcc make libc6-dev valgrind python3 procps qemu-user
   libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++)
 missing=()
 for p in "${packages[@]}"; do

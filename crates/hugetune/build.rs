@@ -1,4 +1,4 @@
-//! Builds the C parts (runtime library, workloads, runtime tests) with their own
+//! Builds the C parts (runtime library, workloads, runtime tests, QEMU plugin) with their own
 //! Makefiles into OUT_DIR, so that `cargo build` is the one command that builds
 //! everything. The binaries are embedded into `hugetune` (an installed or copied
 //! binary finds them without the source tree) and copied next to it for direct use.
@@ -30,7 +30,8 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let runtime_dir = root.join("runtime");
     let work_dir = root.join("workloads");
-    for d in [&runtime_dir, &work_dir] {
+    let qemu_dir = root.join("qemu-plugin");
+    for d in [&runtime_dir, &work_dir, &qemu_dir] {
         println!("cargo:rerun-if-changed={}", d.join("Makefile").display());
         println!("cargo:rerun-if-changed={}", d.join("src").display());
     }
@@ -39,10 +40,21 @@ fn main() {
     }
     let rt_build = out.join("runtime");
     let work_build = out.join("workloads");
+    let qemu_build = out.join("qemu-plugin");
     make(&runtime_dir, &rt_build, &["lib", "tests"]);
     make(&work_dir, &work_build, &["all"]);
+    make(&qemu_dir, &qemu_build, &["all"]);
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("include/hugetune").display()
+    );
     let lib = rt_build.join("libhugetune.so");
     let work = work_build.join("hugetune-work");
+    let plugin = qemu_build.join("libhugetune-qemu.so");
+    println!(
+        "cargo:rustc-env=HUGETUNE_BUILT_QEMU_PLUGIN={}",
+        plugin.display()
+    );
     println!("cargo:rustc-env=HUGETUNE_BUILT_RUNTIME={}", lib.display());
     println!("cargo:rustc-env=HUGETUNE_BUILT_WORK={}", work.display());
     println!(
@@ -51,7 +63,7 @@ fn main() {
     );
     // OUT_DIR is target/<profile>/build/<pkg>-<hash>/out: put copies in target/<profile>/.
     if let Some(profile_dir) = out.ancestors().nth(3) {
-        for f in [&lib, &work] {
+        for f in [&lib, &work, &plugin] {
             let dest = profile_dir.join(f.file_name().unwrap());
             let tmp =
                 profile_dir.join(format!(".{}.tmp", f.file_name().unwrap().to_string_lossy()));

@@ -522,13 +522,43 @@ int ht_rec_setup(void)
 {
     ht_clock_setup();
     if (ht_cfg.markers) {
-        long m = ht_sys_mmap(NULL, HT_MARKER_SPAN, PROT_READ,
-                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (!ht_mmap_failed(m)) {
+        /* HUGETUNE_MARKER_ADDR: the area at a fixed address, so that a reference
+         * source that cannot read the log while the program runs (the QEMU plugin)
+         * knows it in advance. MAP_FIXED_NOREPLACE never replaces a mapping; where it
+         * is only a hint (qemu-user 7.2 passes it on as one) the result is checked. */
+        uint64_t want = 0;
+        const char *mv = ht_getenv("HUGETUNE_MARKER_ADDR");
+        if (mv && *mv) {
+            const char *d = mv;
+            int base = 10;
+            if (d[0] == '0' && (d[1] == 'x' || d[1] == 'X')) {
+                d += 2;
+                base = 16;
+            }
+            if (ht_parse_u64(d, strlen(d), base, &want) != 0 || want == 0 ||
+                (want & (HT_MARKER_SPAN - 1)) != 0) {
+                ht_stats_error("bad HUGETUNE_MARKER_ADDR (markers off): ", mv);
+                want = 0;
+                ht_cfg.markers = 0;
+            }
+        }
+        long m = !ht_cfg.markers ? -ENOMEM
+                 : ht_sys_mmap((void *)(uintptr_t)want, HT_MARKER_SPAN, PROT_READ,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+                                   (want ? MAP_FIXED_NOREPLACE : 0),
+                               -1, 0);
+        if (want && !ht_mmap_failed(m) && (uint64_t)m != want) {
+            ht_sys_munmap((void *)m, HT_MARKER_SPAN);
+            m = -EEXIST;
+        }
+        if (want && ht_mmap_failed(m)) {
+            ht_stats_error("cannot map the marker area at HUGETUNE_MARKER_ADDR (markers off): ",
+                           mv);
+        } else if (!ht_mmap_failed(m)) {
             g_marker_map = (void *)m;
             ht_marker_base = (const volatile unsigned char *)m;
             ht_rec_with_seq = 1;
-        } else {
+        } else if (ht_cfg.markers) {
             ht_stats_error("cannot map marker area", "");
         }
     }

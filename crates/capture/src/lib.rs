@@ -13,6 +13,7 @@ pub mod machine;
 pub mod perf;
 pub mod procfs;
 pub mod profile;
+pub mod qemu;
 pub mod record;
 pub mod refs;
 pub mod runner;

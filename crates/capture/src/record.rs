@@ -4,6 +4,7 @@
 use crate::alloclog::AllocLog;
 use crate::lackey::{self, LackeyRun};
 use crate::launch::{record_env, RecordEnv};
+use crate::qemu::{self, QemuRun, Sampling};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -11,11 +12,45 @@ use std::process::Stdio;
 use std::time::Duration;
 
 pub struct Recorded {
+    /// The reference stream (zstd).
     pub refs_path: PathBuf,
     pub log_path: PathBuf,
     pub log: AllocLog,
-    pub lackey: LackeyRun,
+    pub capture: Capture,
     pub summary: Option<serde_json::Value>,
+}
+
+/// What the reference source reported.
+pub struct Capture {
+    /// The stream's `source` (formats.md §6): `valgrind-lackey`, `qemu`.
+    pub source: &'static str,
+    /// The stream's `sampling`: `complete`, `spatial-rate`, `spatial-size`.
+    pub sampling: &'static str,
+    /// REF records in the stream.
+    pub refs_written: u64,
+    /// Every reference the source saw, sampled or not.
+    pub refs_seen: u64,
+    /// Guest instructions (lackey only; 0 where the source does not count them).
+    pub instructions: u64,
+    /// Distinct sampled pages (qemu; 0 for lackey, which does not count them).
+    pub pages: u64,
+    pub elapsed: Duration,
+}
+
+/// Progress of a capture: references seen, references written, pages sampled
+/// (0 where unknown), elapsed time.
+pub type ProgressFn<'a> = &'a mut dyn FnMut(u64, u64, u64, Duration);
+
+/// Which reference source a recording uses, and how.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Valgrind,
+    Qemu {
+        qemu: PathBuf,
+        plugin: PathBuf,
+        sampling: Sampling,
+        seed: u64,
+    },
 }
 
 /// The allocation log of the process the session started (the one whose parent is
@@ -66,7 +101,32 @@ pub fn record_with_lackey(
     argv: &[OsString],
     dir: &Path,
     show_output: bool,
-    progress: impl FnMut(u64, Duration),
+    mut progress: impl FnMut(u64, Duration),
+) -> Result<Recorded> {
+    record(
+        &Source::Valgrind,
+        lib,
+        argv,
+        dir,
+        show_output,
+        &mut |n, _, _, t| progress(n, t),
+    )
+}
+
+fn tail(messages: &[String]) -> String {
+    let n = messages.len().saturating_sub(8);
+    messages[n..].join("\n")
+}
+
+/// Runs `argv` under the runtime library (record mode, markers) and `source`;
+/// the stream, the log and the summary land in `dir`.
+pub fn record(
+    source: &Source,
+    lib: &Path,
+    argv: &[OsString],
+    dir: &Path,
+    show_output: bool,
+    progress: ProgressFn<'_>,
 ) -> Result<Recorded> {
     let log_pattern = dir.join("alloc.%p.log");
     let summary_pattern = dir.join("summary.%p.json");
@@ -82,25 +142,79 @@ pub fn record_with_lackey(
     } else {
         Stdio::null()
     };
-    let run = lackey::capture(argv, &env, &refs_path, stdout, progress)?;
-    if run.status.code() != Some(0) {
-        let tail = run
-            .messages
-            .iter()
-            .rev()
-            .take(8)
-            .rev()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n");
-        bail!(
-            "the profiled command failed under valgrind ({}); valgrind said:\n{tail}",
-            run.status
-        );
-    }
+    let capture = match source {
+        Source::Valgrind => {
+            let run: LackeyRun =
+                lackey::capture(argv, &env, &refs_path, stdout, |n, t| progress(n, n, 0, t))?;
+            if run.status.code() != Some(0) {
+                bail!(
+                    "the profiled command failed under valgrind ({}); valgrind said:\n{}",
+                    run.status,
+                    tail(&run.messages)
+                );
+            }
+            Capture {
+                source: "valgrind-lackey",
+                sampling: "complete",
+                refs_written: run.refs,
+                refs_seen: run.refs,
+                instructions: run.instructions,
+                pages: 0,
+                elapsed: run.elapsed,
+            }
+        }
+        Source::Qemu {
+            qemu: qemu_bin,
+            plugin,
+            sampling,
+            seed,
+        } => {
+            let raw = dir.join("refs.raw");
+            let run: QemuRun = qemu::capture(
+                &qemu::QemuSpec {
+                    qemu: qemu_bin,
+                    plugin,
+                    argv,
+                    guest_env: &env,
+                    out: &raw,
+                    sampling: *sampling,
+                    seed: *seed,
+                    markers: true,
+                    scratch: dir,
+                },
+                stdout,
+                |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),
+            )?;
+            if run.status.code() != Some(0) {
+                bail!(
+                    "the profiled command failed under qemu ({}); qemu said:\n{}",
+                    run.status,
+                    tail(&run.messages)
+                );
+            }
+            qemu::compress(&raw, &refs_path)?;
+            let _ = std::fs::remove_file(&raw);
+            Capture {
+                source: "qemu",
+                sampling: sampling.name(),
+                refs_written: run.totals.refs_written,
+                refs_seen: run.totals.refs_seen,
+                instructions: 0,
+                pages: run.pages,
+                elapsed: run.elapsed,
+            }
+        }
+    };
     let (log_path, log) = main_log(dir).context("reading the allocation log")?;
     if log.header.marker_span == 0 {
         bail!("the allocation log has no markers: references cannot be aligned with allocations");
+    }
+    if matches!(source, Source::Qemu { .. }) && log.header.marker_base != qemu::MARKER_ADDR {
+        bail!(
+            "the runtime library mapped its marker area at {:#x}, not at {:#x} where the qemu plugin keeps every reference (see the summary's errors)",
+            log.header.marker_base,
+            qemu::MARKER_ADDR
+        );
     }
     // The image's summary: `%p` is `<pid>.x<g>` for an exec'd image (formats.md §1).
     let pid_part = match log.header.exec_gen {
@@ -114,7 +228,7 @@ pub fn record_with_lackey(
         refs_path,
         log_path,
         log,
-        lackey: run,
+        capture,
         summary,
     })
 }

@@ -1,4 +1,4 @@
-//! Finding the runtime library and the workload program wherever hugetune is
+//! Finding the runtime library, the workload program and the QEMU plugin wherever hugetune is
 //! installed: an explicit environment variable, files next to the binary (a build
 //! tree or a packaged install), or the copies embedded in the binary itself,
 //! extracted once into the user's cache directory.
@@ -10,10 +10,13 @@ use std::path::{Path, PathBuf};
 
 static RUNTIME: &[u8] = include_bytes!(env!("HUGETUNE_BUILT_RUNTIME"));
 static WORK: &[u8] = include_bytes!(env!("HUGETUNE_BUILT_WORK"));
+static QEMU_PLUGIN: &[u8] = include_bytes!(env!("HUGETUNE_BUILT_QEMU_PLUGIN"));
 
 pub struct Artifacts {
     pub runtime_lib: PathBuf,
     pub work: PathBuf,
+    /// The QEMU TCG plugin (qemu-plugin/), the `--refs qemu` source.
+    pub qemu_plugin: PathBuf,
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
@@ -66,7 +69,7 @@ fn locate(env_var: &str, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf>
     }
     // One directory per build of hugetune, keyed by everything it embeds.
     let base = dirs::cache_dir().unwrap_or_else(std::env::temp_dir);
-    let key = fnv(RUNTIME) ^ fnv(WORK).rotate_left(1);
+    let key = fnv(RUNTIME) ^ fnv(WORK).rotate_left(1) ^ fnv(QEMU_PLUGIN).rotate_left(2);
     let version = env!("CARGO_PKG_VERSION");
     let dir = base.join("hugetune").join(format!("{version}-{key:016x}"));
     extract(&dir, name, bytes, mode)
@@ -76,5 +79,11 @@ pub fn find() -> Result<Artifacts> {
     Ok(Artifacts {
         runtime_lib: locate("HUGETUNE_RUNTIME_LIB", "libhugetune.so", RUNTIME, 0o755)?,
         work: locate("HUGETUNE_WORK", "hugetune-work", WORK, 0o755)?,
+        qemu_plugin: locate(
+            "HUGETUNE_QEMU_PLUGIN",
+            "libhugetune-qemu.so",
+            QEMU_PLUGIN,
+            0o755,
+        )?,
     })
 }

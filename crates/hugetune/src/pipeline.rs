@@ -10,8 +10,9 @@ use hugetune_capture::elf;
 use hugetune_capture::launch::{self, PlanOptions};
 use hugetune_capture::machine::{self, Machine};
 use hugetune_capture::profile::inputs_from_log;
-use hugetune_capture::record::record_with_lackey;
-use hugetune_capture::refs::RefReader;
+use hugetune_capture::qemu::{self, Sampling};
+use hugetune_capture::record::{self as rec_mod, Source};
+use hugetune_capture::refs::{RefReader, SamplingKind};
 use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
 use hugetune_model::analysis::AnalysisResult;
 use hugetune_model::categorize::Categorizer;
@@ -109,44 +110,163 @@ pub fn note(msg: impl AsRef<str>) {
 
 // ---------------------------------------------------------------- record
 
-/// Profiles `argv`: references under Valgrind lackey with the runtime library in
-/// record mode, plus one uninstrumented run for its time and faults. Writes the
-/// bundle to `out`.
+/// Where references come from. `auto` is qemu where `qemu-x86_64` is installed,
+/// else valgrind. (perf and DAMON sources are to come: add them here.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RefSource {
+    /// qemu if installed, else valgrind
+    Auto,
+    /// QEMU user-mode emulation with hugetune's TCG plugin (fast; can sample)
+    Qemu,
+    /// Valgrind lackey (slow; every reference)
+    Valgrind,
+}
+
+/// How `record` captures references.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefOptions {
+    pub source: RefSource,
+    /// SHARDS fixed-rate sampling at this rate (qemu only).
+    pub rate: Option<f64>,
+    /// SHARDS fixed-size sampling with at most this many pages (qemu only).
+    pub max_pages: Option<u64>,
+    /// The page hash's seed.
+    pub seed: u64,
+}
+
+impl RefOptions {
+    /// Valgrind lackey, every reference (what `optimize` uses).
+    pub fn valgrind() -> Self {
+        RefOptions {
+            source: RefSource::Valgrind,
+            rate: None,
+            max_pages: None,
+            seed: 0,
+        }
+    }
+
+    /// The concrete source: `auto` decided, options checked.
+    pub fn resolve(&self, art: &Artifacts) -> Result<Source> {
+        let sampling = match (self.rate, self.max_pages) {
+            (Some(_), Some(_)) => bail!("--rate and --max-pages exclude each other"),
+            (Some(r), None) => {
+                if !(r > 0.0 && r <= 1.0) {
+                    bail!("--rate {r} is not in (0, 1]");
+                }
+                Sampling::Rate(r)
+            }
+            (None, Some(0)) => bail!("--max-pages must be at least 1"),
+            (None, Some(s)) => Sampling::MaxPages(s),
+            (None, None) => Sampling::Complete,
+        };
+        let use_qemu = match self.source {
+            RefSource::Valgrind => false,
+            RefSource::Qemu => true,
+            RefSource::Auto => {
+                let found = qemu::find_qemu().is_some();
+                if !found {
+                    note(format!(
+                        "qemu-x86_64 is not installed: using valgrind lackey (slow); {} for the fast source",
+                        qemu::INSTALL_HINT
+                    ));
+                }
+                found
+            }
+        };
+        if !use_qemu {
+            if sampling != Sampling::Complete {
+                bail!("--rate and --max-pages need the qemu source (--refs qemu); valgrind traces every reference");
+            }
+            return Ok(Source::Valgrind);
+        }
+        Ok(Source::Qemu {
+            qemu: qemu::require_qemu()?,
+            plugin: art.qemu_plugin.clone(),
+            sampling,
+            seed: self.seed,
+        })
+    }
+}
+
+/// Profiles `argv`: references from `refs` with the runtime library in record
+/// mode, plus one uninstrumented run for its time and faults. Writes the bundle
+/// to `out`.
 pub fn record(
     art: &Artifacts,
     argv: &[OsString],
     out: &Path,
+    refs: &RefOptions,
     tlb_override: Option<&Path>,
     show_output: bool,
 ) -> Result<ProfileMeta> {
     let program = program_of(argv)?;
+    let source = refs.resolve(art)?;
     let dir = tempfile::Builder::new()
         .prefix("hugetune-record.")
         .tempdir()
         .context("creating a scratch directory")?;
-    note(format!(
-        "profiling `{}` under valgrind lackey (slow: every reference is traced)",
-        display_cmd(argv)
-    ));
+    match &source {
+        Source::Valgrind => note(format!(
+            "profiling `{}` under valgrind lackey (slow: every reference is traced)",
+            display_cmd(argv)
+        )),
+        Source::Qemu { sampling, .. } => note(format!(
+            "profiling `{}` under qemu with hugetune's plugin ({})",
+            display_cmd(argv),
+            match sampling {
+                Sampling::Complete => "every reference".to_string(),
+                Sampling::Rate(r) => format!("SHARDS fixed-rate, R = {r}"),
+                Sampling::MaxPages(s) => format!("SHARDS fixed-size, at most {s} pages"),
+            }
+        )),
+    }
     let tty = std::io::stderr().is_terminal();
-    let rec = record_with_lackey(&art.runtime_lib, argv, dir.path(), show_output, |n, t| {
-        if tty {
-            eprint!(
-                "\r  {:.1} M references, {:.0} s   ",
-                n as f64 / 1e6,
-                t.as_secs_f64()
-            );
-        }
-    })?;
+    let rec = rec_mod::record(
+        &source,
+        &art.runtime_lib,
+        argv,
+        dir.path(),
+        show_output,
+        &mut |seen, _written, pages, t| {
+            if tty {
+                if pages > 0 {
+                    eprint!(
+                        "\r  {:.1} M references seen, {} pages sampled, {:.0} s   ",
+                        seen as f64 / 1e6,
+                        pages,
+                        t.as_secs_f64()
+                    );
+                } else {
+                    eprint!(
+                        "\r  {:.1} M references, {:.0} s   ",
+                        seen as f64 / 1e6,
+                        t.as_secs_f64()
+                    );
+                }
+            }
+        },
+    )?;
     if tty {
         eprintln!();
     }
-    note(format!(
-        "captured {:.2} M data references ({:.2} M instructions) in {:.1} s",
-        rec.lackey.refs as f64 / 1e6,
-        rec.lackey.instructions as f64 / 1e6,
-        rec.lackey.elapsed.as_secs_f64()
-    ));
+    let c = &rec.capture;
+    if c.instructions > 0 {
+        note(format!(
+            "captured {:.2} M data references ({:.2} M instructions) in {:.1} s",
+            c.refs_written as f64 / 1e6,
+            c.instructions as f64 / 1e6,
+            c.elapsed.as_secs_f64()
+        ));
+    } else {
+        note(format!(
+            "captured {:.2} M of {:.2} M data references ({} pages, {}) in {:.1} s",
+            c.refs_written as f64 / 1e6,
+            c.refs_seen as f64 / 1e6,
+            c.pages,
+            c.sampling,
+            c.elapsed.as_secs_f64()
+        ));
+    }
     let native = native_run(argv)?;
     let meta = ProfileMeta {
         format: profile::FORMAT.into(),
@@ -156,11 +276,11 @@ pub fn record(
             .map_or(0, |d| d.as_secs()),
         command: strings(argv),
         program,
-        ref_source: "valgrind-lackey".into(),
-        ref_sampling: "complete".into(),
-        refs: rec.lackey.refs,
-        instructions: rec.lackey.instructions,
-        capture_s: rec.lackey.elapsed.as_secs_f64(),
+        ref_source: c.source.into(),
+        ref_sampling: c.sampling.into(),
+        refs: c.refs_written,
+        instructions: c.instructions,
+        capture_s: c.elapsed.as_secs_f64(),
         pid: rec.log.header.pid,
         native,
         machine: machine::machine(tlb_override)?,
@@ -258,6 +378,20 @@ pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<
             x.name,
             hugetune_report::bytes(x.data.len() as u64)
         ));
+    }
+    // The model counts what it reads: a spatially sampled stream would give counts
+    // and reuse distances R times too small. Until it scales them (SHARDS), say so.
+    {
+        let r = RefReader::new(&b.refs[..]).context("reading the reference stream")?;
+        let h = r.header();
+        if h.sampling != SamplingKind::Complete || b.meta.ref_sampling != "complete" {
+            bail!(
+                "bundle {}: its references are sampled ({}, source {}); this analysis needs a complete stream and does not yet scale sampled ones (SHARDS) — record again without --rate/--max-pages",
+                path.display(),
+                b.meta.ref_sampling,
+                b.meta.ref_source
+            );
+        }
     }
     let log = AllocLog::parse(&b.alloc_log, path)?;
     let inputs = inputs_from_log(&log);

@@ -180,6 +180,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         &art,
         &o.profile_command,
         &bundle,
+        &pipeline::RefOptions::valgrind(),
         ctx.tlb.as_deref(),
         ctx.verbose,
     )?;

@@ -1,0 +1,648 @@
+/* hugetune-qemu.c - QEMU user-mode TCG plugin: the memory references of a program,
+ * spatially sampled (SHARDS), written as a reference stream version 2
+ * (docs/formats.md §6). See qemu-plugin/README.md for the arguments.
+ *
+ * Every guest memory access reaches vcpu_mem(). Its page p = addr >> 12 is kept iff
+ * fmix64(p ^ seed) % P < T (or the access is in the runtime library's marker area,
+ * which is always kept). Kept references go to the guest thread's own buffer,
+ * encoded against that thread's own state; a full buffer is appended to the file
+ * as one chunk (THREAD record first) under a lock. seq counts all the thread's
+ * references, sampled or not, so the gaps carry reuse time.
+ *
+ * Fixed-size mode keeps at most S_max sampled pages: when one more would be added,
+ * T falls to the largest hash in the set and the pages at or above it leave. The
+ * THRESHOLD record must come after every REF written under the old T and before
+ * any REF of the new one, so lowering T (under the global lock) publishes the new
+ * T, then drains every thread's buffer (each under its own lock, which appends
+ * also take and under which they test the hash against T again), then writes the
+ * record. Lock order: global, then a thread's. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../include/hugetune/refstream.h"
+#include "qemu_api.h"
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
+
+#define PAGE_SHIFT 12
+#define BUF_CAP (1u << 20)
+#define MAX_VCPUS 4096
+#define CACHE_SLOTS 4096 /* per thread: pages known to be in the sample */
+#define FD_MIN 900       /* the output's descriptor, out of the guest's usual way */
+
+enum mode { M_COMPLETE, M_RATE, M_SIZE };
+
+struct vthread {
+    struct htrs_thread st;
+    uint64_t tid;                /* the guest thread's number: 0, 1, ... in creation order */
+    _Atomic uint64_t seen;       /* references of this thread (its next seq) */
+    uint64_t written;            /* REF records */
+    pthread_mutex_t lock;        /* fixed-size mode: the buffer, against draining */
+    size_t len;
+    uint64_t cache[CACHE_SLOTS]; /* page + 1, 0 = empty */
+    unsigned char buf[BUF_CAP];
+};
+
+/* The set of sampled pages: open addressing (linear probing, backward-shift
+ * deletion) for membership, and a max-heap on the hash for fixed-size eviction. */
+struct set {
+    uint64_t *keys; /* page + 1; 0 = empty */
+    uint64_t cap;   /* power of two */
+    uint64_t n;
+    uint64_t *heap_h, *heap_p; /* fixed-size only */
+};
+
+static struct {
+    enum mode mode;
+    uint64_t seed, modulus, max_pages;
+    uint64_t modmask; /* modulus - 1 when a power of two, else 0 */
+    _Atomic uint64_t threshold;
+    uint64_t mbase, mspan;
+    int fd;
+    pid_t owner; /* a forked child writes nothing (its parent's stream) */
+    int broken;  /* a write failed: no END, so the reader says the stream is cut */
+    pthread_mutex_t lock; /* the file, the set, the threads */
+    struct vthread *by_vcpu[MAX_VCPUS];
+    struct vthread **all;
+    size_t n_all, cap_all;
+    struct set set;
+    char *progress;
+    struct timespec last_progress;
+} g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .fd = -1,
+};
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n > sizeof msg - 2)
+        n = sizeof msg - 2;
+    msg[n] = '\n';
+    msg[n + 1] = 0;
+    /* qemu_plugin_outs() only prints with `-d plugin`: errors go to stderr. */
+    ssize_t w = write(2, msg, (size_t)n + 1);
+    (void)w;
+}
+
+static inline uint64_t hash_of(uint64_t page)
+{
+    uint64_t h = htrs_fmix64(page ^ g.seed);
+    return g.modmask ? h & g.modmask : h % g.modulus;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static void write_all(const unsigned char *p, size_t n)
+{
+    if (g.broken || getpid() != g.owner)
+        return;
+    while (n > 0) {
+        ssize_t w = write(g.fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            say("hugetune-qemu: writing the reference stream failed: %s", strerror(errno));
+            g.broken = 1;
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void progress_locked(int force)
+{
+    if (!g.progress || getpid() != g.owner)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double dt = (double)(now.tv_sec - g.last_progress.tv_sec) +
+                (double)(now.tv_nsec - g.last_progress.tv_nsec) / 1e9;
+    if (!force && dt < 0.25)
+        return;
+    g.last_progress = now;
+    uint64_t seen = 0, written = 0;
+    for (size_t i = 0; i < g.n_all; i++) {
+        seen += atomic_load_explicit(&g.all[i]->seen, memory_order_relaxed);
+        written += g.all[i]->written;
+    }
+    char line[128];
+    int n = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
+                     seen, written, g.set.n, atomic_load(&g.threshold));
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", g.progress);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    ssize_t w = write(fd, line, (size_t)n);
+    close(fd);
+    if (w == n)
+        rename(tmp, g.progress);
+}
+
+/* Appends thread t's buffer as one chunk; global lock and t's lock held. */
+static void drain_locked(struct vthread *t)
+{
+    if (t->len == 0)
+        return;
+    write_all(t->buf, t->len);
+    t->len = 0;
+    progress_locked(0);
+}
+
+/* ------------------------------------------------------------------ the set */
+
+static int set_init(struct set *s, uint64_t cap, int heap)
+{
+    s->cap = cap;
+    s->n = 0;
+    s->keys = calloc(cap, sizeof *s->keys);
+    s->heap_h = heap ? malloc(cap / 2 * sizeof *s->heap_h) : NULL;
+    s->heap_p = heap ? malloc(cap / 2 * sizeof *s->heap_p) : NULL;
+    return s->keys && (!heap || (s->heap_h && s->heap_p)) ? 0 : -1;
+}
+
+static inline uint64_t slot_of(uint64_t key, uint64_t cap)
+{
+    return htrs_fmix64(key * 0x9e3779b97f4a7c15ULL) & (cap - 1);
+}
+
+/* 1 if page is in the set. */
+static int set_has(const struct set *s, uint64_t page)
+{
+    uint64_t k = page + 1;
+    for (uint64_t i = slot_of(k, s->cap);; i = (i + 1) & (s->cap - 1)) {
+        if (s->keys[i] == k)
+            return 1;
+        if (s->keys[i] == 0)
+            return 0;
+    }
+}
+
+static void set_put_key(struct set *s, uint64_t k)
+{
+    uint64_t i = slot_of(k, s->cap);
+    while (s->keys[i] != 0)
+        i = (i + 1) & (s->cap - 1);
+    s->keys[i] = k;
+}
+
+/* Grows the table (fixed-rate mode: no bound). -1 when memory runs out. */
+static int set_grow(struct set *s)
+{
+    uint64_t *old = s->keys, oldcap = s->cap;
+    uint64_t *nk = calloc(oldcap * 2, sizeof *nk);
+    if (!nk)
+        return -1;
+    s->keys = nk;
+    s->cap = oldcap * 2;
+    for (uint64_t i = 0; i < oldcap; i++)
+        if (old[i])
+            set_put_key(s, old[i]);
+    free(old);
+    return 0;
+}
+
+static void set_remove(struct set *s, uint64_t page)
+{
+    uint64_t k = page + 1, m = s->cap - 1;
+    uint64_t i = slot_of(k, s->cap);
+    while (s->keys[i] != k) {
+        if (s->keys[i] == 0)
+            return;
+        i = (i + 1) & m;
+    }
+    /* Backward-shift deletion keeps every probe chain unbroken. */
+    uint64_t j = i;
+    for (;;) {
+        j = (j + 1) & m;
+        if (s->keys[j] == 0)
+            break;
+        uint64_t home = slot_of(s->keys[j], s->cap);
+        /* Move keys[j] into the hole at i unless its home lies in (i, j]. */
+        int in_range = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!in_range) {
+            s->keys[i] = s->keys[j];
+            i = j;
+        }
+    }
+    s->keys[i] = 0;
+    s->n--;
+}
+
+static void heap_push(struct set *s, uint64_t h, uint64_t page, uint64_t at)
+{
+    while (at > 0) {
+        uint64_t up = (at - 1) / 2;
+        if (s->heap_h[up] >= h)
+            break;
+        s->heap_h[at] = s->heap_h[up];
+        s->heap_p[at] = s->heap_p[up];
+        at = up;
+    }
+    s->heap_h[at] = h;
+    s->heap_p[at] = page;
+}
+
+/* Removes the top of a heap of n + 1 entries (n after). */
+static void heap_pop(struct set *s, uint64_t n)
+{
+    uint64_t h = s->heap_h[n], p = s->heap_p[n], at = 0;
+    for (;;) {
+        uint64_t c = 2 * at + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && s->heap_h[c + 1] > s->heap_h[c])
+            c++;
+        if (s->heap_h[c] <= h)
+            break;
+        s->heap_h[at] = s->heap_h[c];
+        s->heap_p[at] = s->heap_p[c];
+        at = c;
+    }
+    s->heap_h[at] = h;
+    s->heap_p[at] = p;
+}
+
+/* Fixed-size: T falls to the largest hash in the set; the pages at or above it
+ * leave. Global lock held. */
+static void lower_threshold_locked(void)
+{
+    struct set *s = &g.set;
+    uint64_t t = s->heap_h[0];
+    while (s->n > 0 && s->heap_h[0] >= t) {
+        set_remove(s, s->heap_p[0]);
+        heap_pop(s, s->n);
+    }
+    atomic_store(&g.threshold, t);
+    for (size_t i = 0; i < g.n_all; i++) {
+        struct vthread *o = g.all[i];
+        pthread_mutex_lock(&o->lock);
+        drain_locked(o);
+        pthread_mutex_unlock(&o->lock);
+    }
+    unsigned char rec[HTRS_MAX_REC];
+    write_all(rec, htrs_threshold(rec, t));
+}
+
+/* The page (hash h < T when tested) enters the sample unless it is in it already.
+ * Returns 0 when it was evicted again at once (fixed-size: its own hash was the
+ * largest). Global lock held. */
+static int add_page_locked(uint64_t page, uint64_t h)
+{
+    struct set *s = &g.set;
+    if (h >= atomic_load(&g.threshold))
+        return 0;
+    if (set_has(s, page))
+        return 1;
+    if (g.mode == M_SIZE) {
+        set_put_key(s, page + 1);
+        heap_push(s, h, page, s->n);
+        s->n++;
+        if (s->n > g.max_pages)
+            lower_threshold_locked();
+        return h < atomic_load(&g.threshold);
+    }
+    if ((s->n + 1) * 2 > s->cap && set_grow(s) != 0) {
+        say("hugetune-qemu: out of memory for the set of sampled pages");
+        return 1; /* the reference is still written; only the count suffers */
+    }
+    set_put_key(s, page + 1);
+    s->n++;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ callbacks */
+
+static void put_ref(struct vthread *t, uint64_t addr, int write, uint64_t seq)
+{
+    if (t->len == 0)
+        t->len = htrs_thread_rec(t->buf, t->tid);
+    t->len += htrs_ref(t->buf + t->len, &t->st, addr, write, seq);
+    t->written++;
+}
+
+static void full_buffer(struct vthread *t, int locked_own)
+{
+    /* Lock order: global first. */
+    if (locked_own)
+        pthread_mutex_unlock(&t->lock);
+    pthread_mutex_lock(&g.lock);
+    pthread_mutex_lock(&t->lock);
+    drain_locked(t);
+    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&g.lock);
+    if (locked_own)
+        pthread_mutex_lock(&t->lock);
+}
+
+static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, void *ud)
+{
+    (void)ud;
+    if (vcpu >= MAX_VCPUS)
+        return;
+    struct vthread *t = g.by_vcpu[vcpu];
+    if (!t)
+        return;
+    uint64_t seq = atomic_load_explicit(&t->seen, memory_order_relaxed);
+    atomic_store_explicit(&t->seen, seq + 1, memory_order_relaxed);
+    int marker = vaddr - g.mbase < g.mspan;
+    uint64_t page = vaddr >> PAGE_SHIFT, h = 0;
+    if (!marker && g.mode != M_COMPLETE) {
+        h = hash_of(page);
+        if (h >= atomic_load_explicit(&g.threshold, memory_order_relaxed))
+            return;
+        uint64_t *c = &t->cache[page & (CACHE_SLOTS - 1)];
+        if (*c != page + 1) {
+            pthread_mutex_lock(&g.lock);
+            int in = add_page_locked(page, h);
+            pthread_mutex_unlock(&g.lock);
+            if (!in)
+                return;
+            *c = page + 1;
+        }
+    }
+    int w = qemu_plugin_mem_is_store(info);
+    if (g.mode == M_SIZE) {
+        pthread_mutex_lock(&t->lock);
+        if (marker || h < atomic_load(&g.threshold)) {
+            put_ref(t, vaddr, w, seq);
+            if (t->len > BUF_CAP - 2 * HTRS_MAX_REC)
+                full_buffer(t, 1);
+        }
+        pthread_mutex_unlock(&t->lock);
+    } else {
+        put_ref(t, vaddr, w, seq);
+        if (t->len > BUF_CAP - 2 * HTRS_MAX_REC)
+            full_buffer(t, 0);
+    }
+}
+
+static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+    (void)id;
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    for (size_t i = 0; i < n; i++)
+        qemu_plugin_register_vcpu_mem_cb(qemu_plugin_tb_get_insn(tb, i), vcpu_mem,
+                                         QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, NULL);
+}
+
+static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
+{
+    (void)id;
+    if (vcpu >= MAX_VCPUS) {
+        say("hugetune-qemu: guest thread on vCPU %u not traced (at most %d at once); the "
+            "stream is marked incomplete",
+            vcpu, MAX_VCPUS);
+        pthread_mutex_lock(&g.lock);
+        g.broken = 1;
+        pthread_mutex_unlock(&g.lock);
+        return;
+    }
+    struct vthread *t = calloc(1, sizeof *t);
+    pthread_mutex_lock(&g.lock);
+    if (!t || (g.n_all == g.cap_all &&
+               !(g.all = reallocarray(g.all, g.cap_all = g.cap_all ? 2 * g.cap_all : 16,
+                                      sizeof *g.all)))) {
+        say("hugetune-qemu: out of memory for a guest thread; the stream is marked incomplete");
+        g.broken = 1;
+        pthread_mutex_unlock(&g.lock);
+        free(t);
+        return;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    t->tid = g.n_all;
+    g.all[g.n_all++] = t;
+    g.by_vcpu[vcpu] = t;
+    pthread_mutex_unlock(&g.lock);
+}
+
+/* A guest thread ended: its buffer goes out now; its counts stay for END (a later
+ * thread may get the same vCPU index, and gets a new thread number). */
+static void vcpu_exit(qemu_plugin_id_t id, unsigned int vcpu)
+{
+    (void)id;
+    if (vcpu >= MAX_VCPUS)
+        return;
+    pthread_mutex_lock(&g.lock);
+    struct vthread *t = g.by_vcpu[vcpu];
+    if (t) {
+        pthread_mutex_lock(&t->lock);
+        drain_locked(t);
+        pthread_mutex_unlock(&t->lock);
+        g.by_vcpu[vcpu] = NULL;
+    }
+    pthread_mutex_unlock(&g.lock);
+}
+
+static void at_exit(qemu_plugin_id_t id, void *ud)
+{
+    (void)id;
+    (void)ud;
+    pthread_mutex_lock(&g.lock);
+    uint64_t seen = 0, written = 0;
+    for (size_t i = 0; i < g.n_all; i++) {
+        struct vthread *t = g.all[i];
+        pthread_mutex_lock(&t->lock);
+        drain_locked(t);
+        pthread_mutex_unlock(&t->lock);
+        seen += atomic_load(&t->seen);
+        written += t->written;
+    }
+    if (!g.broken) {
+        unsigned char rec[HTRS_MAX_REC];
+        write_all(rec, htrs_end(rec, seen, written));
+    }
+    progress_locked(1);
+    if (getpid() == g.owner && close(g.fd) != 0)
+        say("hugetune-qemu: closing the reference stream failed: %s", strerror(errno));
+    g.fd = -1;
+    pthread_mutex_unlock(&g.lock);
+}
+
+/* ------------------------------------------------------------------ arguments */
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int usage(const char *what, const char *val)
+{
+    say("hugetune-qemu: bad argument %s%s%s (arguments: out=FILE "
+        "[sampling=rate|size|complete] [rate=R | threshold=T] [modulus=P] [max_pages=S] "
+        "[seed=N] [markers=BASE:SPAN] [progress=FILE]; see qemu-plugin/README.md)",
+        what, val ? "=" : "", val ? val : "");
+    return -1;
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc,
+                                           char **argv)
+{
+    const char *out = NULL;
+    double rate = -1;
+    uint64_t threshold = 0;
+    int have_threshold = 0;
+    g.mode = M_RATE;
+    g.modulus = 1u << 24;
+    g.max_pages = 16384;
+    g.seed = 0;
+    if (info && info->system_emulation) {
+        say("hugetune-qemu: this plugin is for user-mode emulation (qemu-x86_64), not a system");
+        return -1;
+    }
+    for (int i = 0; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!eq)
+            return usage(argv[i], NULL);
+        size_t kl = (size_t)(eq - argv[i]);
+        const char *v = eq + 1;
+#define KEY(k) (kl == strlen(k) && strncmp(argv[i], k, kl) == 0)
+        if (KEY("out")) {
+            out = v;
+        } else if (KEY("sampling")) {
+            if (strcmp(v, "rate") == 0)
+                g.mode = M_RATE;
+            else if (strcmp(v, "size") == 0)
+                g.mode = M_SIZE;
+            else if (strcmp(v, "complete") == 0)
+                g.mode = M_COMPLETE;
+            else
+                return usage("sampling", v);
+        } else if (KEY("rate")) {
+            char *end;
+            rate = strtod(v, &end);
+            if (*v == 0 || *end || !(rate > 0 && rate <= 1))
+                return usage("rate", v);
+        } else if (KEY("threshold")) {
+            if (parse_u64(v, &threshold) != 0)
+                return usage("threshold", v);
+            have_threshold = 1;
+        } else if (KEY("modulus")) {
+            if (parse_u64(v, &g.modulus) != 0 || g.modulus == 0)
+                return usage("modulus", v);
+        } else if (KEY("max_pages")) {
+            if (parse_u64(v, &g.max_pages) != 0 || g.max_pages == 0 ||
+                g.max_pages > (1ull << 30))
+                return usage("max_pages", v);
+        } else if (KEY("seed")) {
+            if (parse_u64(v, &g.seed) != 0)
+                return usage("seed", v);
+        } else if (KEY("markers")) {
+            const char *c = strchr(v, ':');
+            char base[32];
+            if (!c || (size_t)(c - v) >= sizeof base)
+                return usage("markers", v);
+            memcpy(base, v, (size_t)(c - v));
+            base[c - v] = 0;
+            if (parse_u64(base, &g.mbase) != 0 || parse_u64(c + 1, &g.mspan) != 0 ||
+                g.mbase + g.mspan < g.mbase)
+                return usage("markers", v);
+        } else if (KEY("progress")) {
+            if (strlen(v) == 0 || strlen(v) > 4000)
+                return usage("progress", v);
+            g.progress = strdup(v);
+        } else {
+            return usage(argv[i], NULL);
+        }
+#undef KEY
+    }
+    if (!out || !*out)
+        return usage("out", NULL);
+    if (rate > 0 && have_threshold)
+        return usage("rate and threshold", NULL);
+    if (g.mode == M_COMPLETE) {
+        threshold = g.modulus;
+    } else if (rate > 0) {
+        double t = rate * (double)g.modulus + 0.5;
+        threshold = t < 1 ? 1 : (uint64_t)t;
+        if (threshold > g.modulus)
+            threshold = g.modulus;
+    } else if (!have_threshold) {
+        /* Fixed-rate: R = 1/1024 by default; fixed-size starts with every page. */
+        threshold = g.mode == M_SIZE ? g.modulus : (g.modulus >> 10 ? g.modulus >> 10 : 1);
+    }
+    if (threshold == 0 || threshold > g.modulus)
+        return usage("threshold", "out of (0, modulus]");
+    atomic_store(&g.threshold, threshold);
+    g.modmask = (g.modulus & (g.modulus - 1)) == 0 ? g.modulus - 1 : 0;
+
+    if (g.mode != M_COMPLETE) {
+        uint64_t cap = 1024;
+        if (g.mode == M_SIZE)
+            while (cap < 2 * (g.max_pages + 1))
+                cap *= 2;
+        if (set_init(&g.set, cap, g.mode == M_SIZE) != 0) {
+            say("hugetune-qemu: out of memory for the set of sampled pages");
+            return -1;
+        }
+    }
+
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        say("hugetune-qemu: cannot create %s: %s", out, strerror(errno));
+        return -1;
+    }
+    /* Out of the guest's usual descriptors, so that its own opens and dups leave it be. */
+    g.fd = fcntl(fd, F_DUPFD_CLOEXEC, FD_MIN);
+    if (g.fd < 0)
+        g.fd = fd;
+    else
+        close(fd);
+    g.owner = getpid();
+    clock_gettime(CLOCK_MONOTONIC, &g.last_progress);
+
+    char json[1024];
+    const char *samp = g.mode == M_COMPLETE ? "complete"
+                       : g.mode == M_RATE   ? "spatial-rate"
+                                            : "spatial-size";
+    int n = snprintf(json, sizeof json, "{\"source\":\"qemu\",\"sampling\":\"%s\"", samp);
+    if (g.mode != M_COMPLETE)
+        n += snprintf(json + n, sizeof json - (size_t)n,
+                      ",\"page_shift\":%d,\"hash\":\"fmix64\",\"seed\":%" PRIu64
+                      ",\"modulus\":%" PRIu64 ",\"threshold\":%" PRIu64,
+                      PAGE_SHIFT, g.seed, g.modulus, threshold);
+    if (g.mode == M_SIZE)
+        n += snprintf(json + n, sizeof json - (size_t)n, ",\"max_pages\":%" PRIu64, g.max_pages);
+    if (g.mspan)
+        n += snprintf(json + n, sizeof json - (size_t)n,
+                      ",\"marker_base\":%" PRIu64 ",\"marker_span\":%" PRIu64, g.mbase, g.mspan);
+    snprintf(json + n, sizeof json - (size_t)n, "}");
+    unsigned char head[2048];
+    size_t hl = htrs_header(head, sizeof head, json);
+    write_all(head, hl);
+    if (g.broken)
+        return -1;
+
+    qemu_plugin_register_vcpu_init_cb(id, vcpu_init);
+    qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
+    qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+    qemu_plugin_register_atexit_cb(id, at_exit, NULL);
+    return 0;
+}
