@@ -2,8 +2,10 @@
 //! markers) and a reference source, in a scratch directory.
 
 use crate::alloclog::AllocLog;
+use crate::damon::{self, DamonOptions};
 use crate::lackey::{self, LackeyRun};
 use crate::launch::{record_env, RecordEnv};
+use crate::perf::{self, PerfPlan};
 use crate::qemu::{self, QemuRun, Sampling};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
@@ -12,12 +14,15 @@ use std::process::Stdio;
 use std::time::Duration;
 
 pub struct Recorded {
-    /// The reference stream (zstd).
-    pub refs_path: PathBuf,
+    /// The reference stream (zstd); `None` for DAMON, which gives no references.
+    pub refs_path: Option<PathBuf>,
     pub log_path: PathBuf,
     pub log: AllocLog,
     pub capture: Capture,
     pub summary: Option<serde_json::Value>,
+    /// Bundle sections the source adds (docs/formats.md §7): `perf`, `damon`
+    /// (zstd-compressed JSON).
+    pub extra: Vec<(String, Vec<u8>)>,
 }
 
 /// What the reference source reported.
@@ -50,6 +55,15 @@ pub enum Source {
         plugin: PathBuf,
         sampling: Sampling,
         seed: u64,
+    },
+    /// Hardware sampling of data addresses (PEBS, IBS, SPE) through perf.
+    Perf {
+        plan: PerfPlan,
+        opts: perf::RecordOptions,
+    },
+    /// DAMON region access frequencies of the process (no references).
+    Damon {
+        opts: DamonOptions,
     },
 }
 
@@ -142,6 +156,11 @@ pub fn record(
     } else {
         Stdio::null()
     };
+    let mut extra = Vec::new();
+    let mut has_refs = true;
+    if argv.is_empty() {
+        bail!("no command to profile");
+    }
     let capture = match source {
         Source::Valgrind => {
             let run: LackeyRun =
@@ -204,6 +223,88 @@ pub fn record(
                 elapsed: run.elapsed,
             }
         }
+        Source::Perf { plan, opts } => {
+            let run = perf::record(plan, argv, &env, stdout, opts)?;
+            if run.status.code() != Some(0) {
+                bail!(
+                    "the profiled command failed under `{}` ({}); perf said:\n{}",
+                    run.record_command,
+                    run.status,
+                    tail(&run.messages)
+                );
+            }
+            if run.samples.samples.is_empty() {
+                bail!(
+                    "perf recorded no data addresses ({} samples dropped); the program may be too short for sampling",
+                    run.samples.dropped
+                );
+            }
+            let file = std::fs::File::create(&refs_path)
+                .with_context(|| format!("creating {}", refs_path.display()))?;
+            let command = Some(
+                argv.iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect(),
+            );
+            perf::write_stream(&run.samples, command, file)?;
+            let summary = serde_json::json!({
+                "record_command": run.record_command,
+                "sampling": format!("{:?}", run.samples.sampling),
+                "samples": run.samples.samples.len(),
+                "dropped": run.samples.dropped,
+                "by_event": run.samples.by_event,
+                "data_page_sizes": perf::page_size_counts(&run.samples),
+            });
+            extra.push((
+                "perf".to_string(),
+                zstd::encode_all(&serde_json::to_vec(&summary)?[..], 3)?,
+            ));
+            progress(
+                run.samples.total(),
+                run.samples.samples.len() as u64,
+                0,
+                run.elapsed,
+            );
+            Capture {
+                source: "perf",
+                sampling: "time",
+                refs_written: run.samples.samples.len() as u64,
+                refs_seen: run.samples.total(),
+                instructions: 0,
+                pages: 0,
+                elapsed: run.elapsed,
+            }
+        }
+        Source::Damon { opts } => {
+            damon::available(&opts.root)
+                .map_err(|why| anyhow::anyhow!("DAMON cannot monitor the program here: {why}"))?;
+            let mut cmd = std::process::Command::new(&argv[0]);
+            cmd.args(&argv[1..])
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(stdout);
+            let t0 = std::time::Instant::now();
+            let (cap, status) = damon::record_command(cmd, opts)?;
+            if status.code() != Some(0) {
+                bail!("the profiled command failed under DAMON monitoring ({status})");
+            }
+            let snapshots = cap.snapshots.len() as u64;
+            extra.push((
+                "damon".to_string(),
+                zstd::encode_all(&serde_json::to_vec(&cap)?[..], 3)?,
+            ));
+            progress(0, 0, snapshots, t0.elapsed());
+            has_refs = false;
+            Capture {
+                source: "damon",
+                sampling: "regions",
+                refs_written: 0,
+                refs_seen: 0,
+                instructions: 0,
+                pages: 0,
+                elapsed: t0.elapsed(),
+            }
+        }
     };
     let (log_path, log) = main_log(dir).context("reading the allocation log")?;
     if log.header.marker_span == 0 {
@@ -225,10 +326,11 @@ pub fn record(
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     Ok(Recorded {
-        refs_path,
+        refs_path: has_refs.then_some(refs_path),
         log_path,
         log,
         capture,
         summary,
+        extra,
     })
 }

@@ -6,9 +6,11 @@ use crate::profile::{self, ProfileMeta, Program};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::ab::{self, AbResult, Verdict};
 use hugetune_capture::alloclog::AllocLog;
+use hugetune_capture::damon::DamonOptions;
 use hugetune_capture::elf;
 use hugetune_capture::launch::{self, PlanOptions};
 use hugetune_capture::machine::{self, Machine};
+use hugetune_capture::perf;
 use hugetune_capture::profile::inputs_from_log;
 use hugetune_capture::qemu::{self, Sampling};
 use hugetune_capture::record::{self as rec_mod, Source};
@@ -23,6 +25,7 @@ use hugetune_model::plan::{Availability, ProgramTraits, ThpMode};
 use hugetune_model::rank::{self, Prediction, Significance};
 use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
 use hugetune_model::tlb::TlbGeometry;
+use hugetune_store::bundle::Section;
 use hugetune_store::db::{Db, NewDirective};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -110,16 +113,32 @@ pub fn note(msg: impl AsRef<str>) {
 
 // ---------------------------------------------------------------- record
 
-/// Where references come from. `auto` is qemu where `qemu-x86_64` is installed,
-/// else valgrind. (perf and DAMON sources are to come: add them here.)
+/// Where references come from. `auto` is perf where the PMU samples data
+/// addresses, else qemu where `qemu-x86_64` is installed, else valgrind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RefSource {
-    /// qemu if installed, else valgrind
+    /// perf if the PMU samples data addresses, else qemu if installed, else valgrind
     Auto,
+    /// Hardware sampling (Intel PEBS, AMD IBS, ARM SPE) through perf: time-sampled
+    Perf,
     /// QEMU user-mode emulation with hugetune's TCG plugin (fast; can sample)
     Qemu,
     /// Valgrind lackey (slow; every reference)
     Valgrind,
+    /// DAMON region access frequencies of the process (no references)
+    Damon,
+}
+
+/// `--refs auto`'s order (the issue's): perf where the PMU samples data addresses,
+/// else qemu where installed, else valgrind, which every machine has.
+pub fn auto_choice(perf_samples: bool, qemu_installed: bool) -> RefSource {
+    if perf_samples {
+        RefSource::Perf
+    } else if qemu_installed {
+        RefSource::Qemu
+    } else {
+        RefSource::Valgrind
+    }
 }
 
 /// How `record` captures references.
@@ -159,24 +178,70 @@ impl RefOptions {
             (None, Some(s)) => Sampling::MaxPages(s),
             (None, None) => Sampling::Complete,
         };
+        let sampling_is_qemus = |what: &str| -> Result<()> {
+            if sampling != Sampling::Complete {
+                bail!("--rate and --max-pages need the qemu source (--refs qemu); {what}");
+            }
+            Ok(())
+        };
         let use_qemu = match self.source {
             RefSource::Valgrind => false,
             RefSource::Qemu => true,
+            RefSource::Perf => {
+                sampling_is_qemus("perf samples in time, at its own period")?;
+                let support = perf::sampling_support();
+                let Some(plan) = support.plan else {
+                    bail!(
+                        "perf cannot sample data addresses here: {}",
+                        support.problems.join("; ")
+                    );
+                };
+                return Ok(Source::Perf {
+                    plan,
+                    opts: perf::RecordOptions::default(),
+                });
+            }
+            RefSource::Damon => {
+                sampling_is_qemus("DAMON monitors regions, not references")?;
+                return Ok(Source::Damon {
+                    opts: DamonOptions::default(),
+                });
+            }
             RefSource::Auto => {
-                let found = qemu::find_qemu().is_some();
-                if !found {
+                let support = perf::sampling_support();
+                let has_qemu = qemu::find_qemu().is_some();
+                let wants_pages = sampling != Sampling::Complete;
+                let choice = auto_choice(support.plan.is_some() && !wants_pages, has_qemu);
+                if support.plan.is_none() {
                     note(format!(
-                        "qemu-x86_64 is not installed: using valgrind lackey (slow); {} for the fast source",
-                        qemu::INSTALL_HINT
+                        "no hardware sampling of data addresses ({})",
+                        support
+                            .problems
+                            .first()
+                            .map_or("perf unusable", |p| p.as_str())
                     ));
                 }
-                found
+                match (choice, support.plan) {
+                    (RefSource::Perf, Some(plan)) => {
+                        note("the PMU samples data addresses: recording with perf (time-sampled)");
+                        return Ok(Source::Perf {
+                            plan,
+                            opts: perf::RecordOptions::default(),
+                        });
+                    }
+                    (RefSource::Qemu, _) => true,
+                    _ => {
+                        note(format!(
+                            "qemu-x86_64 is not installed: using valgrind lackey (slow); {} for the fast source",
+                            qemu::INSTALL_HINT
+                        ));
+                        false
+                    }
+                }
             }
         };
         if !use_qemu {
-            if sampling != Sampling::Complete {
-                bail!("--rate and --max-pages need the qemu source (--refs qemu); valgrind traces every reference");
-            }
+            sampling_is_qemus("valgrind traces every reference")?;
             return Ok(Source::Valgrind);
         }
         Ok(Source::Qemu {
@@ -208,6 +273,15 @@ pub fn record(
     match &source {
         Source::Valgrind => note(format!(
             "profiling `{}` under valgrind lackey (slow: every reference is traced)",
+            display_cmd(argv)
+        )),
+        Source::Perf { plan, .. } => note(format!(
+            "profiling `{}` with perf ({:?}; time-sampled: the model cannot analyze this yet)",
+            display_cmd(argv),
+            plan.mechanism
+        )),
+        Source::Damon { .. } => note(format!(
+            "monitoring `{}` with DAMON (region access frequencies; no references for the model)",
             display_cmd(argv)
         )),
         Source::Qemu { sampling, .. } => note(format!(
@@ -250,7 +324,12 @@ pub fn record(
         eprintln!();
     }
     let c = &rec.capture;
-    if c.instructions > 0 {
+    if c.source == "damon" {
+        note(format!(
+            "DAMON monitored the run for {:.1} s; its region snapshots are the bundle's 'damon' section",
+            c.elapsed.as_secs_f64()
+        ));
+    } else if c.instructions > 0 {
         note(format!(
             "captured {:.2} M data references ({:.2} M instructions) in {:.1} s",
             c.refs_written as f64 / 1e6,
@@ -288,8 +367,19 @@ pub fn record(
         ref_stream: None,
     };
     let log_bytes = std::fs::read(&rec.log_path)?;
-    let refs = std::fs::read(&rec.refs_path)?;
-    profile::write(out, &meta, &log_bytes, refs, Vec::new())
+    let refs = match &rec.refs_path {
+        Some(p) => Some(std::fs::read(p)?),
+        None => None,
+    };
+    let extra = rec
+        .extra
+        .iter()
+        .map(|(name, data)| Section {
+            name: name.clone(),
+            data: data.clone(),
+        })
+        .collect();
+    profile::write(out, &meta, &log_bytes, refs, extra)
 }
 
 /// The uninstrumented time of a command: the median of three runs when it is short
@@ -379,11 +469,24 @@ pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<
             hugetune_report::bytes(x.data.len() as u64)
         ));
     }
+    let Some(refs) = &b.refs else {
+        bail!(
+            "bundle {}: it holds DAMON region access frequencies, not memory references; the model needs a reference stream (record with --refs qemu or --refs valgrind)",
+            path.display()
+        );
+    };
     // The model counts what it reads: a spatially sampled stream would give counts
     // and reuse distances R times too small. Until it scales them (SHARDS), say so.
     {
-        let r = RefReader::new(&b.refs[..]).context("reading the reference stream")?;
+        let r = RefReader::new(&refs[..]).context("reading the reference stream")?;
         let h = r.header();
+        if h.sampling == SamplingKind::Time {
+            bail!(
+                "bundle {}: its references are time-sampled (source {}); reuse distances of time samples need a StatStack-style estimator, which this analysis does not have yet — record with --refs qemu or --refs valgrind",
+                path.display(),
+                b.meta.ref_source
+            );
+        }
         if h.sampling != SamplingKind::Complete || b.meta.ref_sampling != "complete" {
             bail!(
                 "bundle {}: its references are sampled ({}, source {}); this analysis needs a complete stream and does not yet scale sampled ones (SHARDS) — record again without --rate/--max-pages",
@@ -403,7 +506,7 @@ pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<
     };
     let stream_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
     let refs_iter = || -> Result<_> {
-        let mut r = RefReader::new(&b.refs[..]).context("reading the reference stream")?;
+        let mut r = RefReader::new(&refs[..]).context("reading the reference stream")?;
         let err = &stream_error;
         Ok(std::iter::from_fn(move || match r.next_ref() {
             Ok(Some((a, _))) => Some(a),
@@ -815,4 +918,17 @@ pub fn validate(
         runtime_summaries: r.summaries,
         exit_codes_match: codes_match,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_prefers_perf_then_qemu_then_valgrind() {
+        assert_eq!(auto_choice(true, true), RefSource::Perf);
+        assert_eq!(auto_choice(true, false), RefSource::Perf);
+        assert_eq!(auto_choice(false, true), RefSource::Qemu);
+        assert_eq!(auto_choice(false, false), RefSource::Valgrind);
+    }
 }

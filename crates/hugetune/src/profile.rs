@@ -60,8 +60,9 @@ pub struct ProfileMeta {
 pub struct Bundle {
     pub meta: ProfileMeta,
     pub alloc_log: Vec<u8>,
-    /// The zstd-compressed reference stream (hugetune_capture::refs format).
-    pub refs: Vec<u8>,
+    /// The zstd-compressed reference stream (hugetune_capture::refs format);
+    /// `None` only for DAMON bundles, which hold region frequencies instead.
+    pub refs: Option<Vec<u8>>,
     /// Sections beyond meta, alloc and refs (e.g. `damon`), as stored.
     pub extra: Vec<Section>,
 }
@@ -81,6 +82,9 @@ pub fn scan_refs(refs: &[u8]) -> Result<RefStreamInfo> {
     })
 }
 
+/// `ref_source` of bundles that hold DAMON snapshots and no reference stream.
+pub const DAMON_SOURCE: &str = "damon";
+
 /// Section names `write` reserves.
 const CORE_SECTIONS: [&str; 3] = ["meta", "alloc", "refs"];
 
@@ -91,13 +95,20 @@ pub fn write(
     path: &Path,
     meta: &ProfileMeta,
     alloc_log: &[u8],
-    refs: Vec<u8>,
+    refs: Option<Vec<u8>>,
     extra: Vec<Section>,
 ) -> Result<ProfileMeta> {
     let mut meta = meta.clone();
     meta.format = FORMAT.into();
     meta.version = META_VERSION;
-    meta.ref_stream = Some(scan_refs(&refs).context("the captured reference stream")?);
+    meta.ref_stream = match &refs {
+        Some(r) => Some(scan_refs(r).context("the captured reference stream")?),
+        None if meta.ref_source == DAMON_SOURCE => None,
+        None => bail!(
+            "a bundle from {} needs its reference stream",
+            meta.ref_source
+        ),
+    };
     for e in &extra {
         if CORE_SECTIONS.contains(&e.name.as_str()) {
             bail!("section name '{}' is reserved", e.name);
@@ -112,11 +123,13 @@ pub fn write(
             name: "alloc".into(),
             data: zstd::encode_all(alloc_log, 3)?,
         },
-        Section {
-            name: "refs".into(),
-            data: refs,
-        },
     ];
+    if let Some(r) = refs {
+        sections.push(Section {
+            name: "refs".into(),
+            data: r,
+        });
+    }
     sections.extend(extra);
     bundle::write(path, &sections)?;
     Ok(meta)
@@ -149,12 +162,18 @@ pub fn decode(s: Vec<Section>) -> Result<Bundle> {
         .context("the 'alloc' section does not decompress")?;
     // Validate now, so a bad log is reported against the bundle, not later.
     AllocLog::parse(&alloc_log, Path::new("alloc section"))?;
-    let refs = bundle::section(&s, "refs")?.to_vec();
-    // The stream's header now (cheap); its body is checked as it is read.
-    let r = RefReader::new(&refs[..]).context("the 'refs' section")?;
-    if let Some(info) = &meta.ref_stream {
-        if info.version != r.version() || &info.header != r.header() {
-            bail!("the 'refs' section does not match the stream the metadata describes");
+    let refs = match bundle::section(&s, "refs") {
+        Ok(r) => Some(r.to_vec()),
+        Err(_) if meta.ref_source == DAMON_SOURCE => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(refs) = &refs {
+        // The stream's header now (cheap); its body is checked as it is read.
+        let r = RefReader::new(&refs[..]).context("the 'refs' section")?;
+        if let Some(info) = &meta.ref_stream {
+            if info.version != r.version() || &info.header != r.header() {
+                bail!("the 'refs' section does not match the stream the metadata describes");
+            }
         }
     }
     let extra = s
@@ -223,7 +242,7 @@ mod tests {
             name: "damon".into(),
             data: b"{}".to_vec(),
         }];
-        let m = write(&p, &meta(), &empty_log(), stream(1000), extra).unwrap();
+        let m = write(&p, &meta(), &empty_log(), Some(stream(1000)), extra).unwrap();
         (p, m)
     }
 
@@ -246,7 +265,14 @@ mod tests {
         let s = stream(5000);
         let raw = zstd::decode_all(&s[..]).unwrap();
         let cut = zstd::encode_all(&raw[..raw.len() - 3], 3).unwrap();
-        let e = write(&d.path().join("c.htb"), &meta(), &empty_log(), cut, vec![]).unwrap_err();
+        let e = write(
+            &d.path().join("c.htb"),
+            &meta(),
+            &empty_log(),
+            Some(cut),
+            vec![],
+        )
+        .unwrap_err();
         assert!(format!("{e:#}").contains("reference stream"), "{e:#}");
         assert!(!d.path().join("c.htb").exists());
     }
@@ -329,9 +355,9 @@ mod tests {
                 mutate(&bytes, &ops)
             };
             if let Ok(s) = bundle::decode(&input) {
-                if let Ok(b) = decode(s) {
+                if let Ok(Bundle { refs: Some(refs), .. }) = decode(s) {
                     // Whatever was accepted reads to an end or to an error.
-                    let mut r = RefReader::new(&b.refs[..]).unwrap();
+                    let mut r = RefReader::new(&refs[..]).unwrap();
                     let mut n = 0u64;
                     while let Ok(Some(_)) = r.next_event() {
                         n += 1;
@@ -340,5 +366,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn only_damon_bundles_may_lack_references() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("d.htb");
+        assert!(write(&p, &meta(), &empty_log(), None, vec![]).is_err());
+        let mut m = meta();
+        m.ref_source = DAMON_SOURCE.into();
+        m.ref_sampling = "regions".into();
+        let extra = vec![Section {
+            name: "damon".into(),
+            data: b"{}".to_vec(),
+        }];
+        let w = write(&p, &m, &empty_log(), None, extra).unwrap();
+        assert!(w.ref_stream.is_none());
+        let b = read(&p).unwrap();
+        assert!(b.refs.is_none());
+        assert_eq!(b.extra[0].name, "damon");
     }
 }

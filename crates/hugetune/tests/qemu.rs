@@ -499,7 +499,7 @@ fn markers_survive_sampling() {
         .iter()
         .filter(|r| r.has_marker(&rec.log.header))
         .count() as u64;
-    let s = read_stream(&rec.refs_path);
+    let s = read_stream(rec.refs_path.as_ref().unwrap());
     let markers = s
         .refs
         .iter()

@@ -1068,9 +1068,10 @@ fn markers_place_every_call_in_the_lackey_stream() {
         threshold: inputs.threshold,
         markers: inputs.markers,
     };
-    let mut r =
-        hugetune_capture::refs::RefReader::new(std::fs::File::open(&rec.refs_path).unwrap())
-            .unwrap();
+    let mut r = hugetune_capture::refs::RefReader::new(
+        std::fs::File::open(rec.refs_path.as_ref().unwrap()).unwrap(),
+    )
+    .unwrap();
     let refs = std::iter::from_fn(move || r.next_ref().unwrap().map(|(a, _)| a));
     let (present, s) = hugetune_model::stream::present_categories(&spec, refs);
     // Every hooked call has its marker (pre-init calls, before the marker area

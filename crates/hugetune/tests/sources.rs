@@ -1,0 +1,119 @@
+//! `hugetune record --refs perf|damon|auto` on whatever this machine has: a bundle
+//! where the source can run, a clear error naming why where it cannot (this
+//! machine: no PMU, no DAMON for processes), and the kernel left as it was.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
+const WORK: &str = env!("HUGETUNE_BUILT_WORK");
+
+fn record(dir: &Path, refs: &str) -> (i32, String, std::path::PathBuf) {
+    let out = dir.join(format!("{refs}.htb"));
+    let o = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(dir.join("h.db"))
+        .args(["record", "--refs", refs, "-o"])
+        .arg(&out)
+        .args(["--", WORK, "chase", "--size", "2M", "--iters", "4"])
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        out,
+    )
+}
+
+fn bundle_meta(p: &Path) -> Value {
+    let s = hugetune_store::bundle::read(p).unwrap();
+    serde_json::from_slice(hugetune_store::bundle::section(&s, "meta").unwrap()).unwrap()
+}
+
+fn analyze(dir: &Path, bundle: &Path) -> (i32, String) {
+    let o = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(dir.join("h.db"))
+        .arg("analyze")
+        .arg(bundle)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn perf_records_where_the_pmu_samples_addresses_and_says_why_not_elsewhere() {
+    let d = tempfile::tempdir().unwrap();
+    let support = hugetune_capture::perf::sampling_support();
+    let (code, err, out) = record(d.path(), "perf");
+    match support.plan {
+        None => {
+            assert_ne!(code, 0);
+            assert!(
+                err.contains("perf cannot sample data addresses here"),
+                "{err}"
+            );
+            assert!(!support.problems.is_empty());
+            assert!(!out.exists());
+        }
+        Some(_) => {
+            assert_eq!(code, 0, "{err}");
+            let m = bundle_meta(&out);
+            assert_eq!(m["ref_source"], "perf");
+            assert_eq!(m["ref_stream"]["header"]["sampling"], "time");
+            let (code, err) = analyze(d.path(), &out);
+            assert_ne!(code, 0);
+            assert!(err.contains("time-sampled"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn damon_records_where_it_can_and_leaves_the_kernel_as_it_was() {
+    let root = Path::new(hugetune_capture::damon::DAMON_ADMIN);
+    let nr = root.join("kdamonds/nr_kdamonds");
+    let before = std::fs::read_to_string(&nr).ok();
+    let d = tempfile::tempdir().unwrap();
+    let available = hugetune_capture::damon::available(root);
+    let (code, err, out) = record(d.path(), "damon");
+    match available {
+        Err(why) => {
+            assert_ne!(code, 0);
+            assert!(
+                err.contains("DAMON cannot monitor the program here"),
+                "{err}"
+            );
+            eprintln!("DAMON here: {why}");
+        }
+        Ok(()) => {
+            assert_eq!(code, 0, "{err}");
+            let m = bundle_meta(&out);
+            assert_eq!(m["ref_source"], "damon");
+            let s = hugetune_store::bundle::read(&out).unwrap();
+            assert!(hugetune_store::bundle::section(&s, "damon").is_ok());
+            let (code, err) = analyze(d.path(), &out);
+            assert_ne!(code, 0);
+            assert!(err.contains("DAMON region access frequencies"), "{err}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(&nr).ok(), before);
+}
+
+#[test]
+fn auto_takes_the_best_source_this_machine_has() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, err, out) = record(d.path(), "auto");
+    assert_eq!(code, 0, "{err}");
+    let want = if hugetune_capture::perf::sampling_support().plan.is_some() {
+        "perf"
+    } else if hugetune_capture::qemu::find_qemu().is_some() {
+        "qemu"
+    } else {
+        "valgrind-lackey"
+    };
+    assert_eq!(bundle_meta(&out)["ref_source"], want, "{err}");
+}
