@@ -3,7 +3,8 @@
 # Debian packages: gcc/make/libc6-dev (the C parts; libgomp comes with gcc),
 # valgrind (the reference source every machine has), python3 (workload self-check),
 # procps (pgrep, in the tests), qemu-user (qemu-x86_64: the QEMU TCG plugin reference
-# source, qemu-plugin/).
+# source, qemu-plugin/), linux-perf (the perf source: its detection and a live
+# record/script pipeline with a software event run in the tests).
 # The robustness tests (crates/hugetune/tests/robustness.rs, docs/testing.md) run
 # real programs under the runtime library: python3 with its stdlib tests
 # (libpython3.11-testsuite), sqlite3, redis-server (links jemalloc) with
@@ -12,7 +13,7 @@
 # (libFuzzer); afl++ is there for longer campaigns with AFL++.
 set -euo pipefail
 
-packages=(gcc make libc6-dev valgrind python3 procps qemu-user
+packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
   libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++)
 missing=()
 for p in "${packages[@]}"; do
