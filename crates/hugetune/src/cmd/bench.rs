@@ -464,7 +464,10 @@ pub fn render_capture(r: &CaptureReport) -> String {
                 format!("{:.3} s ({:.1}x)", m.median_wall_s, m.vs_native)
             });
         }
-        row.push(w.lackey_over_qemu.map_or("-".into(), |x| format!("{x:.1}x")));
+        row.push(
+            w.lackey_over_qemu
+                .map_or("-".into(), |x| format!("{x:.1}x")),
+        );
         let q = &w.results[1];
         row.push(format!(
             "{:.1} M / {:.3} M",
