@@ -172,6 +172,23 @@ pub fn command(spec: &QemuSpec<'_>) -> Result<Command> {
     };
     let program = crate::elf::resolve_program(first)
         .with_context(|| format!("cannot find the program '{}'", first.to_string_lossy()))?;
+    // qemu-user loads ELF files only (it exits 1 without a word on a script).
+    let mut head = [0u8; 4];
+    let n = std::fs::File::open(&program)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .with_context(|| format!("reading {}", program.display()))?;
+    if n >= 2 && head[..2] == *b"#!" {
+        bail!(
+            "{} is a script, and qemu-user runs ELF programs only; profile the program the script runs (a wrapper that execs it cannot be traced through), or use --refs valgrind for the interpreter itself",
+            program.display()
+        );
+    }
+    if n < 4 || head != *b"\x7fELF" {
+        bail!(
+            "{} is not an ELF program, which qemu-user needs",
+            program.display()
+        );
+    }
     no_comma("the plugin path", spec.plugin.as_os_str())?;
     no_comma("the output path", spec.out.as_os_str())?;
     no_comma("the scratch directory", spec.scratch.as_os_str())?;

@@ -67,9 +67,10 @@ pub enum Source {
     },
 }
 
-/// The allocation log of the process the session started (the one whose parent is
-/// the session's own child, valgrind, or the first log when only one exists).
-fn main_log(dir: &Path) -> Result<(PathBuf, AllocLog)> {
+/// The logs of the process the session started, one per image, oldest first (the
+/// root is the logged process that is not a child of another logged one; it may
+/// have exec'd: a launcher such as valgrind's, `sh -c`, or a wrapper script).
+fn root_images(dir: &Path) -> Result<Vec<(PathBuf, AllocLog)>> {
     let mut logs = Vec::new();
     for e in std::fs::read_dir(dir)?.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
@@ -85,29 +86,97 @@ fn main_log(dir: &Path) -> Result<(PathBuf, AllocLog)> {
             Err(e) => eprintln!("hugetune: ignoring unreadable log: {e:#}"),
         }
     }
-    // The profiled process is the one that is not a child of another logged one;
-    // if it exec'd (a launcher such as valgrind's, or `sh -c`, becoming the program)
-    // each image wrote its own log: the program is the last image.
     let pids: Vec<u32> = parsed.iter().map(|(_, l)| l.header.pid).collect();
-    let root = parsed
+    let Some((pid, ppid)) = parsed
         .iter()
         .find(|(_, l)| !pids.contains(&l.header.ppid))
-        .map(|(_, l)| (l.header.pid, l.header.ppid));
-    let idx = root.and_then(|(pid, ppid)| {
-        parsed
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, l))| l.header.pid == pid && l.header.ppid == ppid)
-            .max_by_key(|(_, (_, l))| l.header.exec_gen)
-            .map(|(i, _)| i)
-    });
-    match idx {
-        Some(i) => Ok(parsed.swap_remove(i)),
-        None => bail!(
+        .map(|(_, l)| (l.header.pid, l.header.ppid))
+    else {
+        bail!(
             "the runtime library wrote no allocation log in {} (was the program statically linked, or did it exec something setuid?)",
             dir.display()
-        ),
+        );
+    };
+    let mut images: Vec<(PathBuf, AllocLog)> = parsed
+        .into_iter()
+        .filter(|(_, l)| l.header.pid == pid && l.header.ppid == ppid)
+        .collect();
+    images.sort_by_key(|(_, l)| l.header.exec_gen);
+    Ok(images)
+}
+
+/// Marker references of the stream inside each image's marker area.
+fn marker_refs(refs: &Path, images: &[(PathBuf, AllocLog)]) -> Result<Vec<u64>> {
+    let mut r = crate::refs::RefReader::new(
+        std::fs::File::open(refs).with_context(|| format!("opening {}", refs.display()))?,
+    )?;
+    let areas: Vec<(u64, u64)> = images
+        .iter()
+        .map(|(_, l)| (l.header.marker_base, l.header.marker_span))
+        .collect();
+    let mut n = vec![0u64; images.len()];
+    while let Some(x) = r.next_record()? {
+        for (k, &(base, span)) in areas.iter().enumerate() {
+            if span > 0 && x.addr.wrapping_sub(base) < span {
+                n[k] += 1;
+            }
+        }
     }
+    Ok(n)
+}
+
+/// The image whose references the stream holds, found by the runtime library's
+/// marker loads: the one whose marker area received exactly as many marker
+/// references as its log has marked calls (else the most). Every later image of
+/// the process ran untraced (valgrind and qemu do not follow exec here), so a
+/// traced image that is not the last one is an error: its allocations would be
+/// matched with another program's references.
+fn traced_image(dir: &Path, refs: Option<&Path>, argv: &[OsString]) -> Result<(PathBuf, AllocLog)> {
+    let mut images = root_images(dir)?;
+    let Some(refs) = refs else {
+        // No references (DAMON): the program is the last image.
+        return Ok(images
+            .pop()
+            .expect("root_images returns at least one image"));
+    };
+    let seen = marker_refs(refs, &images)?;
+    let expected: Vec<u64> = images
+        .iter()
+        .map(|(_, l)| l.records.iter().filter(|r| r.has_marker(&l.header)).count() as u64)
+        .collect();
+    let exact = (0..images.len())
+        .rev()
+        .find(|&k| seen[k] > 0 && seen[k] == expected[k]);
+    let most = (0..images.len())
+        .filter(|&k| seen[k] > 0)
+        .max_by_key(|&k| seen[k]);
+    let Some(k) = exact.or(most) else {
+        bail!(
+            "the reference stream holds none of the runtime library's marker loads, so its references cannot be matched with allocations (did the traced program run without the library: statically linked, or setuid?)"
+        );
+    };
+    if k + 1 < images.len() {
+        let exec_path = |i: usize| {
+            images[i]
+                .1
+                .execs
+                .iter()
+                .rev()
+                .find(|e| e.errno == 0)
+                .map_or("another program".to_string(), |e| format!("`{}`", e.path))
+        };
+        let (next, last) = (exec_path(k), exec_path(images.len() - 2));
+        let chain = if images.len() - k > 2 {
+            format!(", which in turn became {last}")
+        } else {
+            String::new()
+        };
+        bail!(
+            "`{}` replaced itself (exec) with {next}{chain} after the image the reference source traced; what ran after that ran untraced, so its allocations and these references would not match. Profile the final program directly (a wrapper script or launcher in front of it cannot be traced through)",
+            argv.first().map_or(String::new(), |a| a.to_string_lossy().into_owned())
+        );
+    }
+    Ok(images.swap_remove(k))
 }
 
 pub fn record_with_lackey(
@@ -306,7 +375,13 @@ pub fn record(
             }
         }
     };
-    let (log_path, log) = main_log(dir).context("reading the allocation log")?;
+    let traced_refs = match source {
+        // perf's time samples rarely hit a marker: the program is the last image.
+        Source::Perf { .. } | Source::Damon { .. } => None,
+        _ => Some(refs_path.as_path()),
+    };
+    let (log_path, log) = traced_image(dir, traced_refs, argv)
+        .context("matching the allocation log to the references")?;
     if log.header.marker_span == 0 {
         bail!("the allocation log has no markers: references cannot be aligned with allocations");
     }

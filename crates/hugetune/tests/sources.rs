@@ -117,3 +117,39 @@ fn auto_takes_the_best_source_this_machine_has() {
     };
     assert_eq!(bundle_meta(&out)["ref_source"], want, "{err}");
 }
+
+/// A wrapper that execs the real program cannot be traced through (neither
+/// valgrind nor qemu-user follows exec): `record` says so instead of matching one
+/// program's allocations with another's references.
+#[test]
+fn a_wrapper_script_is_refused_with_the_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let script = d.path().join("wrapper.sh");
+    std::fs::write(&script, format!("#!/bin/sh\nexec {WORK} chase --size 1M\n")).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |refs: &str| {
+        let o = Command::new(HUGETUNE)
+            .arg("--db")
+            .arg(d.path().join("h.db"))
+            .args(["record", "--refs", refs, "-o"])
+            .arg(d.path().join(format!("{refs}.htb")))
+            .arg("--")
+            .arg(&script)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run("valgrind");
+    assert_ne!(code, Some(0));
+    assert!(err.contains("replaced itself (exec)"), "{err}");
+    assert!(err.contains("hugetune-work"), "{err}");
+    if hugetune_capture::qemu::find_qemu().is_some() {
+        let (code, err) = run("qemu");
+        assert_ne!(code, Some(0));
+        assert!(err.contains("is a script"), "{err}");
+    }
+}
