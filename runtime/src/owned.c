@@ -475,6 +475,26 @@ int ht_owned_free(void *p)
     return 1;
 }
 
+/* Moves the registry entry at key `old_ptr` to key `new_ptr`: the new key is
+ * inserted before the old one goes, so a failure leaves the old entry as it was. */
+static int reg_rekey(uintptr_t old_ptr, uintptr_t new_ptr)
+{
+    pthread_mutex_lock(&ht_ap.lock);
+    int r = -1;
+    struct ht_reg_entry *pe = ht_reg_find(&ht_ap.reg, old_ptr);
+    if (pe) {
+        struct ht_reg_entry e = *pe;
+        e.ptr = new_ptr;
+        r = reg_insert_locked(&e);
+        if (r == 0) {
+            ht_reg_remove(&ht_ap.reg, old_ptr, NULL);
+            publish_count();
+        }
+    }
+    pthread_mutex_unlock(&ht_ap.lock);
+    return r;
+}
+
 /* Replaces the registry entry at key `old_ptr` by e. */
 static int reg_update(uintptr_t old_ptr, const struct ht_reg_entry *e)
 {
@@ -634,6 +654,13 @@ void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int ca
             if (ht_mmap_failed(m))
                 goto copy;
             q = (uintptr_t)m;
+            /* Re-key the entry to q before the move gives p's range back: another
+             * thread's mmap may get that range at once, and its registry insert
+             * must not meet a stale entry for p. */
+            if (reg_rekey(p, q) != 0) {
+                ht_sys_munmap((void *)q, nt);
+                goto copy;
+            }
             relocate(p, &e.l, q, cat);
             if (ht_layout_head_end(&e.l) != from) {
                 /* A segment changed backing while moving: describe anew. */
@@ -651,7 +678,7 @@ void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int ca
         e.l.size = n;
         e.ptr = q;
         e.category = (uint8_t)cat;
-        if (reg_update(p, &e) != 0) {
+        if (reg_update(q, &e) != 0) {
             /* Cannot track it any more: give the data to the allocator. */
             void *g = ht_fwd_malloc(n);
             if (g)
