@@ -52,6 +52,17 @@ static int new_slab(struct ht_mag *m, int c, uintptr_t *lo, uintptr_t *hi)
     return 0;
 }
 
+/* The first object of a refill goes to the caller, the rest to the thread cache. */
+static void *hand_out(struct ht_mag_tcache *t, int c, void *first, void *p)
+{
+    if (!first)
+        return p;
+    *(void **)p = t->head[c];
+    t->head[c] = p;
+    t->n[c]++;
+    return first;
+}
+
 void *ht_mag_refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
 {
     struct ht_mag_class *k = &m->cls[c];
@@ -67,13 +78,7 @@ void *ht_mag_refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
         void *p = k->free;
         k->free = *(void **)p;
         k->nfree--;
-        if (!first) {
-            first = p;
-        } else {
-            *(void **)p = t->head[c];
-            t->head[c] = p;
-            t->n[c]++;
-        }
+        first = hand_out(t, c, first, p);
         got++;
     }
     while (got < want) {
@@ -88,13 +93,7 @@ void *ht_mag_refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
         }
         void *p = (void *)k->bump;
         k->bump += sz;
-        if (!first) {
-            first = p;
-        } else {
-            *(void **)p = t->head[c];
-            t->head[c] = p;
-            t->n[c]++;
-        }
+        first = hand_out(t, c, first, p);
         got++;
     }
     pthread_mutex_unlock(&k->lock);

@@ -1,6 +1,6 @@
 /* Every data reference a kernel makes during its kernel phase (and the index
- * walks of heap-small) goes through these helpers.  Without --trace they are the
- * plain load or store behind one well-predicted test of a global; with it, the
+ * walks of heap-small) goes through these helpers.  In the normal build they are
+ * the plain load or store; in the traced build (HTW_TRACE, used for --trace) the
  * kernel phase's references are also written to the trace (trace.h). */
 #ifndef HTW_ACCESS_H
 #define HTW_ACCESS_H
@@ -9,11 +9,15 @@
 
 #include "trace.h"
 
+#ifdef HTW_TRACE
 #define TRACED(p, w) \
     do { \
-        if (__builtin_expect(htw_tracing, 0)) \
+        if (htw_tracing) \
             trace_ref((p), (w)); \
     } while (0)
+#else
+#define TRACED(p, w) ((void)(p), (void)(w))
+#endif
 
 static inline uint64_t ref_load_u64(const uint64_t *p) { TRACED(p, 0); return *p; }
 static inline void ref_store_u64(uint64_t *p, uint64_t v) { TRACED(p, 1); *p = v; }

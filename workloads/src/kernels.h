@@ -25,6 +25,14 @@ void kernel_stream(const struct config *cfg, struct kresult *res);
 void kernel_primes(const struct config *cfg, struct kresult *res);
 void kernel_malloc(const struct config *cfg, struct kresult *res);
 
+/* The same kernels with --trace's hook compiled in (the Makefile builds them a
+ * second time with HTW_TRACE and these names). */
+void kernel_randmem_traced(const struct config *cfg, struct kresult *res);
+void kernel_chase_traced(const struct config *cfg, struct kresult *res);
+void kernel_gups_traced(const struct config *cfg, struct kresult *res);
+void kernel_stream_traced(const struct config *cfg, struct kresult *res);
+void kernel_malloc_traced(const struct config *cfg, struct kresult *res);
+
 /* Deterministic order-independent checksum contribution of word v at position i. */
 static inline uint64_t checksum_word(uint64_t i, uint64_t v)
 {

@@ -54,12 +54,12 @@ int main(int argc, char **argv)
 
     struct kresult res = { 0 };
     switch (cfg.kernel) {
-    case K_RANDMEM: kernel_randmem(&cfg, &res); break;
-    case K_CHASE: kernel_chase(&cfg, &res); break;
-    case K_GUPS: kernel_gups(&cfg, &res); break;
-    case K_STREAM: kernel_stream(&cfg, &res); break;
-    case K_PRIMES: kernel_primes(&cfg, &res); break;
-    case K_MALLOC: kernel_malloc(&cfg, &res); break;
+    case K_RANDMEM: (cfg.trace ? kernel_randmem_traced : kernel_randmem)(&cfg, &res); break;
+    case K_CHASE: (cfg.trace ? kernel_chase_traced : kernel_chase)(&cfg, &res); break;
+    case K_GUPS: (cfg.trace ? kernel_gups_traced : kernel_gups)(&cfg, &res); break;
+    case K_STREAM: (cfg.trace ? kernel_stream_traced : kernel_stream)(&cfg, &res); break;
+    case K_PRIMES: kernel_primes(&cfg, &res); break; /* no memory references */
+    case K_MALLOC: (cfg.trace ? kernel_malloc_traced : kernel_malloc)(&cfg, &res); break;
     }
     trace_close();
     print_result(&cfg, &res);

@@ -140,7 +140,9 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+/// Unsigned LEB128; u128 because a REF's first value has 67 significant bits.
+fn put_varint(buf: &mut Vec<u8>, v: impl Into<u128>) {
+    let mut v: u128 = v.into();
     loop {
         let byte = (v & 0x7f) as u8;
         v >>= 7;
@@ -226,17 +228,10 @@ impl<W: Write> RefWriter<W> {
             ));
         }
         let delta = addr.wrapping_sub(self.cur.prev_addr) as i64;
-        let v = (zigzag(delta) as u128) << 3 | (write as u128) << 2 | K_REF as u128;
-        let mut v = v;
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.buf.push(byte);
-                break;
-            }
-            self.buf.push(byte | 0x80);
-        }
+        put_varint(
+            &mut self.buf,
+            (zigzag(delta) as u128) << 3 | (write as u128) << 2 | K_REF as u128,
+        );
         put_varint(&mut self.buf, seq - self.cur.next_seq);
         self.cur.prev_addr = addr;
         self.cur.next_seq = seq + 1;
@@ -720,17 +715,7 @@ mod tests {
         ] {
             let d = a.wrapping_sub(prev) as i64;
             prev = a;
-            let v = (zigzag(d) as u128) << 1 | w as u128;
-            let mut v = v;
-            loop {
-                let b = (v & 0x7f) as u8;
-                v >>= 7;
-                if v == 0 {
-                    raw.push(b);
-                    break;
-                }
-                raw.push(b | 0x80);
-            }
+            put_varint(&mut raw, (zigzag(d) as u128) << 1 | w as u128);
         }
         let z = zstd::encode_all(&raw[..], 3).unwrap();
         let mut r = RefReader::new(&z[..]).unwrap();
