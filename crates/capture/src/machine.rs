@@ -3,8 +3,9 @@
 
 use crate::procfs::{read_trimmed, read_u64, selected_choice};
 use anyhow::{Context, Result};
+use hugetune_model::page::PageSize::{P1g, P2m, P4k};
 use hugetune_model::plan::ThpMode;
-use hugetune_model::tlb::{TlbGeometry, TlbLevel};
+use hugetune_model::tlb::{TlbArray, TlbGeometry, TlbLevel};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -75,30 +76,23 @@ pub fn cpuid_geometry(id: &CpuIdent) -> Option<TlbGeometry> {
         // AMD's L1 DTLB is fully associative and holds every page size; the L2 is
         // one (skewed) array shared by 4 KB and 2 MB translations.
         return Some(TlbGeometry {
-            l1: TlbLevel {
-                entries_4k: l1.dtlb_4k_size() as u64,
-                entries_2m: l1.dtlb_2m_4m_size() as u64,
-                shared: true,
-            },
-            l2: TlbLevel {
-                entries_4k: l2.dtlb_4k_size() as u64,
-                entries_2m: l2.dtlb_2m_4m_size() as u64,
-                shared: true,
-            },
+            levels: vec![
+                TlbLevel::new(
+                    "L1 DTLB",
+                    vec![TlbArray::new(&[P4k, P2m, P1g], l1.dtlb_4k_size() as u64, 0)],
+                    None,
+                ),
+                TlbLevel::new(
+                    "L2 DTLB",
+                    vec![TlbArray::new(&[P4k, P2m], l2.dtlb_4k_size() as u64, 0)],
+                    None,
+                ),
+            ],
             source: "cpuid 0x80000005/0x80000006".into(),
         });
     }
     if id.vendor == "GenuineIntel" {
-        let mut l1 = TlbLevel {
-            entries_4k: 0,
-            entries_2m: 0,
-            shared: false,
-        };
-        let mut l2 = TlbLevel {
-            entries_4k: 0,
-            entries_2m: 0,
-            shared: true,
-        };
+        let mut levels: Vec<TlbLevel> = Vec::new();
         for d in c.get_deterministic_address_translation_info()? {
             use raw_cpuid::DatType;
             if !matches!(
@@ -107,27 +101,34 @@ pub fn cpuid_geometry(id: &CpuIdent) -> Option<TlbGeometry> {
             ) {
                 continue;
             }
-            let n = d.ways() as u64 * d.sets() as u64;
-            let lvl = if d.cache_level() <= 1 {
-                &mut l1
-            } else {
-                &mut l2
-            };
+            let mut sizes = Vec::new();
             if d.has_4k_entries() {
-                lvl.entries_4k = lvl.entries_4k.max(n);
+                sizes.push(P4k);
             }
             if d.has_2mb_entries() {
-                lvl.entries_2m = lvl.entries_2m.max(n);
+                sizes.push(P2m);
+            }
+            if d.has_1gb_entries() {
+                sizes.push(P1g);
+            }
+            let li = (d.cache_level() as usize).clamp(1, 2) - 1;
+            while levels.len() <= li {
+                let name = if levels.is_empty() { "L1 DTLB" } else { "STLB" };
+                levels.push(TlbLevel::new(name, vec![], None));
+            }
+            let entries = d.ways() as u64 * d.sets() as u64;
+            let lvl = &mut levels[li];
+            sizes.retain(|s| !lvl.arrays.iter().any(|a| a.sizes.contains(s)));
+            if !sizes.is_empty() && entries > 0 {
+                lvl.arrays
+                    .push(TlbArray::new(&sizes, entries, d.ways() as u64));
             }
         }
-        if l1.entries_4k == 0 || l2.entries_4k == 0 {
-            return None;
-        }
-        return Some(TlbGeometry {
-            l1,
-            l2,
+        let g = TlbGeometry {
+            levels,
             source: "cpuid leaf 0x18".into(),
-        });
+        };
+        return g.validate().is_ok().then_some(g);
     }
     None
 }
@@ -139,16 +140,14 @@ pub fn preset(id: &CpuIdent) -> Option<(&'static str, TlbGeometry)> {
         Some((
             name,
             TlbGeometry {
-                l1: TlbLevel {
-                    entries_4k: l1,
-                    entries_2m: l1,
-                    shared: true,
-                },
-                l2: TlbLevel {
-                    entries_4k: l2,
-                    entries_2m: l2,
-                    shared: true,
-                },
+                levels: vec![
+                    TlbLevel::new(
+                        "L1 DTLB",
+                        vec![TlbArray::new(&[P4k, P2m, P1g], l1, 0)],
+                        None,
+                    ),
+                    TlbLevel::new("L2 DTLB", vec![TlbArray::new(&[P4k, P2m], l2, 0)], None),
+                ],
                 source: format!("preset {name}"),
             },
         ))
@@ -171,16 +170,25 @@ pub fn preset(id: &CpuIdent) -> Option<(&'static str, TlbGeometry)> {
 /// A conservative geometry when nothing better is known (Skylake-like).
 pub fn generic_geometry() -> TlbGeometry {
     TlbGeometry {
-        l1: TlbLevel {
-            entries_4k: 64,
-            entries_2m: 32,
-            shared: false,
-        },
-        l2: TlbLevel {
-            entries_4k: 1536,
-            entries_2m: 1536,
-            shared: true,
-        },
+        levels: vec![
+            TlbLevel::new(
+                "L1 DTLB",
+                vec![
+                    TlbArray::new(&[P4k], 64, 4),
+                    TlbArray::new(&[P2m], 32, 4),
+                    TlbArray::new(&[P1g], 4, 4),
+                ],
+                None,
+            ),
+            TlbLevel::new(
+                "STLB",
+                vec![
+                    TlbArray::new(&[P4k, P2m], 1536, 12),
+                    TlbArray::new(&[P1g], 16, 4),
+                ],
+                None,
+            ),
+        ],
         source: "generic (Skylake-like) default".into(),
     }
 }
@@ -197,13 +205,12 @@ pub fn tlb_report(override_file: Option<&Path>) -> Result<TlbReport> {
             .with_context(|| format!("reading TLB override {}", p.display()))?;
         let mut g: TlbGeometry = serde_json::from_str(&text).with_context(|| {
             format!(
-                "{}: not a TLB geometry (expected JSON with l1, l2, source)",
+                "{}: not a TLB geometry (expected JSON with levels, source; docs/formats.md)",
                 p.display()
             )
         })?;
-        if g.l1.entries_4k == 0 || g.l2.entries_4k == 0 {
-            anyhow::bail!("{}: TLB entries must be positive", p.display());
-        }
+        g.validate()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
         g.source = format!("override file {}", p.display());
         return Ok(TlbReport {
             geometry: g,
@@ -212,11 +219,11 @@ pub fn tlb_report(override_file: Option<&Path>) -> Result<TlbReport> {
         });
     }
     let geometry = match (&cpuid, preset(&id)) {
-        (Some(c), Some((name, p))) if id.hypervisor.is_some() && c.l2 != p.l2 => {
+        (Some(c), Some((name, p))) if id.hypervisor.is_some() && c.levels != p.levels => {
             notes.push(format!(
-                "cpuid reports an L2 DTLB of {} (4 KB) / {} (2 MB) entries, but this is {name}; \
-                 hypervisors often synthesize TLB leaves, so the published figures are used",
-                c.l2.entries_4k, c.l2.entries_2m
+                "cpuid reports {}, but this is {name}; hypervisors often synthesize TLB \
+                 leaves, so the published figures are used",
+                c.describe().join("; ")
             ));
             p
         }
@@ -310,6 +317,23 @@ pub fn mthp_sizes(root: &Path) -> Vec<(u64, String)> {
     page_size_dirs(root)
         .into_iter()
         .filter_map(|(kb, p)| Some((kb, selected_choice(&read_trimmed(&p.join("enabled"))?)?)))
+        .collect()
+}
+
+/// Folio shifts (14..=20) of the mTHP sizes `MADV_HUGEPAGE` may use now: the
+/// size's control is `always` or `madvise`, or `inherit` with the top level not
+/// `never` (docs/formats.md §3).
+pub fn mthp_usable(root: &Path) -> Vec<u8> {
+    let top = thp_mode(root);
+    mthp_sizes(root)
+        .into_iter()
+        .filter(|(kb, _)| (16..2048).contains(kb) && kb.is_power_of_two())
+        .filter(|(_, v)| match v.as_str() {
+            "always" | "madvise" => true,
+            "inherit" => top.is_some_and(|t| t != ThpMode::Never),
+            _ => false,
+        })
+        .map(|(kb, _)| (kb.trailing_zeros() + 10) as u8)
         .collect()
 }
 
@@ -433,9 +457,9 @@ mod tests {
     #[test]
     fn this_machine_has_a_geometry() {
         let r = tlb_report(None).unwrap();
-        assert!(
-            r.geometry.l1.entries_4k > 0 && r.geometry.l2.entries_4k >= r.geometry.l1.entries_4k
-        );
+        r.geometry.validate().unwrap();
+        let g = &r.geometry;
+        assert!(g.last().entries(P4k) >= g.levels[0].entries(P4k));
     }
 
     #[test]
@@ -448,6 +472,6 @@ mod tests {
             hypervisor: Some("KVM".into()),
         };
         let (_, p) = preset(&id).unwrap();
-        assert_eq!(p.l2.entries_4k, 4096);
+        assert_eq!(p.last().entries(P4k), 4096);
     }
 }

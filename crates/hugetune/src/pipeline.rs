@@ -23,6 +23,7 @@ use hugetune_model::cost::CostModel;
 use hugetune_model::page::Backing;
 use hugetune_model::plan::{Availability, ProgramTraits, ThpMode};
 use hugetune_model::rank::{self, Prediction, Significance};
+use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
 use hugetune_model::tlb::TlbGeometry;
 use hugetune_store::bundle::Section;
@@ -524,7 +525,8 @@ pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<
             path.display()
         );
     }
-    let (result, stream, cat) = analyze_stream(&spec, geometry, &present, refs_iter()?);
+    let opts = analysis_options(false);
+    let (result, stream, cat) = analyze_stream(&spec, geometry, &present, &opts, refs_iter()?);
     if let Some(e) = stream_error.take() {
         bail!(
             "bundle {}: the reference stream is corrupt: {e}",
@@ -667,7 +669,19 @@ pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> 
 pub fn availability_now() -> Availability {
     Availability {
         hugetlb_2m_free: machine::pool(2048).map_or(0, |p| p.available()),
+        hugetlb_1g_free: machine::pool(1 << 20).map_or(0, |p| p.available()),
         thp: machine::thp_mode(Path::new(machine::THP_SYSFS)).unwrap_or(ThpMode::Never),
+        mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
+    }
+}
+
+/// The mappings worth evaluating on this machine: heap-large on 1 GB pages when
+/// the kernel has them, on every mTHP size usable now.
+pub fn analysis_options(simulate: bool) -> AnalysisOptions {
+    AnalysisOptions {
+        gigantic: machine::pool(1 << 20).is_some(),
+        mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
+        simulate,
     }
 }
 

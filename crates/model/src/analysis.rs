@@ -2,40 +2,65 @@
 //!
 //! For every mapping of categories to page sizes, each reference is resolved to the
 //! page it would touch under that mapping, *with the runtime library's real
-//! placement*: heap-large objects get fresh, 2 MB-aligned whole pages; static data
-//! only its 2 MB-aligned .bss interior; the THP-backed heap its 2 MB frames. The
-//! page stream feeds exact reuse-distance engines, from which TLB misses (eq. 1)
-//! and first-touch faults follow.
+//! placement*: heap-large objects get fresh, aligned whole pages of their backing
+//! (head+tail layout; `hugetlb-1g` blocks 1 GB pages, then 2 MB pages, then 4 KB);
+//! static data only its 2 MB-aligned .bss interior; the THP-backed heap its 2 MB
+//! frames. Each TLB level then sees the translation it would cache: the leaf size,
+//! smashed to a smaller entry where the level has no array for it, and coalesced
+//! where the level merges contiguous 4 KB entries of one folio (so mTHP folios only
+//! extend TLB reach there; elsewhere they only save faults). The translations feed
+//! exact reuse-distance engines (fully associative LRU per array, eq. 1) and,
+//! optionally, an exact set-associative simulation of the same hierarchy.
 //!
 //! Unlike the seed, which evaluates only base mappings and assumes benefits add up,
-//! every subset of the mappable categories present is evaluated exactly (at most 8);
-//! the base mappings are flagged, and additivity can be checked.
+//! every subset of the mappable categories present is evaluated exactly at 2 MB
+//! (at most 8), plus heap-large at every other size asked for; base mappings are
+//! flagged, and additivity can be checked.
 
-use crate::categorize::{AllocStats, ObjectInfo, StaticSegment};
+use crate::categorize::{head_pages_1g, AllocStats, ObjectInfo, StaticSegment};
 use crate::category::{Category, PerCategory};
-use crate::page::{key_4k, PageSize, SHIFT_2M, TAG_2M, TAG_OWNED, TAG_STATIC};
-use crate::reuse::{Histogram, ReuseEngine};
-use crate::tlb::TlbGeometry;
+use crate::page::{
+    key, key_4k, size_name, Backing, PageSize, BACKINGS, SHIFT_2M, SIZE_1G, SIZE_2M, TAG_OWNED,
+    TAG_STATIC,
+};
+use crate::reuse::ReuseEngine;
+use crate::tlb::{TlbGeometry, TlbSim};
+use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 
-/// A mapping: the set of categories placed on 2 MB pages; all else on 4 KB pages.
+/// A mapping: the categories placed on huge pages, each with the page resolution
+/// it gets (`thp-2m` stands for every 2 MB backing, `hugetlb-1g` for the 1 GB
+/// layout, `thp-64k` etc. for mTHP folios); all else on 4 KB pages.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mapping {
-    pub huge: Vec<Category>,
+    pub huge: Vec<(Category, Backing)>,
     /// True when `huge` holds every mappable category the program references.
     pub all_present: bool,
 }
 
 impl Mapping {
     pub fn name(&self) -> String {
+        let size = |b: Backing| {
+            if b.folio_shift() == SHIFT_2M {
+                String::new()
+            } else {
+                format!(":{}", size_name(b.folio_bytes()))
+            }
+        };
         match self.huge.len() {
             0 => "all-small".into(),
-            1 => self.huge[0].name().into(),
-            _ if self.all_present => "all-large".into(),
+            _ if self.all_present && self.huge.len() > 1 => {
+                // Only heap-large ever differs from 2 MB here.
+                let odd = self.huge.iter().find(|(_, b)| b.folio_shift() != SHIFT_2M);
+                format!(
+                    "all-large{}",
+                    odd.map(|&(_, b)| size(b)).unwrap_or_default()
+                )
+            }
             _ => self
                 .huge
                 .iter()
-                .map(|c| c.name())
+                .map(|&(c, b)| format!("{}{}", c.name(), size(b)))
                 .collect::<Vec<_>>()
                 .join("+"),
         }
@@ -46,16 +71,26 @@ impl Mapping {
         self.huge.len() <= 1 || self.all_present
     }
 
-    fn mask(&self) -> PerCategory<bool> {
-        let mut m = [false; 5];
-        for c in &self.huge {
-            m[c.index()] = true;
+    pub fn categories(&self) -> Vec<Category> {
+        self.huge.iter().map(|&(c, _)| c).collect()
+    }
+
+    fn resolution(&self) -> PerCategory<Option<Backing>> {
+        let mut m = [None; 5];
+        for &(c, b) in &self.huge {
+            m[c.index()] = Some(b);
         }
         m
     }
 
-    /// Every subset of `present` (mappable categories the program references).
+    /// Every subset of `present` (mappable categories the program references) at 2 MB.
     pub fn all_subsets(present: &[Category]) -> Vec<Mapping> {
+        Self::subsets(present, None)
+    }
+
+    /// Subsets of `present`, every category at 2 MB except heap-large at
+    /// `heap_large` when given (then only subsets holding heap-large).
+    fn subsets(present: &[Category], heap_large: Option<Backing>) -> Vec<Mapping> {
         let present: Vec<Category> = Category::MAPPABLE
             .iter()
             .copied()
@@ -68,22 +103,53 @@ impl Mapping {
                     .iter()
                     .enumerate()
                     .filter(|(i, _)| bits & (1 << i) != 0)
-                    .map(|(_, &c)| c)
+                    .map(|(_, &c)| match (c, heap_large) {
+                        (Category::HeapLarge, Some(b)) => (c, b),
+                        _ => (c, Backing::Thp2m),
+                    })
                     .collect(),
+            })
+            .filter(|m| {
+                heap_large.is_none() || m.huge.iter().any(|&(c, _)| c == Category::HeapLarge)
             })
             .collect()
     }
+
+    /// The mappings the model evaluates: every subset at 2 MB; with heap-large
+    /// present, also every subset with heap-large on 1 GB pages (when `gigantic`),
+    /// and heap-large alone on each mTHP size in `mthp` (folio shifts 14..=20).
+    pub fn candidates(present: &[Category], gigantic: bool, mthp: &[u8]) -> Vec<Mapping> {
+        let mut v = Self::subsets(present, None);
+        if present.contains(&Category::HeapLarge) {
+            if gigantic {
+                v.extend(Self::subsets(present, Some(Backing::Hugetlb1g)));
+            }
+            for &s in mthp {
+                v.push(Mapping {
+                    huge: vec![(Category::HeapLarge, Backing::Thp(s))],
+                    all_present: false,
+                });
+            }
+        }
+        v
+    }
 }
 
-/// TLB and fault counts of the references of one category at one page size.
+/// TLB and fault counts of the references of one category on one backing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SizeStats {
     pub refs: u64,
+    /// First-level DTLB misses (fully associative LRU approximation).
     pub l1_misses: u64,
-    /// L2 DTLB misses: page walks.
+    /// Misses of every level: page walks (approximation).
     pub walks: u64,
-    /// First touches of a page: page faults.
+    /// First touches of a folio: page faults.
     pub faults: u64,
+    /// The same two counts from the exact set-associative simulation, when run.
+    #[serde(default)]
+    pub sim_l1_misses: u64,
+    #[serde(default)]
+    pub sim_walks: u64,
 }
 
 impl SizeStats {
@@ -92,7 +158,19 @@ impl SizeStats {
         self.l1_misses += o.l1_misses;
         self.walks += o.walks;
         self.faults += o.faults;
+        self.sim_l1_misses += o.sim_l1_misses;
+        self.sim_walks += o.sim_walks;
     }
+}
+
+/// The counts of one (category, backing) pair under a mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    pub category: Category,
+    /// The resolution backing (`thp-2m` for every 2 MB backing).
+    pub backing: Backing,
+    #[serde(flatten)]
+    pub stats: SizeStats,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,73 +178,212 @@ pub struct MappingResult {
     pub mapping: Mapping,
     pub name: String,
     pub base: bool,
-    /// `stats[category][page size]`.
-    pub stats: PerCategory<[SizeStats; 2]>,
-    /// Reuse-distance histogram of the whole page stream (one array for all sizes),
-    /// when the geometry needs it.
-    pub hist_mixed: Option<Histogram>,
-    /// Per page size histograms, when the geometry has per-size arrays.
-    pub hist_split: [Option<Histogram>; 2],
+    /// Non-empty (category, backing) cells.
+    pub cells: Vec<Cell>,
+    /// Whether the `sim_*` counts were computed.
+    #[serde(default)]
+    pub simulated: bool,
 }
 
 impl MappingResult {
     pub fn total(&self) -> SizeStats {
         let mut t = SizeStats::default();
-        for per in &self.stats {
-            for s in per {
-                t.add(s);
-            }
+        for c in &self.cells {
+            t.add(&c.stats);
         }
         t
     }
 
-    pub fn category(&self, c: Category, size: PageSize) -> SizeStats {
-        self.stats[c.index()][size.index()]
+    /// Counts of category `c` on resolution backing `b`.
+    pub fn cell(&self, c: Category, b: Backing) -> SizeStats {
+        self.cells
+            .iter()
+            .find(|x| x.category == c && x.backing == b)
+            .map(|x| x.stats)
+            .unwrap_or_default()
+    }
+
+    /// Counts of category `c` over every backing.
+    pub fn category_total(&self, c: Category) -> SizeStats {
+        let mut t = SizeStats::default();
+        for x in self.cells.iter().filter(|x| x.category == c) {
+            t.add(&x.stats);
+        }
+        t
+    }
+
+    /// Counts of every category whose pages end in leaf size `s`.
+    pub fn leaf_total(&self, s: PageSize) -> SizeStats {
+        let mut t = SizeStats::default();
+        for x in self.cells.iter().filter(|x| x.backing.leaf() == s) {
+            t.add(&x.stats);
+        }
+        t
     }
 }
 
+/// Per backing, per TLB level: the engine, key shift and entries of its array.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    engine: usize,
+    shift: u32,
+    entries: u64,
+    array: usize,
+}
+
 struct MappingState {
-    mask: PerCategory<bool>,
-    /// Page size the previous reference resolved to under this mapping.
-    last_size: PageSize,
-    mixed: Option<ReuseEngine>,
-    split: [Option<ReuseEngine>; 2],
+    res: PerCategory<Option<Backing>>,
+    /// `routes[backing][level]`.
+    routes: Vec<Vec<Option<Route>>>,
+    /// Per backing: an engine keyed at folio granularity, whose cold misses are the
+    /// faults; `None`: a set of touched folios counts them.
+    fault_engine: Vec<Option<usize>>,
+    engines: Vec<ReuseEngine>,
+    scratch: Vec<Option<Option<u64>>>,
+    touched: FxHashSet<u64>,
+    sim: Option<TlbSim>,
+    /// Cell of the previous reference.
+    last_cell: usize,
+    cells: Vec<SizeStats>,
     result: MappingResult,
 }
 
 /// Streaming analyzer: feed it categorized references in program order.
 pub struct Analyzer {
-    geometry: TlbGeometry,
     static_segments: Vec<StaticSegment>,
     mappings: Vec<MappingState>,
+    levels: usize,
     refs: u64,
     /// (object, 4 KB page) of the previous reference.
     last: (u32, u64),
 }
 
-/// The key of the 2 MB page a reference to `addr` in `obj` lands on when the
-/// object's category is placed on huge pages, or `None` when that address stays on
-/// 4 KB pages even then (static data outside the 2 MB-aligned .bss interior).
-fn huge_key(obj: &ObjectInfo, seg: Option<&StaticSegment>, addr: u64) -> Option<u64> {
+/// The backing a reference to `addr` in `obj` lands on when the object's category
+/// has resolution `res`, with the placement space and address it has there.
+fn resolve(
+    obj: &ObjectInfo,
+    seg: Option<&StaticSegment>,
+    addr: u64,
+    res: Option<Backing>,
+) -> (Backing, u64, u64) {
+    let small = (Backing::Base4k, 0, addr);
+    let Some(res) = res else { return small };
     match obj.category {
         Category::HeapLarge => {
-            // The head is on huge pages; the tail stays on 4 KB pages.
             let off = addr - obj.start;
-            (off < obj.head_len())
-                .then_some(TAG_2M | TAG_OWNED | (obj.frame_base + (off >> SHIFT_2M)))
+            let pa = obj.virt_base + off;
+            if res == Backing::Hugetlb1g {
+                let (g, m) = head_pages_1g(obj.len);
+                if off < g * SIZE_1G {
+                    (Backing::Hugetlb1g, TAG_OWNED, pa)
+                } else if off < g * SIZE_1G + m * SIZE_2M {
+                    (Backing::Hugetlb2m, TAG_OWNED, pa)
+                } else {
+                    (Backing::Base4k, TAG_OWNED, pa)
+                }
+            } else {
+                let p = res.folio_bytes();
+                if off < obj.len / p * p {
+                    (res, TAG_OWNED, pa)
+                } else {
+                    (Backing::Base4k, TAG_OWNED, pa)
+                }
+            }
         }
         Category::Static => {
-            let seg = seg?;
-            if !seg.main_program {
-                return None;
-            }
+            let Some(seg) = seg.filter(|s| s.main_program) else {
+                return small;
+            };
             let (lo, hi) = seg.huge_interior_vaddr();
             let vaddr = addr.wrapping_sub(seg.bias);
-            (vaddr >= lo && vaddr < hi)
-                .then_some(TAG_2M | TAG_STATIC | ((seg.module as u64) << 40) | (vaddr >> SHIFT_2M))
+            if vaddr >= lo && vaddr < hi {
+                (res, TAG_STATIC, vaddr | ((seg.module as u64) << 44))
+            } else {
+                small
+            }
         }
-        Category::HeapSmall => Some(TAG_2M | (addr >> SHIFT_2M)),
-        Category::Stack | Category::Other => None,
+        Category::HeapSmall => (res, 0, addr),
+        Category::Stack | Category::Other => small,
+    }
+}
+
+impl MappingState {
+    fn new(m: Mapping, geometry: &TlbGeometry, simulate: bool) -> Self {
+        let res = m.resolution();
+        let mut used = vec![Backing::Base4k];
+        for &(_, b) in &m.huge {
+            used.push(b);
+            if b == Backing::Hugetlb1g {
+                used.push(Backing::Hugetlb2m);
+            }
+        }
+        // Two arrays share an engine when they see the same translations with the
+        // same keys for every backing this mapping uses (e.g. AMD's L1 and L2
+        // without 1 GB pages): one reuse stack answers both capacities.
+        let mut signatures: Vec<Vec<Option<u32>>> = Vec::new();
+        let mut routes = vec![vec![None; geometry.levels.len()]; BACKINGS];
+        for (li, level) in geometry.levels.iter().enumerate() {
+            for (ai, array) in level.arrays.iter().enumerate() {
+                let sig: Vec<Option<u32>> = used
+                    .iter()
+                    .map(|b| {
+                        level
+                            .slot(b.leaf(), b.folio_shift())
+                            .filter(|s| s.array == ai)
+                            .map(|s| s.shift)
+                    })
+                    .collect();
+                if sig.iter().all(Option::is_none) {
+                    continue;
+                }
+                let engine = match signatures.iter().position(|s| *s == sig) {
+                    Some(e) => e,
+                    None => {
+                        signatures.push(sig.clone());
+                        signatures.len() - 1
+                    }
+                };
+                for (b, shift) in used.iter().zip(&sig) {
+                    if let Some(shift) = *shift {
+                        routes[b.index()][li] = Some(Route {
+                            engine,
+                            shift,
+                            entries: array.entries,
+                            array: ai,
+                        });
+                    }
+                }
+            }
+        }
+        let fault_engine = (0..BACKINGS)
+            .map(|bi| {
+                let b = Backing::all()[bi];
+                routes[bi]
+                    .iter()
+                    .flatten()
+                    .find(|r| r.shift == b.folio_shift())
+                    .map(|r| r.engine)
+            })
+            .collect();
+        let n = signatures.len();
+        MappingState {
+            res,
+            routes,
+            fault_engine,
+            engines: (0..n).map(|_| ReuseEngine::new()).collect(),
+            scratch: vec![None; n],
+            touched: FxHashSet::default(),
+            sim: simulate.then(|| TlbSim::new(geometry)),
+            last_cell: 0,
+            cells: vec![SizeStats::default(); 5 * BACKINGS],
+            result: MappingResult {
+                name: m.name(),
+                base: m.is_base(),
+                mapping: m,
+                cells: Vec::new(),
+                simulated: simulate,
+            },
+        }
     }
 }
 
@@ -176,32 +393,25 @@ impl Analyzer {
         static_segments: Vec<StaticSegment>,
         mappings: Vec<Mapping>,
     ) -> Self {
-        let mixed = geometry.needs_mixed();
-        let split = geometry.needs_split();
-        let mappings = mappings
-            .into_iter()
-            .map(|m| MappingState {
-                mask: m.mask(),
-                last_size: PageSize::P4k,
-                mixed: mixed.then(ReuseEngine::new),
-                split: [split.then(ReuseEngine::new), split.then(ReuseEngine::new)],
-                result: MappingResult {
-                    name: m.name(),
-                    base: m.is_base(),
-                    mapping: m,
-                    stats: Default::default(),
-                    hist_mixed: mixed.then(Histogram::default),
-                    hist_split: [
-                        split.then(Histogram::default),
-                        split.then(Histogram::default),
-                    ],
-                },
-            })
-            .collect();
+        Self::with_simulation(geometry, static_segments, mappings, false)
+    }
+
+    /// `simulate`: also run the exact set-associative simulation (slower; ground
+    /// truth for the approximation's error).
+    pub fn with_simulation(
+        geometry: TlbGeometry,
+        static_segments: Vec<StaticSegment>,
+        mappings: Vec<Mapping>,
+        simulate: bool,
+    ) -> Self {
+        let levels = geometry.levels.len();
         Analyzer {
-            geometry,
+            mappings: mappings
+                .into_iter()
+                .map(|m| MappingState::new(m, &geometry, simulate))
+                .collect(),
             static_segments,
-            mappings,
+            levels,
             refs: 0,
             last: (u32::MAX, u64::MAX),
         }
@@ -211,19 +421,13 @@ impl Analyzer {
     pub fn feed(&mut self, obj: &ObjectInfo, addr: u64) {
         self.refs += 1;
         let k4 = key_4k(addr);
-        let cat = obj.category.index();
         // Same object, same 4 KB page as the previous reference: the same page under
-        // every mapping, reuse distance 0, a hit everywhere. Exact, and it skips the
-        // engines for the bulk of sequential traffic.
+        // every mapping, the most recent entry of every array, a hit everywhere
+        // (also in the simulation, where it sits at the front of its set). Exact,
+        // and it skips the engines for the bulk of sequential traffic.
         if self.last == (obj.id, k4) {
             for m in &mut self.mappings {
-                m.result.stats[cat][m.last_size.index()].refs += 1;
-                if let Some(h) = m.result.hist_mixed.as_mut() {
-                    h.record(Some(0));
-                }
-                if let Some(h) = m.result.hist_split[m.last_size.index()].as_mut() {
-                    h.record(Some(0));
-                }
+                m.cells[m.last_cell].refs += 1;
             }
             return;
         }
@@ -231,30 +435,48 @@ impl Analyzer {
         let seg = obj
             .segment
             .and_then(|i| self.static_segments.get(i as usize));
-        let k2 = huge_key(obj, seg, addr);
+        let cat = obj.category.index();
+        let mut slots = [None; 4];
         for m in &mut self.mappings {
-            let (size, key) = match k2 {
-                Some(k) if m.mask[cat] => (PageSize::P2m, k),
-                _ => (PageSize::P4k, k4),
+            let (b, space, pa) = resolve(obj, seg, addr, m.res[cat]);
+            let bi = b.index();
+            m.scratch.iter_mut().for_each(|d| *d = None);
+            let mut hit_level = self.levels;
+            for (l, route) in m.routes[bi].iter().enumerate() {
+                let Some(r) = route else {
+                    slots[l] = None;
+                    continue;
+                };
+                let k = key(space, r.shift, pa);
+                slots[l] = Some((r.array, k));
+                let d = match m.scratch[r.engine] {
+                    Some(d) => d,
+                    None => {
+                        let d = m.engines[r.engine].access(k);
+                        m.scratch[r.engine] = Some(d);
+                        d
+                    }
+                };
+                if hit_level == self.levels && d.is_some_and(|d| d < r.entries) {
+                    hit_level = l;
+                }
+            }
+            let fault = match m.fault_engine[bi] {
+                Some(e) => m.scratch[e] == Some(None),
+                None => m.touched.insert(key(space, b.folio_shift(), pa)),
             };
-            m.last_size = size;
-            let dm = m.mixed.as_mut().map(|e| e.access(key));
-            let ds = m.split[size.index()].as_mut().map(|e| e.access(key));
-            if let (Some(h), Some(d)) = (m.result.hist_mixed.as_mut(), dm) {
-                h.record(d);
-            }
-            if let (Some(h), Some(d)) = (m.result.hist_split[size.index()].as_mut(), ds) {
-                h.record(d);
-            }
-            let dm = dm.flatten();
-            let ds = ds.flatten();
-            let cold = dm.or(ds).is_none();
-            let (l1, l2) = self.geometry.classify(size, dm, ds);
-            let s = &mut m.result.stats[cat][size.index()];
+            let cell = cat * BACKINGS + bi;
+            m.last_cell = cell;
+            let s = &mut m.cells[cell];
             s.refs += 1;
-            s.l1_misses += l1 as u64;
-            s.walks += l2 as u64;
-            s.faults += cold as u64;
+            s.l1_misses += (hit_level > 0) as u64;
+            s.walks += (hit_level == self.levels) as u64;
+            s.faults += fault as u64;
+            if let Some(sim) = m.sim.as_mut() {
+                let h = sim.access(&slots[..self.levels]);
+                s.sim_l1_misses += (h > 0) as u64;
+                s.sim_walks += (h == self.levels) as u64;
+            }
         }
     }
 
@@ -263,7 +485,22 @@ impl Analyzer {
     }
 
     pub fn finish(self) -> Vec<MappingResult> {
-        self.mappings.into_iter().map(|m| m.result).collect()
+        let all = Backing::all();
+        self.mappings
+            .into_iter()
+            .map(|mut m| {
+                for (i, s) in m.cells.iter().enumerate() {
+                    if s.refs > 0 {
+                        m.result.cells.push(Cell {
+                            category: Category::ALL[i / BACKINGS],
+                            backing: all[i % BACKINGS],
+                            stats: *s,
+                        });
+                    }
+                }
+                m.result
+            })
+            .collect()
     }
 }
 
@@ -275,6 +512,9 @@ pub struct AnalysisResult {
     pub refs: u64,
     /// Peak 2 MB pages the runtime library holds for heap-large objects at once.
     pub heap_large_peak_pages: u64,
+    /// The same for heap-large on `hugetlb-1g`: peak 1 GB pages, peak 2 MB pages.
+    #[serde(default)]
+    pub heap_large_peak_pages_1g: (u64, u64),
     pub alloc_stats: PerCategory<AllocStats>,
     pub geometry: TlbGeometry,
 }
@@ -295,7 +535,7 @@ impl AnalysisResult {
         Category::ALL
             .iter()
             .copied()
-            .filter(|c| base.stats[c.index()].iter().any(|s| s.refs > 0))
+            .filter(|&c| base.category_total(c).refs > 0)
             .collect()
     }
 }
@@ -333,6 +573,7 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
         refs: a.refs(),
         mappings: a.finish(),
         heap_large_peak_pages: input.heap_large_peak_pages,
+        heap_large_peak_pages_1g: (0, 0),
         alloc_stats: input.alloc_stats,
         geometry: input.geometry,
     }
@@ -342,20 +583,15 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
 mod tests {
     use super::*;
     use crate::categorize::{AddressSpace, AllocEvent, AllocOp, AllocVia, Categorizer};
-    use crate::tlb::TlbLevel;
+    use crate::tlb::{TlbArray, TlbLevel};
+    use PageSize::*;
 
     fn geometry() -> TlbGeometry {
         TlbGeometry {
-            l1: TlbLevel {
-                entries_4k: 64,
-                entries_2m: 64,
-                shared: true,
-            },
-            l2: TlbLevel {
-                entries_4k: 1024,
-                entries_2m: 1024,
-                shared: true,
-            },
+            levels: vec![
+                TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
+                TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m, P1g], 1024, 0)], None),
+            ],
             source: "test".into(),
         }
     }
@@ -436,11 +672,11 @@ mod tests {
             alloc_stats: cat.stats().clone(),
         });
         let m = r.mapping("heap-large").unwrap();
-        assert_eq!(m.category(Category::HeapLarge, PageSize::P2m).faults, 1);
-        assert_eq!(m.category(Category::HeapLarge, PageSize::P4k).faults, 256);
+        assert_eq!(m.cell(Category::HeapLarge, Backing::Thp2m).faults, 1);
+        assert_eq!(m.cell(Category::HeapLarge, Backing::Base4k).faults, 256);
         assert_eq!(
             r.all_small()
-                .category(Category::HeapLarge, PageSize::P4k)
+                .cell(Category::HeapLarge, Backing::Base4k)
                 .faults,
             768
         );
@@ -487,8 +723,6 @@ mod tests {
         for &(_, a) in &refs {
             h.record(e.access(a >> 12));
         }
-        let got = r.all_small().hist_mixed.clone().unwrap();
-        assert_eq!(got, h);
         let s = r.all_small().total();
         assert_eq!(s.refs, refs.len() as u64);
         assert_eq!(s.walks, h.misses(1024));
@@ -498,6 +732,20 @@ mod tests {
     #[test]
     fn subsets_and_names() {
         let m = Mapping::all_subsets(&[Category::HeapLarge, Category::Stack, Category::Static]);
+        let c = Mapping::candidates(&[Category::HeapLarge, Category::Static], true, &[16]);
+        let cn: Vec<String> = c.iter().map(|m| m.name()).collect();
+        assert_eq!(
+            cn,
+            vec![
+                "all-small",
+                "static",
+                "heap-large",
+                "all-large",
+                "heap-large:1g",
+                "all-large:1g",
+                "heap-large:64k"
+            ]
+        );
         let names: Vec<String> = m.iter().map(|m| m.name()).collect();
         assert_eq!(
             names,
@@ -508,5 +756,174 @@ mod tests {
         assert_eq!(three.len(), 8);
         assert_eq!(three.iter().filter(|m| m.is_base()).count(), 5);
         assert_eq!(three[3].name(), "static+heap-small");
+    }
+}
+
+#[cfg(test)]
+mod page_size_tests {
+    use super::*;
+    use crate::categorize::{AddressSpace, AllocEvent, AllocOp, AllocVia, Categorizer};
+    use crate::tlb::{TlbArray, TlbLevel};
+    use PageSize::*;
+
+    /// One heap-large block of `size` bytes, `n` uniformly random references.
+    fn random_block(size: u64, n: usize) -> (Categorizer, Vec<(u32, u64)>) {
+        let mut cat = Categorizer::new(AddressSpace::default(), 128 * 1024);
+        let base = 0x7f00_0000_0000u64;
+        cat.apply(&AllocEvent {
+            seq: 1,
+            op: AllocOp::Alloc {
+                addr: base,
+                size,
+                via: AllocVia::Malloc,
+                site: None,
+            },
+        });
+        let mut x = 777u64;
+        let refs = (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let a = base + (x % size) / 64 * 64;
+                (cat.classify(a).unwrap(), a)
+            })
+            .collect();
+        (cat, refs)
+    }
+
+    fn run(
+        g: &TlbGeometry,
+        mappings: Vec<Mapping>,
+        simulate: bool,
+        size: u64,
+    ) -> Vec<MappingResult> {
+        let (cat, refs) = random_block(size, 200_000);
+        let mut a = Analyzer::with_simulation(g.clone(), vec![], mappings, simulate);
+        for &(id, addr) in &refs {
+            a.feed(cat.object(id), addr);
+        }
+        a.finish()
+    }
+
+    fn single(b: Backing) -> Mapping {
+        Mapping {
+            huge: vec![(Category::HeapLarge, b)],
+            all_present: false,
+        }
+    }
+
+    fn zen_like(coalesce: Option<u64>) -> TlbGeometry {
+        TlbGeometry {
+            levels: vec![
+                TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], coalesce),
+                TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 2048, 8)], coalesce),
+            ],
+            source: "test".into(),
+        }
+    }
+
+    /// 1 GB + 6 MB block on hugetlb-1g: one 1 GB page, three 2 MB pages; the L2
+    /// holds the 1 GB page as 2 MB entries, so it still never walks here.
+    #[test]
+    fn gigantic_layout_and_smashing() {
+        let size = (1 << 30) + (6 << 20) + 100;
+        let r = run(
+            &zen_like(None),
+            vec![single(Backing::Hugetlb1g)],
+            true,
+            size,
+        );
+        let m = &r[0];
+        let g = m.cell(Category::HeapLarge, Backing::Hugetlb1g);
+        let two = m.cell(Category::HeapLarge, Backing::Hugetlb2m);
+        let tail = m.cell(Category::HeapLarge, Backing::Base4k);
+        assert_eq!(g.faults, 1);
+        assert_eq!(two.faults, 3);
+        assert!(tail.faults <= 1);
+        // 512 + 3 2 MB entries fit the 2048-entry L2: only cold walks.
+        assert_eq!(g.walks + two.walks, 4);
+        assert_eq!(m.name, "heap-large:1g");
+    }
+
+    /// mTHP folios cut faults; they extend TLB reach only where the level coalesces.
+    #[test]
+    fn mthp_reach_needs_coalescing() {
+        // 16 K pages of 4 KB overflow the 2048-entry L2; 1 K entries of 64 KB fit.
+        let size = 64 << 20;
+        let ms = || {
+            vec![
+                Mapping {
+                    huge: vec![],
+                    all_present: false,
+                },
+                single(Backing::Thp(16)),
+            ]
+        };
+        let plain = run(&zen_like(None), ms(), false, size);
+        let small = plain[0].total();
+        let m64 = plain[1].total();
+        assert_eq!(
+            m64.walks, small.walks,
+            "no coalescing: the same 4 KB entries"
+        );
+        assert!(
+            m64.faults * 8 < small.faults,
+            "{} vs {}",
+            m64.faults,
+            small.faults
+        );
+        let co = run(&zen_like(Some(64 << 10)), ms(), false, size);
+        assert!(
+            co[1].total().walks * 2 < co[0].total().walks,
+            "64 KB entries: {} walks vs {}",
+            co[1].total().walks,
+            co[0].total().walks
+        );
+    }
+
+    /// The simulation of fully associative arrays is the reuse-distance rule;
+    /// set associativity only adds conflict misses.
+    #[test]
+    fn simulation_agrees_with_the_approximation_on_random_pages() {
+        let fa = TlbGeometry {
+            levels: vec![
+                TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
+                TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m, P1g], 2048, 0)], None),
+            ],
+            source: "fa".into(),
+        };
+        let size = 16 << 20;
+        let all_small = || {
+            vec![Mapping {
+                huge: vec![],
+                all_present: false,
+            }]
+        };
+        let r = run(&fa, all_small(), true, size);
+        let t = r[0].total();
+        assert_eq!(t.l1_misses, t.sim_l1_misses);
+        // The simulated L2 is not refreshed by L1 hits, the independent stack is:
+        // the only difference, and a small one here.
+        let diff = t.walks.abs_diff(t.sim_walks) as f64;
+        assert!(
+            diff <= t.walks as f64 * 1e-3,
+            "{} vs {}",
+            t.walks,
+            t.sim_walks
+        );
+        let mut sa = fa.clone();
+        sa.levels[1].arrays[0].ways = 4;
+        let r = run(&sa, all_small(), true, size);
+        let t = r[0].total();
+        // Uniformly random pages spread evenly over the sets: associativity changes
+        // little (tlb.rs tests the conflict case).
+        let diff = t.walks.abs_diff(t.sim_walks) as f64;
+        assert!(
+            diff <= t.walks as f64 * 0.01,
+            "{} vs {}",
+            t.walks,
+            t.sim_walks
+        );
     }
 }

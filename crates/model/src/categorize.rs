@@ -6,7 +6,7 @@
 //! against the objects live at that point.
 
 use crate::category::{Category, PerCategory};
-use crate::page::{align_down, align_up, SIZE_2M};
+use crate::page::{align_down, align_up, SIZE_1G, SIZE_2M};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -112,9 +112,10 @@ pub struct ObjectInfo {
     pub site: Option<Site>,
     pub alloc_seq: u64,
     pub free_seq: Option<u64>,
-    /// First frame of this object in the runtime library's own huge-page placement
-    /// (every owned object gets a fresh, 2 MB-aligned mapping).
-    pub frame_base: u64,
+    /// Start of this object in the runtime library's own placement, a synthetic
+    /// address space where every owned (heap-large) object gets a fresh, 1 GB-aligned
+    /// range of its own, as the library maps each owned block separately.
+    pub virt_base: u64,
     /// Index into `AddressSpace::static_segments` for static pseudo-objects.
     pub segment: Option<u32>,
 }
@@ -137,6 +138,12 @@ pub fn head_frames(len: u64) -> u64 {
     len / SIZE_2M
 }
 
+/// Pages of an owned `hugetlb-1g` block under the head+tail layout: whole 1 GB
+/// pages, then whole 2 MB pages of the rest (docs/formats.md §3).
+pub fn head_pages_1g(len: u64) -> (u64, u64) {
+    (len / SIZE_1G, (len % SIZE_1G) / SIZE_2M)
+}
+
 pub const OBJ_OTHER: u32 = 0;
 pub const OBJ_STACK: u32 = 1;
 pub const OBJ_HEAP_META: u32 = 2;
@@ -155,9 +162,12 @@ pub struct Categorizer {
     space: AddressSpace,
     objects: Vec<ObjectInfo>,
     live: BTreeMap<u64, u32>,
-    next_frame: u64,
+    next_virt: u64,
     owned_frames: u64,
     peak_owned_frames: u64,
+    /// Live (1 GB, 2 MB) pages of the `hugetlb-1g` layout, and their peaks.
+    owned_1g: (u64, u64),
+    peak_owned_1g: (u64, u64),
     stats: PerCategory<AllocStats>,
     first_static: u32,
     cache: (u64, u64, u32),
@@ -180,7 +190,7 @@ impl Categorizer {
             site: None,
             alloc_seq: 0,
             free_seq: None,
-            frame_base: 0,
+            virt_base: 0,
             segment: None,
         };
         let mut objects = vec![
@@ -202,9 +212,11 @@ impl Categorizer {
             space,
             objects,
             live: BTreeMap::new(),
-            next_frame: 0,
+            next_virt: 0,
             owned_frames: 0,
             peak_owned_frames: 0,
+            owned_1g: (0, 0),
+            peak_owned_1g: (0, 0),
             stats: Default::default(),
             first_static,
             cache: (0, 0, OBJ_OTHER),
@@ -228,6 +240,11 @@ impl Categorizer {
     pub fn peak_owned_frames(&self) -> u64 {
         self.peak_owned_frames
     }
+    /// Peak 1 GB pages, and peak 2 MB pages, the runtime library would hold for
+    /// heap-large objects planned on `hugetlb-1g` (each peak taken on its own).
+    pub fn peak_owned_pages_1g(&self) -> (u64, u64) {
+        self.peak_owned_1g
+    }
 
     fn category_of(&self, via: AllocVia, size: u64) -> Category {
         match via {
@@ -246,12 +263,16 @@ impl Categorizer {
         self.kill_range(seq, addr, addr.saturating_add(size));
         let category = self.category_of(via, size);
         let id = self.objects.len() as u32;
-        let frames = head_frames(size);
-        let frame_base = if category == Category::HeapLarge {
-            let b = self.next_frame;
-            self.next_frame += frames;
-            self.owned_frames += frames;
+        let virt_base = if category == Category::HeapLarge {
+            let b = self.next_virt;
+            self.next_virt = self.next_virt.saturating_add(align_up(size, SIZE_1G));
+            self.owned_frames += head_frames(size);
             self.peak_owned_frames = self.peak_owned_frames.max(self.owned_frames);
+            let (g, m) = head_pages_1g(size);
+            self.owned_1g.0 += g;
+            self.owned_1g.1 += m;
+            self.peak_owned_1g.0 = self.peak_owned_1g.0.max(self.owned_1g.0);
+            self.peak_owned_1g.1 = self.peak_owned_1g.1.max(self.owned_1g.1);
             b
         } else {
             0
@@ -265,7 +286,7 @@ impl Categorizer {
             site,
             alloc_seq: seq,
             free_seq: None,
-            frame_base,
+            virt_base,
             segment: None,
         });
         let st = &mut self.stats[category.index()];
@@ -283,6 +304,9 @@ impl Categorizer {
         self.live.remove(&start);
         if category == Category::HeapLarge {
             self.owned_frames -= head_frames(len);
+            let (g, m) = head_pages_1g(len);
+            self.owned_1g.0 -= g;
+            self.owned_1g.1 -= m;
         }
         let st = &mut self.stats[category.index()];
         st.live_bytes = st.live_bytes.saturating_sub(len);

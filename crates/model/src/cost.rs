@@ -17,13 +17,17 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostModel {
-    /// Extra time of an access that misses the L1 DTLB and hits the L2, per size.
-    pub l2_hit_ns: [f64; 2],
-    /// Time of a page walk per size, as (page-table working set in bytes, ns)
-    /// points sorted by working set; interpolated on a log scale, flat beyond.
-    pub walk_curve: [Vec<(f64, f64)>; 2],
-    /// Time of a first-touch fault, per backing (4k, thp-2m, hugetlb-2m).
-    pub fault_ns: [f64; 3],
+    /// Extra time of an access that misses the first-level DTLB and hits a lower
+    /// level, per leaf size (4k, 2m, 1g).
+    pub l2_hit_ns: [f64; 3],
+    /// Time of a page walk per leaf size (4k, 2m, 1g), as (page-table working set
+    /// in bytes, ns) points sorted by working set; interpolated on a log scale,
+    /// flat beyond.
+    pub walk_curve: [Vec<(f64, f64)>; 3],
+    /// Time of a first-touch fault per backing. Backings not listed are
+    /// interpolated by folio size between the listed ones of the same mechanism
+    /// (mTHP between 4 KB and THP 2 MB; hugetlb 1 GB scaled from 2 MB by size).
+    pub fault_ns: Vec<(Backing, f64)>,
     /// Where the constants come from.
     pub source: String,
 }
@@ -34,7 +38,7 @@ impl Default for CostModel {
     fn default() -> Self {
         CostModel {
             // Pointer chase, one line per page: 1.1 ns (in L1 DTLB) vs 3.0 ns (L2 hit).
-            l2_hit_ns: [2.0, 2.0],
+            l2_hit_ns: [2.0, 2.0, 2.0],
             walk_curve: [
                 // Chase over 64 MiB .. 2 GiB, 4 KB pages against THP, per walk.
                 vec![
@@ -46,21 +50,20 @@ impl Default for CostModel {
                 ],
                 // 2 MB pages: page-directory entries stay cached; 96..512 pages: ~15 ns.
                 vec![(4.0 * KIB, 15.0)],
+                // 1 GB pages: a handful of PUD entries, always cached; taken as the
+                // 2 MB figure until `hugetune calibrate` measures it.
+                vec![(8.0, 15.0)],
             ],
             // First touch of 1 GiB, memory already backed by the host: 2.0 us per
             // 4 KB fault, 201 us per THP fault (allocation + zeroing), 92 us per
             // hugetlb fault (zeroing). Memory the host took back costs far more once.
-            fault_ns: [2_000.0, 201_000.0, 92_000.0],
+            fault_ns: vec![
+                (Backing::Base4k, 2_000.0),
+                (Backing::Thp2m, 201_000.0),
+                (Backing::Hugetlb2m, 92_000.0),
+            ],
             source: "defaults measured on an AMD EPYC (Zen 5) KVM guest, see docs/model.md".into(),
         }
-    }
-}
-
-fn backing_index(b: Backing) -> usize {
-    match b {
-        Backing::Base4k => 0,
-        Backing::Thp2m => 1,
-        Backing::Hugetlb2m => 2,
     }
 }
 
@@ -86,14 +89,55 @@ fn interpolate(points: &[(f64, f64)], x: f64) -> f64 {
 }
 
 impl CostModel {
+    fn listed(&self, b: Backing) -> Option<f64> {
+        self.fault_ns.iter().find(|(x, _)| *x == b).map(|&(_, v)| v)
+    }
+
+    /// Fault cost of one folio of backing `b`.
     pub fn fault(&self, b: Backing) -> f64 {
-        self.fault_ns[backing_index(b)]
+        if let Some(v) = self.listed(b) {
+            return v;
+        }
+        let base = self.listed(Backing::Base4k).unwrap_or(2_000.0);
+        match b {
+            Backing::Thp(_) => {
+                // Linear in the bytes zeroed between the nearest listed sizes.
+                let mut pts: Vec<(f64, f64)> = vec![(4096.0, base)];
+                pts.extend(
+                    self.fault_ns
+                        .iter()
+                        .filter(|(x, _)| x.is_thp())
+                        .map(|&(x, v)| (x.folio_bytes() as f64, v)),
+                );
+                pts.sort_by(|a, c| a.0.total_cmp(&c.0));
+                let x = b.folio_bytes() as f64;
+                let lo = pts
+                    .iter()
+                    .rev()
+                    .find(|p| p.0 <= x)
+                    .copied()
+                    .unwrap_or(pts[0]);
+                match pts.iter().find(|p| p.0 >= x).copied() {
+                    Some(hi) if hi.0 > lo.0 => lo.1 + (x - lo.0) / (hi.0 - lo.0) * (hi.1 - lo.1),
+                    Some(hi) => hi.1,
+                    None => lo.1 * x / lo.0,
+                }
+            }
+            Backing::Hugetlb1g => {
+                let two = self
+                    .listed(Backing::Hugetlb2m)
+                    .unwrap_or_else(|| self.fault(Backing::Thp2m));
+                two * 512.0
+            }
+            Backing::Hugetlb2m => self.fault(Backing::Thp2m),
+            Backing::Base4k => base,
+        }
     }
     pub fn l2_hit(&self, s: PageSize) -> f64 {
         self.l2_hit_ns[s.index()]
     }
-    /// Time of one walk for pages of size `s` when the mapping touches `pages`
-    /// distinct pages of that size (8 bytes of leaf page table each).
+    /// Time of one walk ending in a leaf of size `s` when the mapping touches
+    /// `pages` distinct pages of that size (8 bytes of leaf page table each).
     pub fn walk(&self, s: PageSize, pages: u64) -> f64 {
         interpolate(&self.walk_curve[s.index()], (pages.max(1) * 8) as f64)
     }
@@ -105,7 +149,7 @@ impl CostModel {
             .l2_hit_ns
             .iter()
             .copied()
-            .chain(self.fault_ns.iter().copied())
+            .chain(self.fault_ns.iter().map(|&(_, v)| v))
             .chain(curves);
         if all.clone().any(|v| !v.is_finite() || v < 0.0) {
             return Err("cost model constants must be finite and non-negative".into());
@@ -143,12 +187,25 @@ mod tests {
     }
 
     #[test]
+    fn unlisted_fault_costs_are_interpolated_by_folio_size() {
+        let c = CostModel::default();
+        assert_eq!(c.fault(Backing::Base4k), 2_000.0);
+        let f64k = c.fault(Backing::Thp(16));
+        let f1m = c.fault(Backing::Thp(20));
+        assert!(
+            f64k > 2_000.0 && f64k < f1m && f1m < 201_000.0,
+            "{f64k} {f1m}"
+        );
+        assert_eq!(c.fault(Backing::Hugetlb1g), 92_000.0 * 512.0);
+    }
+
+    #[test]
     fn bad_constants_are_rejected() {
         let mut c = CostModel::default();
         c.walk_curve[0] = vec![(2.0, 1.0), (1.0, 2.0)];
         assert!(c.validate().is_err());
         let mut c = CostModel::default();
-        c.fault_ns[0] = f64::NAN;
+        c.fault_ns[0].1 = f64::NAN;
         assert!(c.validate().is_err());
     }
 }

@@ -8,20 +8,27 @@ use crate::page::Backing;
 use crate::rank::{Prediction, Significance};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ThpMode {
     Always,
+    #[default]
     Madvise,
     Never,
 }
 
 /// What the machine can give right now.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Availability {
     /// Free, unreserved 2 MB hugetlb pages (or the budget the user allows).
     pub hugetlb_2m_free: u64,
+    /// Free, unreserved 1 GB hugetlb pages.
+    #[serde(default)]
+    pub hugetlb_1g_free: u64,
     pub thp: ThpMode,
+    /// mTHP folio sizes (shifts 14..=20) whose control lets `MADV_HUGEPAGE` use them.
+    #[serde(default)]
+    pub mthp: Vec<u8>,
 }
 
 /// What the profile says about the program beyond its references.
@@ -55,7 +62,7 @@ impl PlanDecision {
 }
 
 fn uses_hugetlb(p: &Prediction) -> bool {
-    p.assignments.iter().any(|&(_, b)| b == Backing::Hugetlb2m)
+    p.assignments.iter().any(|&(_, b)| b.uses_pool())
 }
 
 fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Result<(), String> {
@@ -77,8 +84,24 @@ fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Re
             p.hugetlb_pages, avail.hugetlb_2m_free
         ));
     }
+    if p.hugetlb_1g_pages > avail.hugetlb_1g_free {
+        return Err(format!(
+            "needs {} hugetlb 1 GB pages, {} available",
+            p.hugetlb_1g_pages, avail.hugetlb_1g_free
+        ));
+    }
     if avail.thp == ThpMode::Never && p.assignments.iter().any(|&(_, b)| b == Backing::Thp2m) {
         return Err("needs THP, which is disabled (transparent_hugepage/enabled = never)".into());
+    }
+    for &(_, b) in &p.assignments {
+        if let Backing::Thp(s) = b {
+            if b.is_mthp() && !avail.mthp.contains(&s) {
+                return Err(format!(
+                    "needs {b} folios, which are disabled (hugepages-{}kB/enabled)",
+                    b.folio_bytes() >> 10
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -200,6 +223,7 @@ mod tests {
             predicted_seconds: 1.0,
             predicted_speedup: 1.0,
             hugetlb_pages: hugetlb,
+            hugetlb_1g_pages: 0,
             thp_pages: 0,
             walks: 0,
             faults: 0,
@@ -217,6 +241,8 @@ mod tests {
 
     fn preds() -> Vec<Prediction> {
         use Backing::*;
+        #[allow(non_upper_case_globals)]
+        const Thp2m: Backing = Backing::Thp2m;
         use Category::*;
         vec![
             pred("all-small", vec![], 0.0, 0),
@@ -243,6 +269,7 @@ mod tests {
         let avail = Availability {
             hugetlb_2m_free: 100,
             thp: ThpMode::Madvise,
+            ..Default::default()
         };
         let d = choose(
             &preds(),
@@ -263,6 +290,7 @@ mod tests {
         let avail = Availability {
             hugetlb_2m_free: 10,
             thp: ThpMode::Madvise,
+            ..Default::default()
         };
         let d = choose(
             &preds(),
@@ -281,6 +309,7 @@ mod tests {
         let avail = Availability {
             hugetlb_2m_free: 0,
             thp: ThpMode::Never,
+            ..Default::default()
         };
         assert!(choose(
             &preds(),
@@ -295,6 +324,7 @@ mod tests {
         let avail = Availability {
             hugetlb_2m_free: 1000,
             thp: ThpMode::Madvise,
+            ..Default::default()
         };
         let d = choose(
             &preds(),
@@ -313,6 +343,7 @@ mod tests {
         let avail = Availability {
             hugetlb_2m_free: 1000,
             thp: ThpMode::Madvise,
+            ..Default::default()
         };
         // 300 ms of a 100 s run is 0.3 %: below a 1 % bar.
         let d = choose(
@@ -331,6 +362,7 @@ mod tests {
         let avail = Availability {
             hugetlb_2m_free: 1000,
             thp: ThpMode::Madvise,
+            ..Default::default()
         };
         let forks = ProgramTraits {
             forks: true,
@@ -350,6 +382,7 @@ mod tests {
         let no_thp = Availability {
             hugetlb_2m_free: 1000,
             thp: ThpMode::Never,
+            ..Default::default()
         };
         assert!(choose(&preds(), &sig(true), &no_thp, &forks, 1.0, 0.01)
             .assignments

@@ -40,7 +40,7 @@ pub fn significance(result: &AnalysisResult, native_seconds: f64) -> Significanc
 /// The prediction for one mapping with a concrete backing per huge category.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {
-    /// The set of categories on huge pages (`all-small`, `heap-large`, `all-large`, ...).
+    /// The mapping's name (`all-small`, `heap-large`, `heap-large:1g`, `all-large`, ...).
     pub mapping: String,
     /// The mapping with its backings, e.g. `heap-large:hugetlb static:thp`.
     pub label: String,
@@ -54,9 +54,12 @@ pub struct Prediction {
     pub pmb: f64,
     pub predicted_seconds: f64,
     pub predicted_speedup: f64,
-    /// Pages taken from the hugetlb pool (peak, whole pages per object).
+    /// 2 MB pages taken from the hugetlb pool (peak, whole pages per object).
     pub hugetlb_pages: u64,
-    /// THP pages expected to be faulted in.
+    /// 1 GB pages taken from the hugetlb pool (peak).
+    #[serde(default)]
+    pub hugetlb_1g_pages: u64,
+    /// THP folios (2 MB and mTHP) expected to be faulted in.
     pub thp_pages: u64,
     pub walks: u64,
     pub faults: u64,
@@ -71,42 +74,74 @@ pub fn default_backing(c: Category) -> Backing {
     }
 }
 
-fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Backing)]) -> f64 {
-    // Distinct pages of each size the mapping touches (first touches), whose
-    // page-table entries the walks fetch.
-    let pages = |size: PageSize| {
-        Category::ALL
-            .iter()
-            .map(|&c| m.category(c, size).faults)
-            .sum::<u64>()
-    };
-    let walk_ns = [
-        cost.walk(PageSize::P4k, pages(PageSize::P4k)),
-        cost.walk(PageSize::P2m, pages(PageSize::P2m)),
-    ];
-    let mut t = 0.0;
-    for c in Category::ALL {
-        for size in [PageSize::P4k, PageSize::P2m] {
-            let s = m.category(c, size);
-            let backing = if size == PageSize::P2m {
-                assignments
-                    .iter()
-                    .find(|(ac, _)| *ac == c)
-                    .map(|&(_, b)| b)
-                    .unwrap_or(Backing::Thp2m)
-            } else {
-                Backing::Base4k
-            };
-            t += (s.l1_misses - s.walks) as f64 * cost.l2_hit(size)
-                + s.walks as f64 * walk_ns[size.index()]
-                + s.faults as f64 * cost.fault(backing);
+/// The backings a category on resolution `res` can really get: every 2 MB
+/// mechanism the runtime library has for it; other sizes have one mechanism.
+fn backings_for(c: Category, res: Backing) -> Vec<Backing> {
+    match (c, res) {
+        (Category::HeapLarge, Backing::Thp(21)) => vec![Backing::Hugetlb2m, Backing::Thp2m],
+        (_, Backing::Thp(21)) => vec![default_backing(c)],
+        (_, b) => vec![b],
+    }
+}
+
+/// The backing that serves a cell: the assignment's choice for 2 MB cells of an
+/// assigned category, the cell's own backing otherwise (1 GB layouts, mTHP, 4 KB).
+fn actual_backing(c: Category, cell: Backing, assignments: &[(Category, Backing)]) -> Backing {
+    if cell == Backing::Thp2m {
+        if let Some(&(_, b)) = assignments.iter().find(|(ac, _)| *ac == c) {
+            if b.folio_shift() == cell.folio_shift() {
+                return b;
+            }
         }
+    }
+    cell
+}
+
+fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Backing)]) -> f64 {
+    // Leaf page-table entries the mapping populates, per leaf size: what the walks
+    // fetch (an mTHP folio is mapped by one 4 KB entry per 4 KB).
+    let mut entries = [0u64; 3];
+    for x in &m.cells {
+        let per_folio = match x.backing.leaf() {
+            PageSize::P4k => x.backing.folio_bytes() / 4096,
+            _ => 1,
+        };
+        entries[x.backing.leaf().index()] += x.stats.faults * per_folio;
+    }
+    let walk_ns = PageSize::ALL.map(|s| cost.walk(s, entries[s.index()]));
+    let mut t = 0.0;
+    for x in &m.cells {
+        let s = &x.stats;
+        let leaf = x.backing.leaf();
+        let backing = actual_backing(x.category, x.backing, assignments);
+        t += s.l1_misses.saturating_sub(s.walks) as f64 * cost.l2_hit(leaf)
+            + s.walks as f64 * walk_ns[leaf.index()]
+            + s.faults as f64 * cost.fault(backing);
     }
     t
 }
 
-/// Predictions for every analysed mapping; mappings with heap-large on huge pages
-/// come twice, with hugetlb and with THP backing. Sorted by saving, best first.
+/// Every combination of the backings each huge category of `m` can get.
+fn variants(m: &MappingResult) -> Vec<Vec<(Category, Backing)>> {
+    let mut out: Vec<Vec<(Category, Backing)>> = vec![vec![]];
+    for &(c, res) in &m.mapping.huge {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                backings_for(c, res).into_iter().map(move |b| {
+                    let mut v = prefix.clone();
+                    v.push((c, b));
+                    v
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// Predictions for every analysed mapping and every backing its categories can
+/// get (heap-large on 2 MB pages comes twice, hugetlb and THP). Sorted by
+/// saving, best first.
 pub fn predictions(
     result: &AnalysisResult,
     cost: &CostModel,
@@ -115,41 +150,20 @@ pub fn predictions(
     let base_time = miss_time(result.all_small(), cost, &[]);
     let mut out = Vec::new();
     for m in &result.mappings {
-        let mut variants = vec![m
-            .mapping
-            .huge
-            .iter()
-            .map(|&c| (c, default_backing(c)))
-            .collect::<Vec<_>>()];
-        if m.mapping.huge.contains(&Category::HeapLarge) {
-            variants.push(
-                m.mapping
-                    .huge
-                    .iter()
-                    .map(|&c| {
-                        (
-                            c,
-                            if c == Category::HeapLarge {
-                                Backing::Thp2m
-                            } else {
-                                default_backing(c)
-                            },
-                        )
-                    })
-                    .collect(),
-            );
-        }
-        for assignments in variants {
+        for assignments in variants(m) {
             let mt = miss_time(m, cost, &assignments);
             let saving = base_time - mt;
-            let mut hugetlb = 0;
-            let mut thp = 0;
+            let (mut hugetlb, mut hugetlb_1g, mut thp) = (0, 0, 0);
             for &(c, b) in &assignments {
                 match (c, b) {
                     (Category::HeapLarge, Backing::Hugetlb2m) => {
                         hugetlb += result.heap_large_peak_pages
                     }
-                    (_, Backing::Thp2m) => thp += m.category(c, PageSize::P2m).faults,
+                    (Category::HeapLarge, Backing::Hugetlb1g) => {
+                        hugetlb_1g += result.heap_large_peak_pages_1g.0;
+                        hugetlb += result.heap_large_peak_pages_1g.1;
+                    }
+                    (_, Backing::Thp(_)) => thp += m.cell(c, b).faults,
                     _ => {}
                 }
             }
@@ -170,6 +184,7 @@ pub fn predictions(
                     1.0
                 },
                 hugetlb_pages: hugetlb,
+                hugetlb_1g_pages: hugetlb_1g,
                 thp_pages: thp,
                 walks: total.walks,
                 faults: total.faults,
@@ -178,11 +193,7 @@ pub fn predictions(
     }
     let best = out.iter().map(|p| p.saving_ns).fold(0.0f64, f64::max);
     for p in &mut out {
-        p.pmb = if best > 0.0 {
-            (p.saving_ns.max(0.0) / best * 100.0).min(100.0)
-        } else {
-            0.0
-        };
+        p.pmb = pmb(p.saving_ns, best);
     }
     out.sort_by(|a, b| {
         b.saving_ns
@@ -190,6 +201,25 @@ pub fn predictions(
             .then(a.label.cmp(&b.label))
     });
     out
+}
+
+/// Percentage of maximal benefit (seed 001 §4): a benefit as a share of the best
+/// one, 0..100; mappings that lose count as 0.
+pub fn pmb(benefit: f64, best: f64) -> f64 {
+    if best > 0.0 {
+        (benefit.max(0.0) / best * 100.0).min(100.0)
+    } else {
+        0.0
+    }
+}
+
+/// Seed 001 §5.3.2: the ranking error of one workload, the mean over its
+/// mappings of |predicted PMB - measured PMB| (percentage points).
+pub fn ranking_error(pairs: &[(f64, f64)]) -> Option<f64> {
+    if pairs.is_empty() {
+        return None;
+    }
+    Some(pairs.iter().map(|(p, m)| (p - m).abs()).sum::<f64>() / pairs.len() as f64)
 }
 
 /// `heap-large:hugetlb static:thp`; `all-small` when nothing is huge.
@@ -201,9 +231,10 @@ pub fn label(assignments: &[(Category, Backing)]) -> String {
         .iter()
         .map(|(c, b)| {
             let short = match b {
-                Backing::Base4k => "4k",
-                Backing::Thp2m => "thp",
-                Backing::Hugetlb2m => "hugetlb",
+                Backing::Base4k => "4k".to_string(),
+                Backing::Thp(21) => "thp".into(),
+                Backing::Hugetlb2m => "hugetlb".into(),
+                b => b.name(),
             };
             format!("{c}:{short}")
         })

@@ -117,18 +117,31 @@ pub fn present_categories(
     (present, d.summary)
 }
 
-/// Second pass: the full analysis of every subset of `present`.
+/// Which mappings to evaluate beyond every subset of the categories at 2 MB.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AnalysisOptions {
+    /// Heap-large on 1 GB pages (the kernel has a 1 GB hugetlb size).
+    pub gigantic: bool,
+    /// Heap-large on these mTHP folio sizes (shifts 14..=20).
+    pub mthp: Vec<u8>,
+    /// Also run the exact set-associative TLB simulation.
+    pub simulate: bool,
+}
+
+/// Second pass: the full analysis of the candidate mappings of `present`.
 pub fn analyze_stream(
     spec: &StreamSpec,
     geometry: &TlbGeometry,
     present: &[Category],
+    opts: &AnalysisOptions,
     refs: impl Iterator<Item = u64>,
 ) -> (AnalysisResult, StreamSummary, Categorizer) {
     let mut d = Driver::new(spec);
-    let mut a = Analyzer::new(
+    let mut a = Analyzer::with_simulation(
         geometry.clone(),
         spec.space.static_segments.clone(),
-        Mapping::all_subsets(present),
+        Mapping::candidates(present, opts.gigantic, &opts.mthp),
+        opts.simulate,
     );
     for addr in refs {
         if let Some(id) = d.step(addr) {
@@ -139,6 +152,7 @@ pub fn analyze_stream(
         refs: a.refs(),
         mappings: a.finish(),
         heap_large_peak_pages: d.cat.peak_owned_frames(),
+        heap_large_peak_pages_1g: d.cat.peak_owned_pages_1g(),
         alloc_stats: d.cat.stats().clone(),
         geometry: geometry.clone(),
     };
@@ -149,7 +163,8 @@ pub fn analyze_stream(
 mod tests {
     use super::*;
     use crate::categorize::{AllocOp, AllocVia};
-    use crate::tlb::TlbLevel;
+    use crate::page::PageSize::*;
+    use crate::tlb::{TlbArray, TlbLevel};
 
     #[test]
     fn markers_order_events_and_are_dropped() {
@@ -194,21 +209,21 @@ mod tests {
         );
         assert_eq!(s.refs_per_category[Category::HeapLarge.index()], 2);
         let g = TlbGeometry {
-            l1: TlbLevel {
-                entries_4k: 64,
-                entries_2m: 64,
-                shared: true,
-            },
-            l2: TlbLevel {
-                entries_4k: 512,
-                entries_2m: 512,
-                shared: true,
-            },
+            levels: vec![
+                TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m], 64, 0)], None),
+                TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 512, 0)], None),
+            ],
             source: "t".into(),
         };
-        let (r, _, cat) = analyze_stream(&spec, &g, &present, refs.into_iter());
+        let opts = AnalysisOptions {
+            gigantic: true,
+            mthp: vec![16],
+            simulate: true,
+        };
+        let (r, _, cat) = analyze_stream(&spec, &g, &present, &opts, refs.into_iter());
         assert_eq!(r.refs, 4);
-        assert_eq!(r.mappings.len(), 2);
+        // all-small, heap-large, heap-large:1g, heap-large:64k.
+        assert_eq!(r.mappings.len(), 4);
         assert_eq!(r.heap_large_peak_pages, 0, "a 1 MiB block has no huge head");
         assert_eq!(
             cat.objects()

@@ -62,10 +62,7 @@ pub fn print_analysis(an: &pipeline::Analysis) {
         .collect();
     println!("references {}", cats.join(", "));
     let g = &an.result.geometry;
-    println!(
-        "TLB model  L1 {} / L2 {} entries (4 KB), {}",
-        g.l1.entries_4k, g.l2.entries_4k, g.source
-    );
+    println!("TLB model  {} ({})", g.describe().join("; "), g.source);
     let sig = &an.significance;
     println!(
         "significance  {} TLB misses/s, {} faults/s with 4 KB pages (model estimate): {}",

@@ -35,32 +35,12 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     }
     let g = &m.tlb.geometry;
     println!("dTLB       {}", g.source);
-    println!(
-        "           L1: {} × 4 KB, {} × 2 MB ({})",
-        g.l1.entries_4k,
-        g.l1.entries_2m,
-        if g.l1.shared {
-            "one array for all sizes"
-        } else {
-            "one array per size"
-        }
-    );
-    println!(
-        "           L2: {} × 4 KB, {} × 2 MB ({})",
-        g.l2.entries_4k,
-        g.l2.entries_2m,
-        if g.l2.shared {
-            "shared by 4 KB and 2 MB"
-        } else {
-            "one array per size"
-        }
-    );
+    for line in g.describe() {
+        println!("           {line}");
+    }
     if let Some(c) = &m.tlb.cpuid {
         if c != g {
-            println!(
-                "           cpuid says: L1 {}/{}, L2 {}/{} (4 KB/2 MB)",
-                c.l1.entries_4k, c.l1.entries_2m, c.l2.entries_4k, c.l2.entries_2m
-            );
+            println!("           cpuid says: {}", c.describe().join("; "));
         }
     }
     for n in &m.tlb.notes {
