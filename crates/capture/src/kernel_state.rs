@@ -163,14 +163,26 @@ impl PoolChange {
 }
 
 fn change_pool(page_kb: u64, target: impl FnOnce(u64) -> u64) -> Result<PoolChange> {
+    check_root(&nr_path(page_kb))?;
+    change_pool_locked(lock_kernel_state()?, page_kb, target)
+}
+
+fn check_root(path: &Path) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!(
-            "changing a hugetlb pool needs root (writing {})",
-            nr_path(page_kb).display()
+            "changing kernel huge page state needs root (writing {})",
+            path.display()
         );
     }
-    let lock = lock_kernel_state()?;
+    Ok(())
+}
+
+fn change_pool_locked(
+    lock: KernelStateLock,
+    page_kb: u64,
+    target: impl FnOnce(u64) -> u64,
+) -> Result<PoolChange> {
     let path = nr_path(page_kb);
     let previous = read_nr(&path)?;
     let restore_path = path.clone();
@@ -201,6 +213,36 @@ pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolChange> {
 /// Sets the `page_kb` pool to exactly `pages` (tests, `frag --try`).
 pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolChange> {
     change_pool(page_kb, |_| pages)
+}
+
+/// `set_hugetlb_pool` for a caller that already holds the kernel-state lock (a
+/// second pool, or a pool and THP settings changed together).
+pub fn set_hugetlb_pool_holding(
+    lock: &KernelStateLock,
+    page_kb: u64,
+    pages: u64,
+) -> Result<PoolChange> {
+    check_root(&nr_path(page_kb))?;
+    change_pool_locked(lock.try_clone()?, page_kb, |_| pages)
+}
+
+/// One mTHP size's control (`hugepages-<kb>kB/enabled`) changed for as long as
+/// the value lives, restored on drop and on interrupt; needs the lock held.
+pub fn set_mthp_enabled_holding(lock: &KernelStateLock, kb: u64, mode: &str) -> Result<ThpChange> {
+    if !matches!(mode, "always" | "madvise" | "inherit" | "never") {
+        bail!("unknown mTHP mode {mode:?} (always, inherit, madvise or never)");
+    }
+    let path = Path::new(crate::machine::THP_SYSFS)
+        .join(format!("hugepages-{kb}kB"))
+        .join("enabled");
+    if !path.exists() {
+        bail!(
+            "this kernel has no {kb} kB THP size ({} is missing)",
+            path.display()
+        );
+    }
+    check_root(&path)?;
+    change_thp(lock.try_clone()?, path, mode)
 }
 
 fn thp_enabled_path() -> PathBuf {

@@ -94,6 +94,8 @@ pub struct PlanOptions {
     pub heap_small_arena: bool,
     /// Reserved address space of the arena (`None`: the library's default, 64 GiB).
     pub arena_bytes: Option<u64>,
+    /// `site MODULE OFFSET B` directives: (module path, offset, backing).
+    pub sites: Vec<(String, u64, Backing)>,
 }
 
 impl Default for PlanOptions {
@@ -108,11 +110,23 @@ impl Default for PlanOptions {
             // an allocator other than glibc's.
             heap_small_arena: true,
             arena_bytes: None,
+            sites: Vec::new(),
         }
     }
 }
 
 impl PlanOptions {
+    /// Adds the `site` directives of a per-site plan; sites whose module the
+    /// profile could not name are skipped (the library could not match them).
+    pub fn with_sites(mut self, sites: &[hugetune_model::rank::PlannedSite]) -> Self {
+        self.sites = sites
+            .iter()
+            .filter(|s| !s.module.is_empty() && !s.module.contains(char::is_whitespace))
+            .map(|s| (s.module.clone(), s.site.offset, s.backing))
+            .collect();
+        self
+    }
+
     /// The library's options for a program with these traits: a program that forks
     /// gets `fork-safe thp`, so that no private hugetlb memory exists at a fork
     /// even where the plan asks for it (a pool or an allocation site plan written by
@@ -148,6 +162,9 @@ pub fn plan_text_with(
     }
     if let Some(n) = opts.pool_1g.filter(|&n| n > 0) {
         s.push_str(&format!("pool hugetlb-1g {n}\n"));
+    }
+    for (module, offset, b) in &opts.sites {
+        s.push_str(&format!("site {module} {offset:#x} {b}\n"));
     }
     let mut tunable = false;
     for &(c, b) in assignments {
@@ -222,6 +239,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn site_directives_are_written_for_named_modules() {
+        use hugetune_model::categorize::Site;
+        use hugetune_model::rank::PlannedSite;
+        let planned = |module: &str, offset| PlannedSite {
+            site: Site { module: 0, offset },
+            module: module.into(),
+            backing: Backing::Hugetlb2m,
+        };
+        let opts = PlanOptions::default().with_sites(&[
+            planned("/usr/bin/prog", 0x1a2b),
+            planned("", 0x10),
+            planned("/a b", 0x20),
+        ]);
+        let t = plan_text_with(&[], 131072, &opts);
+        assert!(t.contains("site /usr/bin/prog 0x1a2b hugetlb-2m\n"), "{t}");
+        assert_eq!(
+            t.matches("site ").count(),
+            1,
+            "unnamed or unparsable modules are skipped: {t}"
+        );
+    }
+
+    #[test]
     fn plan_files() {
         let t = plan_text(&[(Category::HeapLarge, Backing::Hugetlb2m)], 131072);
         assert_eq!(
@@ -266,6 +306,7 @@ mod tests {
             pool_1g: Some(0),
             heap_small_arena: true,
             arena_bytes: Some(1 << 30),
+            sites: vec![],
         };
         let a = [
             (Category::HeapLarge, Backing::Hugetlb2m),

@@ -52,6 +52,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Inspect the database
     Db(cmd::db::Args),
+    /// Predicted vs measured ranking of every base mapping of a command (seed 001 §5.3.2)
+    Rank(cmd::rank::Args),
 }
 
 pub struct Ctx {
@@ -85,6 +87,7 @@ fn main() {
         Command::Machine(a) => cmd::machine::run(&ctx, a),
         Command::Bench(a) => cmd::bench::run(&ctx, a),
         Command::Db(a) => cmd::db::run(&ctx, a),
+        Command::Rank(a) => cmd::rank::run(&ctx, a),
     };
     match r {
         Ok(code) => std::process::exit(code),

@@ -460,8 +460,18 @@ fn sites(cat: &Categorizer, modules: &[String]) -> Vec<SiteSummary> {
     acc
 }
 
-/// Runs the model over a bundle.
+/// Runs the model over a bundle, with the mappings this machine offers.
 pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<Analysis> {
+    analyze_with(path, geometry, cost, &analysis_options(false))
+}
+
+/// `analyze` with explicit mapping options (sizes evaluated, simulation).
+pub fn analyze_with(
+    path: &Path,
+    geometry: &TlbGeometry,
+    cost: &CostModel,
+    opts: &AnalysisOptions,
+) -> Result<Analysis> {
     let b = profile::read(path)?;
     for x in &b.extra {
         note(format!(
@@ -518,15 +528,18 @@ pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<
             }
         }))
     };
-    let (present, _) = present_categories(&spec, refs_iter()?);
+    let (present, _, top) = present_categories(&spec, refs_iter()?);
+    let opts = &AnalysisOptions {
+        sites: top,
+        ..opts.clone()
+    };
     if let Some(e) = stream_error.take() {
         bail!(
             "bundle {}: the reference stream is corrupt: {e}",
             path.display()
         );
     }
-    let opts = analysis_options(false);
-    let (result, stream, cat) = analyze_stream(&spec, geometry, &present, &opts, refs_iter()?);
+    let (result, stream, cat) = analyze_stream(&spec, geometry, &present, opts, refs_iter()?);
     if let Some(e) = stream_error.take() {
         bail!(
             "bundle {}: the reference stream is corrupt: {e}",
@@ -540,7 +553,18 @@ pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<
         );
     }
     let native_s = b.meta.native.wall_s;
-    let predictions = rank::predictions(&result, cost, native_s);
+    let mut predictions = rank::predictions(&result, cost, native_s);
+    // Name the modules of per-site mappings, for labels and `site` directives.
+    for p in predictions.iter_mut().filter(|p| !p.sites.is_empty()) {
+        for s in &mut p.sites {
+            s.module = inputs
+                .modules
+                .get(s.site.module as usize)
+                .cloned()
+                .unwrap_or_default();
+        }
+        p.label = rank::site_label(&p.sites);
+    }
     let significance = rank::significance(&result, native_s);
     Ok(Analysis {
         sites: sites(&cat, &inputs.modules),
@@ -682,6 +706,7 @@ pub fn analysis_options(simulate: bool) -> AnalysisOptions {
         gigantic: machine::pool(1 << 20).is_some(),
         mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
         simulate,
+        sites: vec![],
     }
 }
 

@@ -1073,7 +1073,7 @@ fn markers_place_every_call_in_the_lackey_stream() {
     )
     .unwrap();
     let refs = std::iter::from_fn(move || r.next_ref().unwrap().map(|(a, _)| a));
-    let (present, s) = hugetune_model::stream::present_categories(&spec, refs);
+    let (present, s, _) = hugetune_model::stream::present_categories(&spec, refs);
     // Every hooked call has its marker (pre-init calls, before the marker area
     // existed, would not; THREAD, STACK, OWN_REGION, MODULE, MAPS are not calls).
     let hooked = rec

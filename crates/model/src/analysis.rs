@@ -17,7 +17,7 @@
 //! (at most 8), plus heap-large at every other size asked for; base mappings are
 //! flagged, and additivity can be checked.
 
-use crate::categorize::{head_pages_1g, AllocStats, ObjectInfo, StaticSegment};
+use crate::categorize::{head_pages_1g, AllocStats, ObjectInfo, Site, StaticSegment};
 use crate::category::{Category, PerCategory};
 use crate::page::{
     key, key_4k, size_name, Backing, PageSize, BACKINGS, SHIFT_2M, SIZE_1G, SIZE_2M, TAG_OWNED,
@@ -36,6 +36,10 @@ pub struct Mapping {
     pub huge: Vec<(Category, Backing)>,
     /// True when `huge` holds every mappable category the program references.
     pub all_present: bool,
+    /// Per-site mapping: the heap-large objects of these allocation sites on huge
+    /// pages (the runtime library's `site` directive), nothing else.
+    #[serde(default)]
+    pub sites: Vec<(Site, Backing)>,
 }
 
 impl Mapping {
@@ -47,6 +51,14 @@ impl Mapping {
                 format!(":{}", size_name(b.folio_bytes()))
             }
         };
+        if !self.sites.is_empty() {
+            return self
+                .sites
+                .iter()
+                .map(|(st, b)| format!("site {}+{:#x}{}", st.module, st.offset, size(*b)))
+                .collect::<Vec<_>>()
+                .join("+");
+        }
         match self.huge.len() {
             0 => "all-small".into(),
             _ if self.all_present && self.huge.len() > 1 => {
@@ -68,7 +80,12 @@ impl Mapping {
 
     /// A base mapping (seed 001): all small, one category large, or all large.
     pub fn is_base(&self) -> bool {
-        self.huge.len() <= 1 || self.all_present
+        self.sites.is_empty() && (self.huge.len() <= 1 || self.all_present)
+    }
+
+    /// Everything on 4 KB pages.
+    pub fn is_all_small(&self) -> bool {
+        self.huge.is_empty() && self.sites.is_empty()
     }
 
     pub fn categories(&self) -> Vec<Category> {
@@ -98,6 +115,7 @@ impl Mapping {
             .collect();
         (0u32..(1 << present.len()))
             .map(|bits| Mapping {
+                sites: vec![],
                 all_present: bits + 1 == 1 << present.len(),
                 huge: present
                     .iter()
@@ -117,8 +135,14 @@ impl Mapping {
 
     /// The mappings the model evaluates: every subset at 2 MB; with heap-large
     /// present, also every subset with heap-large on 1 GB pages (when `gigantic`),
-    /// and heap-large alone on each mTHP size in `mthp` (folio shifts 14..=20).
-    pub fn candidates(present: &[Category], gigantic: bool, mthp: &[u8]) -> Vec<Mapping> {
+    /// heap-large alone on each mTHP size in `mthp` (folio shifts 14..=20), and the
+    /// heap-large objects of each site in `sites` alone on 2 MB pages.
+    pub fn candidates(
+        present: &[Category],
+        gigantic: bool,
+        mthp: &[u8],
+        sites: &[Site],
+    ) -> Vec<Mapping> {
         let mut v = Self::subsets(present, None);
         if present.contains(&Category::HeapLarge) {
             if gigantic {
@@ -128,6 +152,14 @@ impl Mapping {
                 v.push(Mapping {
                     huge: vec![(Category::HeapLarge, Backing::Thp(s))],
                     all_present: false,
+                    sites: vec![],
+                });
+            }
+            for &site in sites {
+                v.push(Mapping {
+                    huge: vec![],
+                    all_present: false,
+                    sites: vec![(site, Backing::Thp2m)],
                 });
             }
         }
@@ -233,6 +265,7 @@ struct Route {
 
 struct MappingState {
     res: PerCategory<Option<Backing>>,
+    sites: Vec<(Site, Backing)>,
     /// `routes[backing][level]`.
     routes: Vec<Vec<Option<Route>>>,
     /// Per backing: an engine keyed at folio granularity, whose cold misses are the
@@ -311,7 +344,8 @@ impl MappingState {
     fn new(m: Mapping, geometry: &TlbGeometry, simulate: bool) -> Self {
         let res = m.resolution();
         let mut used = vec![Backing::Base4k];
-        for &(_, b) in &m.huge {
+        let huge = m.huge.iter().map(|&(_, b)| b);
+        for b in huge.chain(m.sites.iter().map(|&(_, b)| b)) {
             used.push(b);
             if b == Backing::Hugetlb1g {
                 used.push(Backing::Hugetlb2m);
@@ -368,6 +402,7 @@ impl MappingState {
         let n = signatures.len();
         MappingState {
             res,
+            sites: m.sites.clone(),
             routes,
             fault_engine,
             engines: (0..n).map(|_| ReuseEngine::new()).collect(),
@@ -438,7 +473,13 @@ impl Analyzer {
         let cat = obj.category.index();
         let mut slots = [None; 4];
         for m in &mut self.mappings {
-            let (b, space, pa) = resolve(obj, seg, addr, m.res[cat]);
+            let res = match obj.site {
+                Some(site) if !m.sites.is_empty() && obj.category == Category::HeapLarge => {
+                    m.sites.iter().find(|(s, _)| *s == site).map(|&(_, b)| b)
+                }
+                _ => m.res[cat],
+            };
+            let (b, space, pa) = resolve(obj, seg, addr, res);
             let bi = b.index();
             m.scratch.iter_mut().for_each(|d| *d = None);
             let mut hit_level = self.levels;
@@ -515,6 +556,9 @@ pub struct AnalysisResult {
     /// The same for heap-large on `hugetlb-1g`: peak 1 GB pages, peak 2 MB pages.
     #[serde(default)]
     pub heap_large_peak_pages_1g: (u64, u64),
+    /// Peak 2 MB pages of the heap-large objects of each site evaluated alone.
+    #[serde(default)]
+    pub site_peak_pages: Vec<(Site, u64)>,
     pub alloc_stats: PerCategory<AllocStats>,
     pub geometry: TlbGeometry,
 }
@@ -526,7 +570,7 @@ impl AnalysisResult {
     pub fn all_small(&self) -> &MappingResult {
         self.mappings
             .iter()
-            .find(|m| m.mapping.huge.is_empty())
+            .find(|m| m.mapping.is_all_small())
             .expect("all-small is always analysed")
     }
     /// Categories with references.
@@ -574,6 +618,7 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
         mappings: a.finish(),
         heap_large_peak_pages: input.heap_large_peak_pages,
         heap_large_peak_pages_1g: (0, 0),
+        site_peak_pages: vec![],
         alloc_stats: input.alloc_stats,
         geometry: input.geometry,
     }
@@ -732,7 +777,16 @@ mod tests {
     #[test]
     fn subsets_and_names() {
         let m = Mapping::all_subsets(&[Category::HeapLarge, Category::Stack, Category::Static]);
-        let c = Mapping::candidates(&[Category::HeapLarge, Category::Static], true, &[16]);
+        let site = Site {
+            module: 0,
+            offset: 0x1a2b,
+        };
+        let c = Mapping::candidates(
+            &[Category::HeapLarge, Category::Static],
+            true,
+            &[16],
+            &[site],
+        );
         let cn: Vec<String> = c.iter().map(|m| m.name()).collect();
         assert_eq!(
             cn,
@@ -743,9 +797,11 @@ mod tests {
                 "all-large",
                 "heap-large:1g",
                 "all-large:1g",
-                "heap-large:64k"
+                "heap-large:64k",
+                "site 0+0x1a2b"
             ]
         );
+        assert!(!c.last().unwrap().is_base() && !c.last().unwrap().is_all_small());
         let names: Vec<String> = m.iter().map(|m| m.name()).collect();
         assert_eq!(
             names,
@@ -810,6 +866,15 @@ mod page_size_tests {
         Mapping {
             huge: vec![(Category::HeapLarge, b)],
             all_present: false,
+            sites: vec![],
+        }
+    }
+
+    fn nothing_huge() -> Mapping {
+        Mapping {
+            huge: vec![],
+            all_present: false,
+            sites: vec![],
         }
     }
 
@@ -851,15 +916,7 @@ mod page_size_tests {
     fn mthp_reach_needs_coalescing() {
         // 16 K pages of 4 KB overflow the 2048-entry L2; 1 K entries of 64 KB fit.
         let size = 64 << 20;
-        let ms = || {
-            vec![
-                Mapping {
-                    huge: vec![],
-                    all_present: false,
-                },
-                single(Backing::Thp(16)),
-            ]
-        };
+        let ms = || vec![nothing_huge(), single(Backing::Thp(16))];
         let plain = run(&zen_like(None), ms(), false, size);
         let small = plain[0].total();
         let m64 = plain[1].total();
@@ -894,12 +951,7 @@ mod page_size_tests {
             source: "fa".into(),
         };
         let size = 16 << 20;
-        let all_small = || {
-            vec![Mapping {
-                huge: vec![],
-                all_present: false,
-            }]
-        };
+        let all_small = || vec![nothing_huge()];
         let r = run(&fa, all_small(), true, size);
         let t = r[0].total();
         assert_eq!(t.l1_misses, t.sim_l1_misses);
@@ -924,6 +976,125 @@ mod page_size_tests {
             "{} vs {}",
             t.walks,
             t.sim_walks
+        );
+    }
+}
+
+#[cfg(test)]
+mod site_tests {
+    use super::*;
+    use crate::categorize::{AddressSpace, AllocEvent, AllocOp, AllocVia, Categorizer};
+    use crate::cost::CostModel;
+    use crate::rank::predictions;
+    use crate::stream::top_sites;
+    use crate::tlb::{TlbArray, TlbLevel};
+    use PageSize::*;
+
+    /// Two heap-large blocks from two sites: a hot one walked at random, a cold one
+    /// barely touched. The hot site's own mapping saves more than heap-large as a
+    /// whole, with half the pool pages.
+    #[test]
+    fn per_site_mapping_finds_the_hot_site() {
+        let mut cat = Categorizer::new(AddressSpace::default(), 128 * 1024);
+        let hot = Site {
+            module: 0,
+            offset: 0x100,
+        };
+        let cold = Site {
+            module: 0,
+            offset: 0x200,
+        };
+        let (a, b) = (0x7f00_0000_0000u64, 0x7e00_0000_0000u64);
+        let size = 64u64 << 20;
+        for (seq, addr, site) in [(1, a, hot), (2, b, cold)] {
+            cat.apply(&AllocEvent {
+                seq,
+                op: AllocOp::Alloc {
+                    addr,
+                    size,
+                    via: AllocVia::Malloc,
+                    site: Some(site),
+                },
+            });
+        }
+        let sites = top_sites(&cat);
+        assert_eq!(sites.len(), 2);
+        // Tracking starts with the second pass, as in `analyze_stream`.
+        let mut cat2 = Categorizer::new(AddressSpace::default(), 128 * 1024);
+        cat2.track_sites(&sites);
+        for (seq, addr, site) in [(1, a, hot), (2, b, cold)] {
+            cat2.apply(&AllocEvent {
+                seq,
+                op: AllocOp::Alloc {
+                    addr,
+                    size,
+                    via: AllocVia::Malloc,
+                    site: Some(site),
+                },
+            });
+        }
+        let g = TlbGeometry {
+            levels: vec![
+                TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
+                TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 1024, 0)], None),
+            ],
+            source: "t".into(),
+        };
+        let mut an = Analyzer::new(
+            g.clone(),
+            vec![],
+            Mapping::candidates(&[Category::HeapLarge], false, &[], &sites),
+        );
+        let mut x = 5u64;
+        // The cold block: one line per 2 MB, where a huge page costs more to fault
+        // than the 4 KB page it replaces.
+        for p in 0..size / (2 << 20) {
+            let addr = b + p * (2 << 20);
+            let id = cat2.classify(addr).unwrap();
+            an.feed(cat2.object(id), addr);
+        }
+        for _ in 0..300_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let addr = a + (x % size) / 64 * 64;
+            let id = cat2.classify(addr).unwrap();
+            an.feed(cat2.object(id), addr);
+        }
+        let result = AnalysisResult {
+            refs: an.refs(),
+            mappings: an.finish(),
+            heap_large_peak_pages: cat2.peak_owned_frames(),
+            heap_large_peak_pages_1g: (0, 0),
+            site_peak_pages: sites
+                .iter()
+                .map(|&s| (s, cat2.peak_site_frames(s)))
+                .collect(),
+            alloc_stats: Default::default(),
+            geometry: g,
+        };
+        let preds = predictions(&result, &CostModel::default(), 1.0);
+        let find = |f: &dyn Fn(&crate::rank::Prediction) -> bool| {
+            preds.iter().find(|p| f(p)).unwrap().clone()
+        };
+        let whole = find(&|p| p.assignments == vec![(Category::HeapLarge, Backing::Hugetlb2m)]);
+        let hot_only = find(&|p| {
+            p.sites.len() == 1 && p.sites[0].site == hot && p.sites[0].backing == Backing::Hugetlb2m
+        });
+        let cold_only = find(&|p| p.sites.len() == 1 && p.sites[0].site == cold);
+        assert_eq!(whole.hugetlb_pages, 64);
+        assert_eq!(hot_only.hugetlb_pages, 32);
+        assert!(
+            hot_only.saving_ns > 0.8 * whole.saving_ns,
+            "{} vs {}",
+            hot_only.saving_ns,
+            whole.saving_ns
+        );
+        assert!(cold_only.saving_ns < 0.2 * whole.saving_ns);
+        assert!(
+            hot_only.label.starts_with("site 0+0x100:hugetlb"),
+            "{}",
+            hot_only.label
         );
     }
 }

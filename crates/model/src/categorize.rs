@@ -168,6 +168,9 @@ pub struct Categorizer {
     /// Live (1 GB, 2 MB) pages of the `hugetlb-1g` layout, and their peaks.
     owned_1g: (u64, u64),
     peak_owned_1g: (u64, u64),
+    /// Allocation sites whose heap-large objects are counted apart: (site, live
+    /// 2 MB pages, peak), for per-site mappings.
+    tracked_sites: Vec<(Site, u64, u64)>,
     stats: PerCategory<AllocStats>,
     first_static: u32,
     cache: (u64, u64, u32),
@@ -217,6 +220,7 @@ impl Categorizer {
             peak_owned_frames: 0,
             owned_1g: (0, 0),
             peak_owned_1g: (0, 0),
+            tracked_sites: Vec::new(),
             stats: Default::default(),
             first_static,
             cache: (0, 0, OBJ_OTHER),
@@ -239,6 +243,32 @@ impl Categorizer {
     /// objects at once (its placement: whole pages per object).
     pub fn peak_owned_frames(&self) -> u64 {
         self.peak_owned_frames
+    }
+    /// Counts the heap-large pages of these sites apart from now on.
+    pub fn track_sites(&mut self, sites: &[Site]) {
+        self.tracked_sites = sites.iter().map(|&s| (s, 0, 0)).collect();
+    }
+    /// Peak 2 MB pages the library would hold for heap-large objects of `site`
+    /// (tracked sites only).
+    pub fn peak_site_frames(&self, site: Site) -> u64 {
+        self.tracked_sites
+            .iter()
+            .find(|t| t.0 == site)
+            .map_or(0, |t| t.2)
+    }
+    /// Heap-large bytes allocated per site, largest first.
+    pub fn heap_large_sites(&self) -> Vec<(Site, u64)> {
+        let mut acc: Vec<(Site, u64)> = Vec::new();
+        for o in &self.objects {
+            if let (Category::HeapLarge, Some(s)) = (o.category, o.site) {
+                match acc.iter_mut().find(|(x, _)| *x == s) {
+                    Some(e) => e.1 += o.len,
+                    None => acc.push((s, o.len)),
+                }
+            }
+        }
+        acc.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.offset.cmp(&b.0.offset)));
+        acc
     }
     /// Peak 1 GB pages, and peak 2 MB pages, the runtime library would hold for
     /// heap-large objects planned on `hugetlb-1g` (each peak taken on its own).
@@ -273,6 +303,10 @@ impl Categorizer {
             self.owned_1g.1 += m;
             self.peak_owned_1g.0 = self.peak_owned_1g.0.max(self.owned_1g.0);
             self.peak_owned_1g.1 = self.peak_owned_1g.1.max(self.owned_1g.1);
+            if let Some(t) = self.tracked_sites.iter_mut().find(|t| Some(t.0) == site) {
+                t.1 += head_frames(size);
+                t.2 = t.2.max(t.1);
+            }
             b
         } else {
             0
@@ -300,13 +334,16 @@ impl Categorizer {
     fn death(&mut self, seq: u64, id: u32) {
         let o = &mut self.objects[id as usize];
         o.free_seq = Some(seq);
-        let (category, len, start) = (o.category, o.len, o.start);
+        let (category, len, start, site) = (o.category, o.len, o.start, o.site);
         self.live.remove(&start);
         if category == Category::HeapLarge {
             self.owned_frames -= head_frames(len);
             let (g, m) = head_pages_1g(len);
             self.owned_1g.0 -= g;
             self.owned_1g.1 -= m;
+            if let Some(t) = self.tracked_sites.iter_mut().find(|t| Some(t.0) == site) {
+                t.1 -= head_frames(len);
+            }
         }
         let st = &mut self.stats[category.index()];
         st.live_bytes = st.live_bytes.saturating_sub(len);

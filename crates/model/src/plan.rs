@@ -5,7 +5,7 @@
 
 use crate::category::Category;
 use crate::page::Backing;
-use crate::rank::{Prediction, Significance};
+use crate::rank::{PlannedSite, Prediction, Significance};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,8 +48,11 @@ pub struct ProgramTraits {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanDecision {
-    /// What to apply; empty: run unchanged.
+    /// What to apply; empty (and no sites): run unchanged.
     pub assignments: Vec<(Category, Backing)>,
+    /// Allocation sites to place on huge pages (a per-site mapping).
+    #[serde(default)]
+    pub sites: Vec<PlannedSite>,
     pub prediction: Option<Prediction>,
     /// Human-readable reasons, in the order the planner considered them.
     pub reasons: Vec<String>,
@@ -63,6 +66,7 @@ impl PlanDecision {
 
 fn uses_hugetlb(p: &Prediction) -> bool {
     p.assignments.iter().any(|&(_, b)| b.uses_pool())
+        || p.sites.iter().any(|s| s.backing.uses_pool())
 }
 
 fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Result<(), String> {
@@ -119,6 +123,7 @@ pub fn choose(
     let mut reasons = Vec::new();
     let empty = |reasons| PlanDecision {
         assignments: vec![],
+        sites: vec![],
         prediction: None,
         reasons,
     };
@@ -134,7 +139,7 @@ pub fn choose(
     }
     let threshold_ns = min_gain * native_seconds * 1e9;
     let mut best: Option<&Prediction> = None;
-    for p in preds.iter().filter(|p| !p.assignments.is_empty()) {
+    for p in preds.iter().filter(|p| !p.is_all_small()) {
         match feasible(p, avail, program) {
             Err(why) => reasons.push(format!("{}: ruled out: {}", p.label, why)),
             Ok(()) => {
@@ -159,9 +164,11 @@ pub fn choose(
                 .copied()
                 .filter(|&(ac, _)| ac != c)
                 .collect();
-            let alt = preds
-                .iter()
-                .find(|p| p.assignments == without && feasible(p, avail, program).is_ok());
+            let alt = preds.iter().find(|p| {
+                p.assignments == without
+                    && p.sites.is_empty()
+                    && feasible(p, avail, program).is_ok()
+            });
             let alt_saving = alt.map_or(0.0, |p| p.saving_ns);
             if best.saving_ns - alt_saving < threshold_ns {
                 reasons.push(format!(
@@ -183,7 +190,7 @@ pub fn choose(
             break;
         }
     }
-    if best.assignments.is_empty() || best.saving_ns < threshold_ns {
+    if best.is_all_small() || best.saving_ns < threshold_ns {
         reasons.push(format!(
             "best predicted saving {:.1} ms is below {:.1}% of the run time: run unchanged",
             best.saving_ns.max(0.0) / 1e6,
@@ -202,6 +209,7 @@ pub fn choose(
     ));
     PlanDecision {
         assignments: best.assignments.clone(),
+        sites: best.sites.clone(),
         prediction: Some(best.clone()),
         reasons,
     }
@@ -224,6 +232,7 @@ mod tests {
             predicted_speedup: 1.0,
             hugetlb_pages: hugetlb,
             hugetlb_1g_pages: 0,
+            sites: vec![],
             thp_pages: 0,
             walks: 0,
             faults: 0,

@@ -3,6 +3,7 @@
 //! huge pages each mapping needs.
 
 use crate::analysis::{AnalysisResult, MappingResult};
+use crate::categorize::Site;
 use crate::category::Category;
 use crate::cost::CostModel;
 use crate::page::{Backing, PageSize};
@@ -61,8 +62,30 @@ pub struct Prediction {
     pub hugetlb_1g_pages: u64,
     /// THP folios (2 MB and mTHP) expected to be faulted in.
     pub thp_pages: u64,
+    /// Per-site mapping: the allocation sites whose heap-large objects go on
+    /// huge pages (then `assignments` is empty).
+    #[serde(default)]
+    pub sites: Vec<PlannedSite>,
     pub walks: u64,
     pub faults: u64,
+}
+
+/// An allocation site planned on huge pages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedSite {
+    pub site: Site,
+    /// The module's path as the runtime library's log names it; filled in by the
+    /// caller that knows the modules (the model only has their index).
+    #[serde(default)]
+    pub module: String,
+    pub backing: Backing,
+}
+
+impl Prediction {
+    /// Nothing on huge pages.
+    pub fn is_all_small(&self) -> bool {
+        self.assignments.is_empty() && self.sites.is_empty()
+    }
 }
 
 /// The natural huge backing of a category: the runtime library owns heap-large
@@ -86,9 +109,19 @@ fn backings_for(c: Category, res: Backing) -> Vec<Backing> {
 
 /// The backing that serves a cell: the assignment's choice for 2 MB cells of an
 /// assigned category, the cell's own backing otherwise (1 GB layouts, mTHP, 4 KB).
-fn actual_backing(c: Category, cell: Backing, assignments: &[(Category, Backing)]) -> Backing {
+fn actual_backing(c: Category, cell: Backing, v: &Variant) -> Backing {
     if cell == Backing::Thp2m {
-        if let Some(&(_, b)) = assignments.iter().find(|(ac, _)| *ac == c) {
+        let chosen = v
+            .assignments
+            .iter()
+            .find(|(ac, _)| *ac == c)
+            .map(|&(_, b)| b)
+            .or_else(|| {
+                (c == Category::HeapLarge)
+                    .then_some(v.site_backing)
+                    .flatten()
+            });
+        if let Some(b) = chosen {
             if b.folio_shift() == cell.folio_shift() {
                 return b;
             }
@@ -97,7 +130,14 @@ fn actual_backing(c: Category, cell: Backing, assignments: &[(Category, Backing)
     cell
 }
 
-fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Backing)]) -> f64 {
+/// One concrete choice of backings for a mapping.
+struct Variant {
+    assignments: Vec<(Category, Backing)>,
+    /// The backing of the sites of a per-site mapping.
+    site_backing: Option<Backing>,
+}
+
+fn miss_time(m: &MappingResult, cost: &CostModel, v: &Variant) -> f64 {
     // Leaf page-table entries the mapping populates, per leaf size: what the walks
     // fetch (an mTHP folio is mapped by one 4 KB entry per 4 KB).
     let mut entries = [0u64; 3];
@@ -113,7 +153,7 @@ fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Back
     for x in &m.cells {
         let s = &x.stats;
         let leaf = x.backing.leaf();
-        let backing = actual_backing(x.category, x.backing, assignments);
+        let backing = actual_backing(x.category, x.backing, v);
         t += s.l1_misses.saturating_sub(s.walks) as f64 * cost.l2_hit(leaf)
             + s.walks as f64 * walk_ns[leaf.index()]
             + s.faults as f64 * cost.fault(backing);
@@ -122,7 +162,16 @@ fn miss_time(m: &MappingResult, cost: &CostModel, assignments: &[(Category, Back
 }
 
 /// Every combination of the backings each huge category of `m` can get.
-fn variants(m: &MappingResult) -> Vec<Vec<(Category, Backing)>> {
+fn variants(m: &MappingResult) -> Vec<Variant> {
+    if !m.mapping.sites.is_empty() {
+        return backings_for(Category::HeapLarge, Backing::Thp2m)
+            .into_iter()
+            .map(|b| Variant {
+                assignments: vec![],
+                site_backing: Some(b),
+            })
+            .collect();
+    }
     let mut out: Vec<Vec<(Category, Backing)>> = vec![vec![]];
     for &(c, res) in &m.mapping.huge {
         out = out
@@ -136,7 +185,12 @@ fn variants(m: &MappingResult) -> Vec<Vec<(Category, Backing)>> {
             })
             .collect();
     }
-    out
+    out.into_iter()
+        .map(|assignments| Variant {
+            assignments,
+            site_backing: None,
+        })
+        .collect()
 }
 
 /// Predictions for every analysed mapping and every backing its categories can
@@ -147,11 +201,16 @@ pub fn predictions(
     cost: &CostModel,
     native_seconds: f64,
 ) -> Vec<Prediction> {
-    let base_time = miss_time(result.all_small(), cost, &[]);
+    let none = Variant {
+        assignments: vec![],
+        site_backing: None,
+    };
+    let base_time = miss_time(result.all_small(), cost, &none);
     let mut out = Vec::new();
     for m in &result.mappings {
-        for assignments in variants(m) {
-            let mt = miss_time(m, cost, &assignments);
+        for v in variants(m) {
+            let mt = miss_time(m, cost, &v);
+            let assignments = v.assignments.clone();
             let saving = base_time - mt;
             let (mut hugetlb, mut hugetlb_1g, mut thp) = (0, 0, 0);
             for &(c, b) in &assignments {
@@ -167,10 +226,35 @@ pub fn predictions(
                     _ => {}
                 }
             }
+            let mut sites = Vec::new();
+            if let Some(b) = v.site_backing {
+                for &(site, _) in &m.mapping.sites {
+                    if b == Backing::Hugetlb2m {
+                        hugetlb += result
+                            .site_peak_pages
+                            .iter()
+                            .find(|(s, _)| *s == site)
+                            .map_or(0, |&(_, p)| p);
+                    }
+                    sites.push(PlannedSite {
+                        site,
+                        module: String::new(),
+                        backing: b,
+                    });
+                }
+                if b == Backing::Thp2m {
+                    thp += m.cell(Category::HeapLarge, Backing::Thp2m).faults;
+                }
+            }
             let predicted_seconds = (native_seconds - saving / 1e9).max(native_seconds * 0.01);
             let total = m.total();
             out.push(Prediction {
-                label: label(&assignments),
+                label: if sites.is_empty() {
+                    label(&assignments)
+                } else {
+                    site_label(&sites)
+                },
+                sites,
                 mapping: m.name.clone(),
                 base: m.base,
                 assignments,
@@ -237,6 +321,27 @@ pub fn label(assignments: &[(Category, Backing)]) -> String {
                 b => b.name(),
             };
             format!("{c}:{short}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `site 2+0x1a2b:hugetlb` (module index until the caller names the module).
+pub fn site_label(sites: &[PlannedSite]) -> String {
+    sites
+        .iter()
+        .map(|s| {
+            let module = if s.module.is_empty() {
+                s.site.module.to_string()
+            } else {
+                s.module.rsplit('/').next().unwrap_or(&s.module).to_string()
+            };
+            let b = match s.backing {
+                Backing::Thp(21) => "thp".to_string(),
+                Backing::Hugetlb2m => "hugetlb".into(),
+                b => b.name(),
+            };
+            format!("site {module}+{:#x}:{b}", s.site.offset)
         })
         .collect::<Vec<_>>()
         .join(" ")

@@ -7,7 +7,7 @@
 //! are dropped here.
 
 use crate::analysis::{AnalysisResult, Analyzer, Mapping};
-use crate::categorize::{AddressSpace, AllocEvent, Categorizer};
+use crate::categorize::{AddressSpace, AllocEvent, Categorizer, Site};
 use crate::category::{Category, PerCategory};
 use crate::tlb::TlbGeometry;
 use serde::{Deserialize, Serialize};
@@ -100,11 +100,12 @@ impl<'a> Driver<'a> {
     }
 }
 
-/// First pass: which categories does the program reference?
+/// First pass: which categories does the program reference, and which are its
+/// largest heap-large allocation sites?
 pub fn present_categories(
     spec: &StreamSpec,
     refs: impl Iterator<Item = u64>,
-) -> (Vec<Category>, StreamSummary) {
+) -> (Vec<Category>, StreamSummary, Vec<Site>) {
     let mut d = Driver::new(spec);
     for addr in refs {
         d.step(addr);
@@ -114,7 +115,8 @@ pub fn present_categories(
         .copied()
         .filter(|c| d.summary.refs_per_category[c.index()] > 0)
         .collect();
-    (present, d.summary)
+    let sites = top_sites(&d.cat);
+    (present, d.summary, sites)
 }
 
 /// Which mappings to evaluate beyond every subset of the categories at 2 MB.
@@ -126,6 +128,22 @@ pub struct AnalysisOptions {
     pub mthp: Vec<u8>,
     /// Also run the exact set-associative TLB simulation.
     pub simulate: bool,
+    /// Allocation sites whose heap-large objects are also evaluated alone.
+    #[serde(default)]
+    pub sites: Vec<Site>,
+}
+
+/// How many of the largest heap-large allocation sites get a mapping of their own.
+pub const TOP_SITES: usize = 3;
+
+/// The sites worth a per-site mapping: the largest heap-large ones, when heap-large
+/// memory comes from more than one site (with one, the site is the category).
+pub fn top_sites(cat: &Categorizer) -> Vec<Site> {
+    let sites = cat.heap_large_sites();
+    if sites.len() < 2 {
+        return vec![];
+    }
+    sites.into_iter().take(TOP_SITES).map(|(s, _)| s).collect()
 }
 
 /// Second pass: the full analysis of the candidate mappings of `present`.
@@ -137,10 +155,11 @@ pub fn analyze_stream(
     refs: impl Iterator<Item = u64>,
 ) -> (AnalysisResult, StreamSummary, Categorizer) {
     let mut d = Driver::new(spec);
+    d.cat.track_sites(&opts.sites);
     let mut a = Analyzer::with_simulation(
         geometry.clone(),
         spec.space.static_segments.clone(),
-        Mapping::candidates(present, opts.gigantic, &opts.mthp),
+        Mapping::candidates(present, opts.gigantic, &opts.mthp, &opts.sites),
         opts.simulate,
     );
     for addr in refs {
@@ -153,6 +172,11 @@ pub fn analyze_stream(
         mappings: a.finish(),
         heap_large_peak_pages: d.cat.peak_owned_frames(),
         heap_large_peak_pages_1g: d.cat.peak_owned_pages_1g(),
+        site_peak_pages: opts
+            .sites
+            .iter()
+            .map(|&s| (s, d.cat.peak_site_frames(s)))
+            .collect(),
         alloc_stats: d.cat.stats().clone(),
         geometry: geometry.clone(),
     };
@@ -201,7 +225,8 @@ mod tests {
             base + 2,    // marker: free
             0x10_0040,   // other again
         ];
-        let (present, s) = present_categories(&spec, refs.clone().into_iter());
+        let (present, s, sites) = present_categories(&spec, refs.clone().into_iter());
+        assert!(sites.is_empty(), "one block, no site");
         assert_eq!(present, vec![Category::HeapLarge, Category::Other]);
         assert_eq!(
             (s.refs, s.excluded, s.markers, s.events_applied),
@@ -219,6 +244,7 @@ mod tests {
             gigantic: true,
             mthp: vec![16],
             simulate: true,
+            sites: vec![],
         };
         let (r, _, cat) = analyze_stream(&spec, &g, &present, &opts, refs.into_iter());
         assert_eq!(r.refs, 4);

@@ -7,6 +7,7 @@ pub mod demo;
 pub mod machine;
 pub mod optimize;
 pub mod plan;
+pub mod rank;
 pub mod record;
 pub mod run;
 pub mod validate;
@@ -21,7 +22,11 @@ pub fn predictions_table(preds: &[Prediction]) -> String {
         .map(|p| {
             vec![
                 format!("{}{}", p.label, if p.base { "" } else { " *" }),
-                format!("{}", p.hugetlb_pages),
+                if p.hugetlb_1g_pages > 0 {
+                    format!("{} + {} x 1 GB", p.hugetlb_pages, p.hugetlb_1g_pages)
+                } else {
+                    format!("{}", p.hugetlb_pages)
+                },
                 format!("{}", p.thp_pages),
                 count(p.walks as f64),
                 count(p.faults as f64),
@@ -54,5 +59,14 @@ pub fn assignments_text(a: &[(hugetune_model::Category, hugetune_model::Backing)
             .map(|(c, b)| format!("{c} → {b}"))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+/// What a plan decision places on huge pages, in words.
+pub fn decision_text(d: &hugetune_model::plan::PlanDecision) -> String {
+    if d.sites.is_empty() {
+        assignments_text(&d.assignments)
+    } else {
+        hugetune_model::rank::site_label(&d.sites)
     }
 }

@@ -209,7 +209,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             program.fork_children
         ));
     }
-    let plan_options = PlanOptions::for_program(&program);
+    let mut plan_options = PlanOptions::for_program(&program);
     let native_s = meta.native.wall_s;
 
     let avail_now = pipeline::availability_now();
@@ -248,15 +248,13 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         }
     }
     let availability = pipeline::availability_now();
+    plan_options = plan_options.with_sites(&decision.sites);
     let plan_text = hugetune_capture::launch::plan_text_with(
         &decision.assignments,
         an.threshold,
         &plan_options,
     );
-    pipeline::note(format!(
-        "plan: {}",
-        super::assignments_text(&decision.assignments)
-    ));
+    pipeline::note(format!("plan: {}", super::decision_text(&decision)));
 
     let validation = pipeline::validate(
         &art,

@@ -48,7 +48,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let text = hugetune_capture::launch::plan_text_with(
         &d.assignments,
         threshold,
-        &PlanOptions::for_program(&st.program),
+        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
     );
     if let Some(o) = &a.output {
         std::fs::write(o, &text)?;

@@ -39,16 +39,13 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         st.native_s,
         a.min_gain,
     );
-    pipeline::note(format!(
-        "applying {}",
-        super::assignments_text(&d.assignments)
-    ));
+    pipeline::note(format!("applying {}", super::decision_text(&d)));
     let applied = pipeline::applied_spec(
         &art,
         &a.command,
         &d.assignments,
         st.threshold,
-        &PlanOptions::for_program(&st.program),
+        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
         Output::Inherit,
     )?;
     let stats = runner::run(&applied.spec)?;

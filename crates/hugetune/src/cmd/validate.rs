@@ -40,7 +40,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &a.command,
         &d.assignments,
         threshold,
-        &PlanOptions::for_program(&st.program),
+        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
         a.runs as usize,
     )?;
     if a.json {

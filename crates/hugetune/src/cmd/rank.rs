@@ -1,0 +1,435 @@
+//! `hugetune rank`: the model's predicted ranking of mappings against the measured
+//! one (seed 001 §5.3.2). Profiles a command once, predicts every base mapping at
+//! every page size the machine has, then runs the command under each mapping,
+//! interleaved and repeated, and compares percentages of maximal benefit.
+
+use crate::pipeline::{self, RefOptions, RefSource};
+use crate::Ctx;
+use anyhow::{bail, Context, Result};
+use hugetune_capture::ab::median;
+use hugetune_capture::kernel_state::{lock_kernel_state, set_hugetlb_pool_holding, PoolChange};
+use hugetune_capture::launch::PlanOptions;
+use hugetune_capture::machine;
+use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_model::cost::CostModel;
+use hugetune_model::rank::{default_backing, pmb, ranking_error, Prediction};
+use hugetune_model::stream::AnalysisOptions;
+use hugetune_model::Backing;
+use hugetune_report::table;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Timed runs of each mapping (after one untimed warm-up run each), interleaved
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
+    /// Reference source of the profile
+    #[arg(long, value_enum, default_value = "qemu")]
+    refs: RefSource,
+    /// Profile bundle: reused when it exists, written otherwise
+    #[arg(long)]
+    bundle: Option<PathBuf>,
+    /// Also run the exact set-associative TLB simulation and report the fully
+    /// associative approximation's error against it
+    #[arg(long)]
+    simulate: bool,
+    /// A name for the workload in the report
+    #[arg(long)]
+    name: Option<String>,
+    /// Print the result as JSON
+    #[arg(long)]
+    json: bool,
+    /// The command
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
+}
+
+/// One mapping: predicted and measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankedMapping {
+    pub label: String,
+    pub predicted_saving_ms: f64,
+    pub predicted_pmb: f64,
+    pub predicted_speedup: f64,
+    pub measured_median_s: f64,
+    pub measured_min_s: f64,
+    pub measured_max_s: f64,
+    pub measured_pmb: f64,
+    pub measured_speedup: f64,
+    /// Huge bytes the runtime library reported backed (median over runs).
+    pub huge_bytes: u64,
+    /// Page walks: fully associative approximation, and the exact simulation.
+    pub walks: u64,
+    pub sim_walks: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankReport {
+    pub name: String,
+    pub command: Vec<String>,
+    pub runs: usize,
+    pub refs: u64,
+    pub significance_passes: bool,
+    pub tlb_misses_per_s: f64,
+    pub faults_per_s: f64,
+    pub mappings: Vec<RankedMapping>,
+    /// Seed 001 §5.3.2: mean |predicted PMB - measured PMB| over the mappings.
+    pub ranking_error: f64,
+    /// Whether the best predicted mapping is the best measured one, or within the
+    /// measured spread of it.
+    pub best_agrees: bool,
+    pub geometry: String,
+    pub cost_source: String,
+}
+
+/// The mappings measured: the seed's base mappings (all small, one category
+/// large, all large) — single categories at every page size and backing the
+/// analysis predicted, all-large with each category's default backing. A 1 GB
+/// mapping without a 1 GB page is the 2 MB one again and is left out.
+fn measured_set(preds: &[Prediction]) -> Vec<Prediction> {
+    let mut out: Vec<Prediction> = Vec::new();
+    for p in preds.iter().filter(|p| p.base) {
+        if p.assignments.iter().any(|(_, b)| b.is_mthp()) {
+            continue;
+        }
+        let gigantic = p.assignments.iter().any(|&(_, b)| b == Backing::Hugetlb1g);
+        if gigantic && p.hugetlb_1g_pages == 0 {
+            continue;
+        }
+        if p.assignments.len() > 1 && p.assignments.iter().any(|&(c, b)| b != default_backing(c)) {
+            continue;
+        }
+        if !out.iter().any(|q| q.label == p.label) {
+            out.push(p.clone());
+        }
+    }
+    out.sort_by(|a, b| a.label.cmp(&b.label));
+    if let Some(i) = out.iter().position(|p| p.assignments.is_empty()) {
+        let s = out.remove(i);
+        out.insert(0, s);
+    }
+    out
+}
+
+/// Pools the measured mappings need, grown under one lock for the whole experiment.
+fn reserve_pools(set: &[Prediction]) -> Result<Vec<PoolChange>> {
+    let need_2m = set.iter().map(|p| p.hugetlb_pages).max().unwrap_or(0);
+    let need_1g = set.iter().map(|p| p.hugetlb_1g_pages).max().unwrap_or(0);
+    if need_2m == 0 && need_1g == 0 {
+        return Ok(vec![]);
+    }
+    let lock = lock_kernel_state()?;
+    let mut changes = Vec::new();
+    for (kb, need) in [(2048u64, need_2m), (1 << 20, need_1g)] {
+        if need == 0 {
+            continue;
+        }
+        let Some(pool) = machine::pool(kb) else {
+            pipeline::note(format!("no {kb} kB hugetlb pool on this kernel"));
+            continue;
+        };
+        // A page or two of slack: the library's tail and alignment never need
+        // more, and a short pool would silently measure a fallback.
+        let want = pool.nr + need + 2;
+        let c = set_hugetlb_pool_holding(&lock, kb, want)?;
+        if c.now < want {
+            pipeline::note(format!(
+                "the {kb} kB pool grew to {} of {want} pages (fragmentation): mappings \
+                 needing more fall back, see the huge bytes column",
+                c.now
+            ));
+        }
+        changes.push(c);
+    }
+    Ok(changes)
+}
+
+pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    let report = execute(ctx, &a)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(0)
+}
+
+fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
+    let art = crate::artifacts::find()?;
+    let m = machine::machine(ctx.tlb.as_deref())?;
+    let tmp = tempfile::Builder::new()
+        .prefix("hugetune-rank.")
+        .tempdir()?;
+    let bundle = a
+        .bundle
+        .clone()
+        .unwrap_or_else(|| tmp.path().join("profile.htb"));
+    if !bundle.exists() {
+        let refs = RefOptions {
+            source: a.refs,
+            rate: None,
+            max_pages: None,
+            seed: 0,
+        };
+        pipeline::record(
+            &art,
+            &a.command,
+            &bundle,
+            &refs,
+            ctx.tlb.as_deref(),
+            ctx.verbose,
+        )?;
+    } else {
+        pipeline::note(format!("reusing the profile {}", bundle.display()));
+    }
+    let cost = CostModel::default();
+    let opts = AnalysisOptions {
+        gigantic: machine::pool(1 << 20).is_some(),
+        mthp: vec![],
+        simulate: a.simulate,
+        sites: vec![],
+    };
+    let an = pipeline::analyze_with(&bundle, &m.tlb.geometry, &cost, &opts)?;
+    let set = measured_set(&an.predictions);
+    if set.len() < 2 {
+        bail!("the analysis found no mapping to compare (no mappable data)");
+    }
+    pipeline::note(format!(
+        "measuring {} mappings x {} runs: {}",
+        set.len(),
+        a.runs,
+        set.iter()
+            .map(|p| p.label.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let _pools = reserve_pools(&set)?;
+    let plan_options = PlanOptions::for_program(&an.program);
+    let mut applied = Vec::new();
+    let mut specs: Vec<RunSpec> = Vec::new();
+    for p in &set {
+        if p.assignments.is_empty() {
+            let mut s = RunSpec::new(a.command.clone());
+            s.stdout = Output::Null;
+            specs.push(s);
+            applied.push(None);
+        } else {
+            let ap = pipeline::applied_spec(
+                &art,
+                &a.command,
+                &p.assignments,
+                an.threshold,
+                &plan_options,
+                Output::Null,
+            )?;
+            specs.push(ap.spec.clone());
+            applied.push(Some(ap));
+        }
+    }
+    let n = set.len();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut huge: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let runs = a.runs as usize;
+    // Round 0 is the untimed warm-up (memory the host reclaimed is slow once);
+    // each round runs every mapping, in an order rotated from round to round.
+    for round in 0..=runs {
+        for k in 0..n {
+            let i = (k + round) % n;
+            let st = runner::run(&specs[i])
+                .with_context(|| format!("running the mapping {}", set[i].label))?;
+            if st.exit_code != 0 {
+                bail!(
+                    "the command exited with status {} under the mapping {}",
+                    st.exit_code,
+                    set[i].label
+                );
+            }
+            let bytes = applied[i].as_ref().map_or(0, |ap| {
+                pipeline::summary_huge_bytes(&pipeline::take_summaries(ap.dir.path()))
+            });
+            if round > 0 {
+                times[i].push(st.wall_s);
+                huge[i].push(bytes as f64);
+                pipeline::note(format!(
+                    "round {round}/{runs} {}: {:.3} s",
+                    set[i].label, st.wall_s
+                ));
+            }
+        }
+    }
+    let med: Vec<f64> = times.iter().map(|t| median(t)).collect();
+    let base = med[0];
+    let measured_saving: Vec<f64> = med.iter().map(|t| base - t).collect();
+    let best_measured = measured_saving.iter().copied().fold(0.0, f64::max);
+    let best_predicted = set.iter().map(|p| p.saving_ns).fold(0.0, f64::max);
+    let mut mappings = Vec::new();
+    for (i, p) in set.iter().enumerate() {
+        let pred_s = base - p.saving_ns / 1e9;
+        let mapping = an.result.mappings.iter().find(|r| r.name == p.mapping);
+        mappings.push(RankedMapping {
+            label: p.label.clone(),
+            predicted_saving_ms: p.saving_ns / 1e6,
+            predicted_pmb: pmb(p.saving_ns, best_predicted),
+            predicted_speedup: if pred_s > 0.0 {
+                base / pred_s
+            } else {
+                f64::INFINITY
+            },
+            measured_median_s: med[i],
+            measured_min_s: times[i].iter().copied().fold(f64::INFINITY, f64::min),
+            measured_max_s: times[i].iter().copied().fold(0.0, f64::max),
+            measured_pmb: pmb(measured_saving[i], best_measured),
+            measured_speedup: base / med[i],
+            huge_bytes: median(&huge[i]) as u64,
+            walks: p.walks,
+            sim_walks: mapping.filter(|r| r.simulated).map(|r| r.total().sim_walks),
+        });
+    }
+    let err = ranking_error(
+        &mappings
+            .iter()
+            .map(|m| (m.predicted_pmb, m.measured_pmb))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap_or(0.0);
+    let best_pred = mappings
+        .iter()
+        .max_by(|x, y| x.predicted_saving_ms.total_cmp(&y.predicted_saving_ms))
+        .expect("at least two mappings");
+    let best_meas = mappings
+        .iter()
+        .min_by(|x, y| x.measured_median_s.total_cmp(&y.measured_median_s))
+        .expect("at least two mappings");
+    let best_agrees =
+        best_pred.label == best_meas.label || best_pred.measured_min_s <= best_meas.measured_max_s;
+    Ok(RankReport {
+        name: a
+            .name
+            .clone()
+            .unwrap_or_else(|| pipeline::strings(&a.command).join(" ")),
+        command: pipeline::strings(&a.command),
+        runs,
+        refs: an.stream.refs,
+        significance_passes: an.significance.passes,
+        tlb_misses_per_s: an.significance.tlb_misses_per_s,
+        faults_per_s: an.significance.faults_per_s,
+        mappings,
+        ranking_error: err,
+        best_agrees,
+        geometry: m.tlb.geometry.describe().join("; "),
+        cost_source: cost.source.clone(),
+    })
+}
+
+fn render(r: &RankReport) -> String {
+    let rows: Vec<Vec<String>> = r
+        .mappings
+        .iter()
+        .map(|m| {
+            vec![
+                m.label.clone(),
+                format!("{:.1}", m.predicted_saving_ms),
+                format!("{:.0}%", m.predicted_pmb),
+                format!("{:.0}%", m.measured_pmb),
+                format!("{:.2}x", m.predicted_speedup),
+                format!("{:.2}x", m.measured_speedup),
+                format!(
+                    "{:.3} s [{:.3}, {:.3}]",
+                    m.measured_median_s, m.measured_min_s, m.measured_max_s
+                ),
+                hugetune_report::bytes(m.huge_bytes),
+                match m.sim_walks {
+                    Some(s) => format!("{} / {}", m.walks, s),
+                    None => format!("{}", m.walks),
+                },
+            ]
+        })
+        .collect();
+    format!(
+        "{}\n{}\nranking error {:.1}% (mean |predicted PMB - measured PMB| over {} mappings, {} runs each); best predicted mapping {} the best measured\n",
+        r.name,
+        table(
+            &[
+                "mapping",
+                "predicted saving ms",
+                "PMB pred",
+                "PMB meas",
+                "speedup pred",
+                "speedup meas",
+                "median [min, max]",
+                "huge",
+                "walks (FA / sim)",
+            ],
+            &rows
+        ),
+        r.ranking_error,
+        r.mappings.len(),
+        r.runs,
+        if r.best_agrees { "is" } else { "is NOT" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugetune_model::Category;
+
+    fn pred(label: &str, base: bool, a: Vec<(Category, Backing)>) -> Prediction {
+        Prediction {
+            mapping: label.into(),
+            label: label.into(),
+            base,
+            assignments: a,
+            miss_time_ns: 0.0,
+            saving_ns: 0.0,
+            pmb: 0.0,
+            predicted_seconds: 1.0,
+            predicted_speedup: 1.0,
+            hugetlb_pages: 0,
+            hugetlb_1g_pages: 0,
+            sites: vec![],
+            thp_pages: 0,
+            walks: 0,
+            faults: 0,
+        }
+    }
+
+    #[test]
+    fn measured_set_is_base_mappings_all_small_first() {
+        let hl = Category::HeapLarge;
+        let preds = vec![
+            pred("heap-large:hugetlb", true, vec![(hl, Backing::Hugetlb2m)]),
+            pred("all-small", true, vec![]),
+            pred("static+heap-small", false, vec![]),
+            pred("heap-large:thp-64k", true, vec![(hl, Backing::Thp(16))]),
+            pred("heap-large:hugetlb", true, vec![(hl, Backing::Hugetlb2m)]),
+            pred(
+                "heap-large:hugetlb-1g",
+                true,
+                vec![(hl, Backing::Hugetlb1g)],
+            ),
+            pred(
+                "static:thp heap-large:thp",
+                true,
+                vec![(Category::Static, Backing::Thp2m), (hl, Backing::Thp2m)],
+            ),
+            pred(
+                "static:thp heap-large:hugetlb",
+                true,
+                vec![(Category::Static, Backing::Thp2m), (hl, Backing::Hugetlb2m)],
+            ),
+        ];
+        let s = measured_set(&preds);
+        let labels: Vec<&str> = s.iter().map(|p| p.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            vec![
+                "all-small",
+                "heap-large:hugetlb",
+                "static:thp heap-large:hugetlb"
+            ]
+        );
+    }
+}
