@@ -1215,7 +1215,12 @@ fn check_override_keys(v: &serde_json::Value) -> Result<(), String> {
         }
         Ok(())
     }
-    check(v, "the top level", &["levels", "source"])?;
+    check(v, "the top level", &["version", "levels", "source"])?;
+    match v.get("version") {
+        None => {}
+        Some(n) if n.as_u64() == Some(1) => {}
+        Some(n) => return Err(format!("version {n} (this hugetune reads version 1)")),
+    }
     for (i, l) in v["levels"].as_array().into_iter().flatten().enumerate() {
         check(l, &format!("levels[{i}]"), &["name", "arrays", "coalesce"])?;
         for (j, a) in l["arrays"].as_array().into_iter().flatten().enumerate() {
@@ -2181,7 +2186,7 @@ mod tests {
         };
         let good = write(
             "good.json",
-            r#"{"levels": [
+            r#"{"version": 1, "comment": "Neoverse N1", "levels": [
                 {"name": "L1", "arrays": [{"sizes": ["4k", "2m"], "entries": 48}],
                  "coalesce": 65536},
                 {"name": "L2", "arrays": [{"sizes": ["4k", "2m", "1g"], "entries": 1280, "ways": 5}]}
@@ -2238,6 +2243,11 @@ mod tests {
                 "invalid geometry: TLB level 'L1': 64 entries is not a multiple of 5 ways",
             ),
             ("empty.json", r#"{"levels": []}"#, "invalid geometry"),
+            (
+                "version.json",
+                r#"{"version": 2, "levels": []}"#,
+                "version 2 (this hugetune reads version 1)",
+            ),
         ];
         for (name, text, want) in cases {
             let p = write(name, text);

@@ -107,7 +107,7 @@ fn page_bytes(n: u64) -> String {
 fn print_tlb(t: &TlbReport) {
     let g = &t.geometry;
     let why = match t.choice {
-        Some(TlbChoice::Override) => " (override file)",
+        Some(TlbChoice::Override) => "",
         Some(TlbChoice::Cpuid) => " (cpuid)",
         Some(TlbChoice::CpuidPreset) => " (cpuid, with the preset's associativity and coalescing)",
         Some(TlbChoice::Preset) => " (published figures)",
