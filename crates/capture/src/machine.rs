@@ -2260,6 +2260,34 @@ mod tests {
     }
 
     #[test]
+    fn odd_override_files_are_errors_not_panics() {
+        let d = tempfile::tempdir().unwrap();
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let odd = [
+            "",
+            "\u{feff}{}",
+            "{}",
+            r#"{"levels": null}"#,
+            r#"{"levels": [null]}"#,
+            r#"{"levels": [{"arrays": 3}]}"#,
+            r#"{"levels": [{"name": "L1", "arrays": [{"sizes": [], "entries": 0}]}]}"#,
+            r#"{"levels": [{"name": "L1", "arrays": [{"sizes": ["4k"], "entries": 18446744073709551615}]}]}"#,
+            r#"{"levels": [{"name": "L1", "arrays": [{"sizes": ["4k"], "entries": 64, "ways": 18446744073709551615}]}]}"#,
+            r#"{"levels": [{"name": "L1", "arrays": [{"sizes": ["4k"], "entries": 64}], "coalesce": 0}]}"#,
+            r#"{"levels": [{"name": "L1", "arrays": [{"sizes": ["4k"], "entries": -1}]}]}"#,
+            r#"{"levels": [{"name": "L1", "arrays": [{"sizes": ["2m"], "entries": 64}]}]}"#,
+            r#"{"version": "1", "levels": []}"#,
+            &deep,
+        ];
+        for (i, text) in odd.iter().enumerate() {
+            let p = d.path().join(format!("odd{i}.json"));
+            std::fs::write(&p, text).unwrap();
+            let e = read_tlb_override(&p).expect_err(text);
+            assert!(format!("{e:#}").contains(&format!("odd{i}.json")), "{e:#}");
+        }
+    }
+
+    #[test]
     fn reach_per_page_size_with_smashing_and_coalescing() {
         let zen5 = tlb_presets::lookup("AuthenticAMD", 0x1a, 2)
             .unwrap()
