@@ -1,6 +1,7 @@
 use crate::Ctx;
 use anyhow::Result;
-use hugetune_capture::machine;
+use hugetune_capture::machine::{self, TlbChoice, TlbReport};
+use hugetune_model::page::PageSize;
 use hugetune_report::table;
 
 #[derive(clap::Args)]
@@ -15,6 +16,11 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let art = crate::artifacts::find()?;
     if a.json {
         let mut v = serde_json::to_value(&m)?;
+        let last = m.tlb.geometry.last();
+        v["tlb"]["reach"] = serde_json::json!({
+            "level": last.name,
+            "pages": machine::reach(last),
+        });
         v["runtime_lib"] = art.runtime_lib.display().to_string().into();
         v["work"] = art.work.display().to_string().into();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -33,19 +39,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     if let Some(h) = &m.cpu.hypervisor {
         println!("           running under a hypervisor ({h}): TLB misses cost 2-D page walks");
     }
-    let g = &m.tlb.geometry;
-    println!("dTLB       {}", g.source);
-    for line in g.describe() {
-        println!("           {line}");
-    }
-    if let Some(c) = &m.tlb.cpuid {
-        if c != g {
-            println!("           cpuid says: {}", c.describe().join("; "));
-        }
-    }
-    for n in &m.tlb.notes {
-        println!("           note: {n}");
-    }
+    print_tlb(&m.tlb);
     println!(
         "THP        enabled {}, defrag {}",
         m.thp.map_or("unavailable".to_string(), |t| format!("{t:?}")
@@ -84,4 +78,85 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     println!("runtime    {}", art.runtime_lib.display());
     println!("workloads  {}", art.work.display());
     Ok(0)
+}
+
+/// `n` bytes in the largest binary unit it reaches, without decimals when exact:
+/// `6 MiB`, `2.5 GiB`, `16 GiB`.
+fn exact_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let u = (0..UNITS.len())
+        .rev()
+        .find(|&u| n >> (10 * u) > 0)
+        .unwrap_or(0);
+    let v = n as f64 / (1u64 << (10 * u)) as f64;
+    if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// `4 KB`, `2 MB`, `1 GB`, `64 KB`: page and entry sizes as the docs write them.
+fn page_bytes(n: u64) -> String {
+    exact_bytes(n)
+        .replace(" KiB", " KB")
+        .replace(" MiB", " MB")
+        .replace(" GiB", " GB")
+}
+
+fn print_tlb(t: &TlbReport) {
+    let g = &t.geometry;
+    let why = match t.choice {
+        Some(TlbChoice::Override) => "",
+        Some(TlbChoice::Cpuid) => " (cpuid)",
+        Some(TlbChoice::CpuidPreset) => " (cpuid, with the preset's associativity and coalescing)",
+        Some(TlbChoice::Preset) => " (published figures)",
+        Some(TlbChoice::Generic) => " (nothing known about this CPU)",
+        None => "",
+    };
+    println!("dTLB       {}{why}", g.source);
+    for line in g.describe() {
+        println!("           {line}");
+    }
+    let last = g.last();
+    let reach: Vec<String> = machine::reach(last)
+        .iter()
+        .map(|r| {
+            let mut s = format!(
+                "{} with {} pages",
+                exact_bytes(r.bytes),
+                page_bytes(r.page.bytes())
+            );
+            if r.entry_bytes < r.page.bytes() {
+                s += &format!(" (held as {} entries)", page_bytes(r.entry_bytes));
+            }
+            if let (PageSize::P4k, Some(c), Some(co)) = (r.page, r.coalesced_bytes, last.coalesce) {
+                s += &format!(
+                    " ({} in {} contiguous folios)",
+                    exact_bytes(c),
+                    page_bytes(co)
+                );
+            }
+            s
+        })
+        .collect();
+    println!("           reach ({}): {}", last.name, reach.join(", "));
+    match &t.cpuid {
+        Some(c) if c.levels != g.levels => {
+            let leaves = t.cpuid_leaves.as_deref().unwrap_or("?");
+            println!(
+                "           cpuid {leaves} says: {}",
+                c.describe().join("; ")
+            );
+        }
+        _ => {}
+    }
+    if let Some(p) = &t.preset {
+        let used = matches!(t.choice, Some(TlbChoice::Preset | TlbChoice::CpuidPreset));
+        let tag = if used { "preset" } else { "preset (not used)" };
+        println!("           {tag} {}: {}", p.name, p.source);
+    }
+    for n in &t.notes {
+        println!("           note: {n}");
+    }
 }
