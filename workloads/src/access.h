@@ -32,6 +32,9 @@ static inline void ref_xor_u64_atomic(uint64_t *p, uint64_t v)
     __atomic_fetch_xor(p, v, __ATOMIC_RELAXED);
 }
 
+/* cg's column indices. */
+static inline uint32_t ref_load_u32(const uint32_t *p) { TRACED(p, 0); return *p; }
+
 static inline double ref_load_f64(const double *p) { TRACED(p, 0); return *p; }
 static inline void ref_store_f64(double *p, double v) { TRACED(p, 1); *p = v; }
 

@@ -1,6 +1,7 @@
 /* hugetune-work: built-in workloads for hugetune.  Parses the options, runs one
  * kernel and prints exactly one JSON line on stdout (docs/formats.md, section 5). */
 #include <inttypes.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@ static void print_result(const struct config *cfg, const struct kresult *r)
     case K_STREAM: rate = total * 24.0 / 1e9; unit = "GB/s"; break;
     case K_PRIMES: rate = total; unit = "events/s"; break;
     case K_MALLOC: rate = total / 1e6; unit = "M ops/s"; break;
+    case K_CG: rate = total / 1e6; unit = "M nonzeros/s"; break;
     }
     rate = secs > 0.0 ? rate / secs : 0.0;
 
@@ -34,11 +36,17 @@ static void print_result(const struct config *cfg, const struct kresult *r)
     else
         printf("\"random_pct\":null,");
     printf("\"accesses\":%" PRIu64 ",\"seconds\":%.9f,\"rate\":%.6g,\"rate_unit\":\"%s\","
-           "\"checksum\":\"0x%016" PRIx64 "\",\"init_seconds\":%.9f,"
+           "\"checksum\":\"0x%016" PRIx64 "\",",
+           r->accesses, secs, rate, unit, r->checksum);
+    /* %.17g: the exact double, so equal residuals print equal. */
+    if (cfg->kernel == K_CG && isfinite(r->residual))
+        printf("\"residual\":%.17g,", r->residual);
+    else
+        printf("\"residual\":null,");
+    printf("\"init_seconds\":%.9f,"
            "\"minor_faults\":%" PRIu64 ",\"init_minor_faults\":%" PRIu64 ","
            "\"buffer\":\"0x%" PRIxPTR "\",\"pid\":%ld}\n",
-           r->accesses, secs, rate, unit, r->checksum, r->init_seconds,
-           r->minor_faults, r->init_minor_faults, r->buffer, (long)getpid());
+           r->init_seconds, r->minor_faults, r->init_minor_faults, r->buffer, (long)getpid());
 }
 
 int main(int argc, char **argv)
@@ -60,6 +68,7 @@ int main(int argc, char **argv)
     case K_STREAM: (cfg.trace ? kernel_stream_traced : kernel_stream)(&cfg, &res); break;
     case K_PRIMES: kernel_primes(&cfg, &res); break; /* no memory references */
     case K_MALLOC: (cfg.trace ? kernel_malloc_traced : kernel_malloc)(&cfg, &res); break;
+    case K_CG: (cfg.trace ? kernel_cg_traced : kernel_cg)(&cfg, &res); break;
     }
     trace_close();
     print_result(&cfg, &res);

@@ -155,19 +155,23 @@ static size_t usable_bytes(size_t bytes)
     return (bytes - (LINE_BYTES - 1)) & ~(size_t)(LINE_BYTES - 1);
 }
 
-void bigbufs_get(const struct config *cfg, unsigned count, size_t bytes, struct bigbuf *out)
+void bigbufs_get_sizes(const struct config *cfg, unsigned count, const size_t *bytes, struct bigbuf *out)
 {
     if (cfg->place == PLACE_STATIC) {
         /* All buffers share static_buf, back to back, each a multiple of 64 bytes. */
-        size_t stride = bytes & ~(size_t)(LINE_BYTES - 1);
-        if ((uint64_t)stride * count > STATIC_CAPACITY)
-            die_usage("--size %zu does not fit the %lu-byte static buffer", bytes * count,
+        uint64_t total = 0;
+        for (unsigned i = 0; i < count; i++)
+            total += bytes[i] & ~(size_t)(LINE_BYTES - 1);
+        if (total > STATIC_CAPACITY)
+            die_usage("--size %llu does not fit the %lu-byte static buffer", (unsigned long long)total,
                       (unsigned long)STATIC_CAPACITY);
-        static_back(cfg->page, stride * count);
+        static_back(cfg->page, (size_t)total);
+        size_t off = 0;
         for (unsigned i = 0; i < count; i++) {
-            out[i] = (struct bigbuf){ .alloc = static_buf + i * stride, .kind = BB_STATIC,
-                                      .base = static_buf + i * stride, .len = usable_bytes(bytes),
+            out[i] = (struct bigbuf){ .alloc = static_buf + off, .kind = BB_STATIC,
+                                      .base = static_buf + off, .len = usable_bytes(bytes[i]),
                                       .forks = (unsigned)cfg->forks };
+            off += bytes[i] & ~(size_t)(LINE_BYTES - 1);
         }
         return;
     }
@@ -178,19 +182,29 @@ void bigbufs_get(const struct config *cfg, unsigned count, size_t bytes, struct 
         b->forks = (unsigned)cfg->forks;
         if (cfg->page == PAGE_DEFAULT) {
             /* Really malloc: this is the allocation the runtime library intercepts. */
-            b->alloc = malloc(bytes);
+            b->alloc = malloc(bytes[i]);
             if (!b->alloc)
-                die_resource("malloc(%zu) failed", bytes);
+                die_resource("malloc(%zu) failed", bytes[i]);
             b->kind = BB_MALLOC;
         } else {
-            b->alloc = map_pages(cfg->page, bytes, &b->map_len);
+            b->alloc = map_pages(cfg->page, bytes[i], &b->map_len);
             b->kind = BB_MMAP;
         }
         /* Start the data on a cache line so that "line i" of a kernel is one
          * hardware cache line. */
         b->base = (char *)round_up((uintptr_t)b->alloc, LINE_BYTES);
-        b->len = usable_bytes(bytes);
+        b->len = usable_bytes(bytes[i]);
     }
+}
+
+void bigbufs_get(const struct config *cfg, unsigned count, size_t bytes, struct bigbuf *out)
+{
+    size_t sizes[BIGBUFS_MAX];
+    if (count > BIGBUFS_MAX)
+        die_resource("internal error: %u buffers (at most %u)", count, BIGBUFS_MAX);
+    for (unsigned i = 0; i < count; i++)
+        sizes[i] = bytes;
+    bigbufs_get_sizes(cfg, count, sizes, out);
 }
 
 /* The child of a snapshotting service (redis BGSAVE, a checkpointer) shares the

@@ -18,10 +18,15 @@ struct bigbuf {
     unsigned forks;    /* --fork: children to fork before the buffer goes back */
 };
 
+#define BIGBUFS_MAX 8u   /* buffers of one kernel */
+
 /* Gets `count` buffers of `bytes` bytes each, placed per cfg->place (heap-large or
  * static) and backed per cfg->page.  Exits EXIT_RESOURCE when memory or hugetlb
  * pages cannot be had, EXIT_USAGE when the placement cannot hold them. */
 void bigbufs_get(const struct config *cfg, unsigned count, size_t bytes, struct bigbuf *out);
+/* The same for buffers of different sizes: buffer i gets bytes[i] bytes (static: back
+ * to back in static_buf, each starting on a 64-byte boundary). */
+void bigbufs_get_sizes(const struct config *cfg, unsigned count, const size_t *bytes, struct bigbuf *out);
 /* With --fork N, first forks N children one after another, each writing one word per
  * 4 KB page of every buffer (exits EXIT_CHILD if one does not exit 0). */
 void bigbufs_put(unsigned count, struct bigbuf *bufs);

@@ -31,10 +31,19 @@ static unsigned index_levels(size_t count, size_t *top_len)
     return levels;
 }
 
+size_t nx_plan_bytes(size_t count)
+{
+    size_t top_len, chunks = 0;
+    unsigned levels = index_levels(count, &top_len);
+    for (unsigned l = 1; l <= levels; l++)
+        chunks += ceil_div(count, 1ULL << (6 * l));
+    return chunks * INDEX_CHUNK_BYTES + round_up(top_len * sizeof(void *), 16);
+}
+
 void nodelist_plan(uint64_t layout_seed, size_t bytes, struct nodeplan *plan)
 {
     uint64_t st = layout_seed;
-    size_t remaining = bytes, sz, node_bytes = 0, top_len;
+    size_t remaining = bytes, sz, node_bytes = 0;
     memset(plan, 0, sizeof *plan);
     while ((sz = next_node_size(&st, remaining)) != 0) {
         plan->count++;
@@ -42,11 +51,7 @@ void nodelist_plan(uint64_t layout_seed, size_t bytes, struct nodeplan *plan)
         node_bytes += sz;
         remaining -= sz;
     }
-    unsigned levels = index_levels(plan->count, &top_len);
-    size_t chunks = 0;
-    for (unsigned l = 1; l <= levels; l++)
-        chunks += ceil_div(plan->count, 1ULL << (6 * l));
-    plan->alloc_bytes = node_bytes + chunks * INDEX_CHUNK_BYTES + round_up(top_len * sizeof(void *), 16);
+    plan->alloc_bytes = node_bytes + nx_plan_bytes(plan->count);
 }
 
 static void *new_chunk(struct arena *a)
@@ -56,9 +61,9 @@ static void *new_chunk(struct arena *a)
     return c;
 }
 
-/* Makes node number i reachable, allocating index chunks on the way as needed (so
- * they are interleaved with the nodes in allocation order, as in a real program). */
-static void index_append(struct nodeindex *x, struct arena *a, size_t i, struct node *n)
+/* Makes item number i reachable, allocating index chunks on the way as needed (so
+ * they are interleaved with the items in allocation order, as in a real program). */
+void nx_set(struct nodeindex *x, struct arena *a, size_t i, void *item)
 {
     void **slot = &x->top[i >> x->top_shift];
     for (unsigned s = x->top_shift; s != 0; s -= 6) {
@@ -66,7 +71,16 @@ static void index_append(struct nodeindex *x, struct arena *a, size_t i, struct 
             *slot = new_chunk(a);
         slot = &((void **)*slot)[(i >> (s - 6)) & (INDEX_CHUNK_SLOTS - 1)];
     }
-    *slot = n;
+    *slot = item;
+}
+
+void nx_init(struct nodeindex *x, struct arena *a, size_t count)
+{
+    memset(x, 0, sizeof *x);
+    x->levels = index_levels(count, &x->top_len);
+    x->top_shift = 6 * x->levels;
+    x->top = arena_alloc(a, x->top_len * sizeof(void *));
+    memset(x->top, 0, x->top_len * sizeof(void *));
 }
 
 void nodelist_build(struct nodelist *l, struct arena *a, uint64_t layout_seed, size_t bytes)
@@ -74,10 +88,7 @@ void nodelist_build(struct nodelist *l, struct arena *a, uint64_t layout_seed, s
     struct nodeplan plan;
     nodelist_plan(layout_seed, bytes, &plan);
     memset(l, 0, sizeof *l);
-    l->ix.levels = index_levels(plan.count, &l->ix.top_len);
-    l->ix.top_shift = 6 * l->ix.levels;
-    l->ix.top = arena_alloc(a, l->ix.top_len * sizeof(void *));
-    memset(l->ix.top, 0, l->ix.top_len * sizeof(void *));
+    nx_init(&l->ix, a, plan.count);
 
     uint64_t st = layout_seed;
     size_t remaining = bytes, sz;
@@ -90,7 +101,7 @@ void nodelist_build(struct nodelist *l, struct arena *a, uint64_t layout_seed, s
             prev->next.ptr = n;
         else
             l->first = n;
-        index_append(&l->ix, a, l->count, n);
+        nx_set(&l->ix, a, l->count, n);
         l->count++;
         l->words += n->meta;
         remaining -= sz;
@@ -115,26 +126,32 @@ void nodelist_number_words(struct nodelist *l)
             n->data[w].u = g++;
 }
 
-/* level 1 = leaf chunk (slots point to nodes). */
-static void free_chunk(struct arena *a, void **c, unsigned level)
+/* level 1 = leaf chunk (slots point to items). */
+static void free_chunk(struct arena *a, void **c, unsigned level, int free_items)
 {
     for (unsigned s = 0; s < INDEX_CHUNK_SLOTS && c[s]; s++) {
-        if (level == 1)
+        if (level > 1)
+            free_chunk(a, c[s], level - 1, free_items);
+        else if (free_items)
             arena_free(a, c[s]);
-        else
-            free_chunk(a, c[s], level - 1);
     }
     arena_free(a, c);
 }
 
-void nodelist_free(struct nodelist *l, struct arena *a)
+void nx_free(struct nodeindex *x, struct arena *a, int free_items)
 {
-    if (!l->ix.top)
+    if (!x->top)
         return;
     if (a->use_malloc) {
-        for (size_t t = 0; t < l->ix.top_len && l->ix.top[t]; t++)
-            free_chunk(a, l->ix.top[t], l->ix.levels);
-        arena_free(a, l->ix.top);
+        for (size_t t = 0; t < x->top_len && x->top[t]; t++)
+            free_chunk(a, x->top[t], x->levels, free_items);
+        arena_free(a, x->top);
     }
+    memset(x, 0, sizeof *x);
+}
+
+void nodelist_free(struct nodelist *l, struct arena *a)
+{
+    nx_free(&l->ix, a, 1);
     memset(l, 0, sizeof *l);
 }

@@ -69,13 +69,27 @@ void nodelist_setup(const struct config *cfg, struct arena *a, struct nodelist *
 /* Numbers the payload words 0, 1, 2, ... in allocation order (the kernels' data). */
 void nodelist_number_words(struct nodelist *l);
 
-/* Node number i (0-based, allocation order): top, `levels` chunk loads, node. */
-static inline struct node *nx_get(const struct nodeindex *x, size_t i)
+/* The index on its own, for other small pieces (cg's vector chunks): an index of
+ * `count` items whose top array is allocated now and whose chunks are allocated as
+ * items are set, in order (nx_set for i = 0, 1, 2, ...). */
+void nx_init(struct nodeindex *x, struct arena *a, size_t count);
+void nx_set(struct nodeindex *x, struct arena *a, size_t i, void *item);
+/* Bytes the index of `count` items allocates (pieces rounded to 16 bytes). */
+size_t nx_plan_bytes(size_t count);
+/* Frees the index pieces and, with free_items, the items (malloc only; nothing for a
+ * mapped arena, which goes back whole). */
+void nx_free(struct nodeindex *x, struct arena *a, int free_items);
+
+/* Item number i: top, `levels` chunk loads. */
+static inline void *nx_at(const struct nodeindex *x, size_t i)
 {
     void **c = ref_load_ptr(&x->top[i >> x->top_shift]);
     for (unsigned s = x->top_shift - 6; s != 0; s -= 6)
         c = ref_load_ptr(&c[(i >> s) & (INDEX_CHUNK_SLOTS - 1)]);
     return ref_load_ptr(&c[i & (INDEX_CHUNK_SLOTS - 1)]);
 }
+
+/* Node number i (0-based, allocation order). */
+static inline struct node *nx_get(const struct nodeindex *x, size_t i) { return nx_at(x, i); }
 
 #endif

@@ -10,13 +10,14 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "kernels.h"
 #include "util.h"
 
 #define MAX_SIZE (1ULL << 40)        /* 1 TiB: keeps all size arithmetic far from overflow */
 #define MAX_COUNT (1ULL << 48)       /* --iters, --accesses */
 #define MAX_LIMIT 4294967295ULL      /* --limit */
 
-static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc" };
+static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc", "cg" };
 static const char *const place_names[] = { "heap-large", "heap-small", "static" };
 static const char *const page_names[] = { "default", "4k", "thp", "hugetlb-2m", "hugetlb-1g" };
 
@@ -44,17 +45,22 @@ static const char usage_text[] =
     "  malloc    allocator-bound: each thread frees and reallocates random blocks of a\n"
     "            ring of live 16..1024-byte blocks (--size in all); --accesses operations\n"
     "            per pass (default 10 M); ignores --place and --page\n"
+    "  cg        conjugate gradient (like NAS CG) on a random sparse symmetric positive\n"
+    "            definite matrix, 16 random off-diagonal entries per row: one CG\n"
+    "            iteration per pass (q = A p streams the CSR arrays and gathers p at\n"
+    "            random columns); restarts every 25 passes; M nonzeros/s\n"
     "\n"
     "options:\n"
     "  --size BYTES       memory size; suffixes K, M, G, T are powers of 1024 (default 64M;\n"
     "                     at least 4K per thread)\n"
     "  --iters N          passes (default 1)\n"
     "  --accesses N       accesses/steps/updates/operations per pass (randmem, chase, gups,\n"
-    "                     malloc; default above)\n"
+    "                     malloc; default above; not stream, primes, cg)\n"
     "  --threads N        OpenMP threads, 1..256 (default 1)\n"
     "  --seed N           random seed; runs are deterministic (default 42)\n"
-    "  --place P          heap-large: one big malloc (stream: three)   [default]\n"
+    "  --place P          heap-large: one big malloc (stream: three, cg: seven)   [default]\n"
     "                     heap-small: many malloc'd nodes of 64..512 bytes + a small-piece index\n"
+    "                                 (cg: one block per row, vectors in 16 KiB chunks)\n"
     "                     static:     a 1 GiB .bss array (--size at most 1G)\n"
     "  --page B           the workload's own page backing, for direct experiments:\n"
     "                     default (malloc/.bss as they are), 4k, thp, hugetlb-2m, hugetlb-1g;\n"
@@ -64,13 +70,15 @@ static const char usage_text[] =
     "  --fork N           after the passes, fork N children one after another; each writes\n"
     "                     one word in every 4 KB page of the buffers (copy-on-write, as a\n"
     "                     snapshotting child would) and exits; the parent waits for each.\n"
-    "                     Exit status 4 if a child dies (0..64; heap-large or static only)\n"
+    "                     Exit status 4 if a child dies (0..64; heap-large or static only;\n"
+    "                     not primes, malloc)\n"
     "  --trace FILE       write the exact reference stream of the kernel phase (every\n"
     "                     reference the kernel makes to its data) to FILE, in hugetune's\n"
     "                     reference stream format; timings of a traced run are meaningless\n"
     "  --help             this text\n"
     "\n"
-    "exit status: 0 ok, 2 bad usage, 3 memory or huge pages not available.\n";
+    "exit status: 0 ok, 2 bad usage, 3 memory or huge pages not available, 4 a --fork\n"
+    "child failed.\n";
 
 static int lookup(const char *s, const char *const *names, size_t n)
 {
@@ -169,7 +177,7 @@ void parse_options(int argc, char **argv, struct config *cfg)
                 die_usage("unexpected argument '%s' (only one KERNEL; see --help)", arg);
             int k = lookup(arg, kernel_names, COUNT_OF(kernel_names));
             if (k < 0)
-                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes or malloc)", arg);
+                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes, malloc or cg)", arg);
             cfg->kernel = (enum kernel_id)k;
             have_kernel = 1;
             continue;
@@ -219,16 +227,18 @@ void parse_options(int argc, char **argv, struct config *cfg)
     }
 
     if (!have_kernel)
-        die_usage("missing KERNEL (randmem, chase, gups, stream, primes or malloc; see --help)");
+        die_usage("missing KERNEL (randmem, chase, gups, stream, primes, malloc or cg; see --help)");
     if (seen[O_PCT] && cfg->kernel != K_RANDMEM)
         die_usage("--random-pct applies to randmem only");
     if (seen[O_LIMIT] && cfg->kernel != K_PRIMES)
         die_usage("--limit applies to primes only");
-    if (seen[O_ACCESSES] && (cfg->kernel == K_STREAM || cfg->kernel == K_PRIMES))
+    if (seen[O_ACCESSES] && (cfg->kernel == K_STREAM || cfg->kernel == K_PRIMES || cfg->kernel == K_CG))
         die_usage("--accesses does not apply to %s (a pass is %s)", kernel_name(cfg->kernel),
-                  cfg->kernel == K_STREAM ? "one triad over the arrays" : "one count up to --limit");
+                  cfg->kernel == K_STREAM ? "one triad over the arrays"
+                  : cfg->kernel == K_CG   ? "one CG iteration over the whole matrix"
+                                          : "one count up to --limit");
     if (cfg->forks && (cfg->kernel == K_PRIMES || cfg->kernel == K_MALLOC || cfg->place == PLACE_HEAP_SMALL))
-        die_usage("--fork needs one big buffer: randmem, chase, gups or stream with --place heap-large or static");
+        die_usage("--fork needs big buffers: randmem, chase, gups, stream or cg with --place heap-large or static");
     if (cfg->kernel == K_PRIMES)
         return;     /* no memory: --size, --place and --page are ignored */
 
@@ -239,6 +249,10 @@ void parse_options(int argc, char **argv, struct config *cfg)
     if (cfg->place == PLACE_STATIC && cfg->size > STATIC_CAPACITY)
         die_usage("--size %llu is too big for --place static (the static buffer holds %lu bytes)",
                   (unsigned long long)cfg->size, (unsigned long)STATIC_CAPACITY);
+    if (cfg->kernel == K_CG && cg_rows(cfg->size) > CG_MAX_ROWS)
+        die_usage("--size %llu is too big for cg (its column indices are 32-bit: at most %llu rows, "
+                  "about %lluG)", (unsigned long long)cfg->size, CG_MAX_ROWS,
+                  (unsigned long long)((CG_MAX_ROWS * CG_ROW_BYTES) >> 30));
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psize > 0 && cfg->size > (uint64_t)pages * (uint64_t)psize)
         die_usage("--size %llu is more than the machine's memory (%llu bytes)",

@@ -5,9 +5,12 @@ usage: tests/check.py [path/to/hugetune-work]     (default: workloads/build/huge
 
 Checks: the output line and its fields for every kernel x placement x page (default,
 4k, thp) x threads (1, 2); checksums equal across repeated runs and page settings
-(and between heap-large and static); chase walks one single cycle; bad usage exits 2
-with one line on stderr and nothing on stdout; heap-small never makes an allocation
-of 64 KiB or more (LD_PRELOAD counter tests/malloc_max.c, built with gcc).
+(and between heap-large and static; for cg also heap-small and any thread count);
+chase walks one single cycle; cg converges and restarts every 25 passes; --trace
+writes every reference of cg's passes (counted, in the buffers, per-thread indices
+without gaps); bad usage exits 2 with one line on stderr and nothing on stdout;
+heap-small never makes an allocation of 64 KiB or more (LD_PRELOAD counter
+tests/malloc_max.c, built with gcc).
 """
 import json
 import os
@@ -17,14 +20,14 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "build", "hugetune-work")
-KERNELS = ["randmem", "chase", "gups", "stream", "primes", "malloc"]
+KERNELS = ["randmem", "chase", "gups", "stream", "primes", "malloc", "cg"]
 PLACES = ["heap-large", "heap-small", "static"]
 PAGES = ["default", "4k", "thp"]
 FIELDS = ["kernel", "size", "iters", "threads", "place", "page", "random_pct", "accesses",
-          "seconds", "rate", "rate_unit", "checksum", "init_seconds", "minor_faults",
+          "seconds", "rate", "rate_unit", "checksum", "residual", "init_seconds", "minor_faults",
           "init_minor_faults", "buffer", "pid"]
 UNITS = {"randmem": "M accesses/s", "chase": "M accesses/s", "gups": "M updates/s",
-         "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s"}
+         "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s", "cg": "M nonzeros/s"}
 
 failures = []
 
@@ -55,6 +58,8 @@ def run_json(args):
         fail(f"{args}: rate_unit {d['rate_unit']}")
     if (d["random_pct"] is None) != (d["kernel"] != "randmem"):
         fail(f"{args}: random_pct {d['random_pct']}")
+    if (d["residual"] is None) != (d["kernel"] != "cg"):
+        fail(f"{args}: residual {d['residual']}")
     if not (d["seconds"] >= 0 and d["init_seconds"] >= 0 and d["rate"] >= 0):
         fail(f"{args}: bad times/rate")
     if not d["checksum"].startswith("0x") or not d["buffer"].startswith("0x"):
@@ -65,6 +70,7 @@ def run_json(args):
 def matrix():
     for k in KERNELS:
         extra = {"randmem": ["--random-pct", "40"], "malloc": ["--accesses", "100000"]}.get(k, [])
+        all_sums = set()
         for t in ("1", "2"):
             by_place = {}
             for pl in PLACES:
@@ -83,6 +89,12 @@ def matrix():
             if k != "primes" and by_place["heap-large"] != by_place["static"]:
                 fail(f"{k} threads={t}: heap-large and static checksums differ")
             print(f"ok  {k:8s} threads={t} {sorted(by_place.items())}")
+            for sums in by_place.values():
+                all_sums |= sums
+        # cg does the same operations in the same order in every placement and for
+        # any number of threads (fixed reduction blocks).
+        if k == "cg" and len(all_sums) != 1:
+            fail(f"cg: checksums differ across placements or threads: {all_sums}")
 
 
 def chase_cycle():
@@ -97,6 +109,124 @@ def chase_cycle():
     print("ok  chase visits every node once per pass")
 
 
+def cg_converges():
+    # CG on an SPD matrix: the relative residual falls (not monotonically in every
+    # pass: CG minimizes the error's A-norm), and pass 25 restarts from x = 0.
+    res, sums = {}, {}
+    for it in (1, 5, 10, 20, 25, 26, 50):
+        d = run_json(["cg", "--size", "4M", "--iters", str(it), "--threads", "2"])
+        if d:
+            res[it], sums[it] = d["residual"], d["checksum"]
+    if len(res) == 7:
+        if not (res[5] < res[1] and res[10] < res[5] * 0.1 and res[20] < res[10] * 0.01 and res[25] < 1e-8):
+            fail(f"cg does not converge: residual after N passes {res}")
+        if res[26] != res[1] or sums[26] != sums[1] or res[50] != res[25] or sums[50] != sums[25]:
+            fail(f"cg: pass 26 does not restart from the start: {res} {sums}")
+    # A different seed is a different matrix and right-hand side.
+    d = run_json(["cg", "--size", "4M", "--iters", "5", "--threads", "2", "--seed", "7"])
+    if d and d["checksum"] == sums.get(5):
+        fail("cg: --seed does not change the matrix")
+    print(f"ok  cg converges: relative residual after N passes {res}")
+
+
+def read_trace(path):
+    """Reads a reference stream (docs/formats.md section 6, raw): header JSON, and per
+    thread the list of (address, write); checks END's totals and that every thread's
+    indices follow each other without gaps."""
+    data = open(path, "rb").read()
+    if data[:8] != b"HTREFS\0\2":
+        raise ValueError("bad magic")
+    n = int.from_bytes(data[8:12], "little")
+    header = json.loads(data[12:12 + n])
+    pos, tid, refs, state, end = 12 + n, 0, {}, {}, None
+
+    def varint():
+        nonlocal pos
+        v = shift = 0
+        while True:
+            b = data[pos]
+            pos += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return v
+
+    while pos < len(data):
+        h = varint()
+        kind = h & 3
+        if kind == 0:
+            zz, write = h >> 3, (h >> 2) & 1
+            d = (zz >> 1) ^ -(zz & 1)
+            gap = varint()
+            if gap:
+                raise ValueError(f"thread {tid}: gap {gap} in a complete stream")
+            prev = state.get(tid, 0)
+            addr = (prev + d) & (2**64 - 1)
+            state[tid] = addr
+            refs.setdefault(tid, []).append((addr, write))
+        elif kind == 1:
+            tid = h >> 2
+        elif kind == 3:
+            seen, written = varint(), varint()
+            end = (seen, written)
+            if pos != len(data):
+                raise ValueError("bytes after END")
+        else:
+            raise ValueError(f"record kind {kind}")
+    total = sum(len(v) for v in refs.values())
+    if end != (total, total):
+        raise ValueError(f"END {end}, {total} references read")
+    return header, refs
+
+
+def cg_trace():
+    # Per pass and row: the row pointer; per nonzero: column, value, p[column]; q[i]
+    # stored, p[i] read; x, p, r, q read and x, r written (6); r, p read, p written
+    # (3; a pass after which the iteration restarts writes x, r, p instead); and each
+    # thread's first row pointer once per pass.  Writes: q, x, r, p (+ x, r).
+    with tempfile.TemporaryDirectory() as tmp:
+        f = os.path.join(tmp, "t.htrefs")
+        for t, iters in (("1", 2), ("2", 26)):
+            args = ["cg", "--size", "256K", "--place", "static", "--threads", t, "--iters", str(iters)]
+            d, plain = run_json(args + ["--trace", f]), run_json(args)
+            if not d or not plain:
+                continue
+            if d["checksum"] != plain["checksum"] or d["residual"] != plain["residual"]:
+                fail(f"{args}: the traced build computes something else")
+            try:
+                header, refs = read_trace(f)
+            except (ValueError, IndexError) as e:
+                fail(f"{args} --trace: {e}")
+                continue
+            nnz = d["accesses"]
+            n = nnz // 17
+            total = sum(len(v) for v in refs.values())
+            writes = sum(w for v in refs.values() for _, w in v)
+            base = int(d["buffer"], 16)
+            outside = [a for v in refs.values() for a, _ in v if not base <= a < base + d["size"]]
+            if header.get("source") != "workload-trace" or header.get("sampling") != "complete":
+                fail(f"{args} --trace: header {header}")
+            if sorted(refs) != list(range(int(t))):
+                fail(f"{args} --trace: threads {sorted(refs)}")
+            want, want_w = iters * (int(t) + 12 * n + 3 * nnz), iters * 4 * n + (iters - 1) // 25 * 2 * n
+            if total != want or writes != want_w:
+                fail(f"{args} --trace: {total} references ({writes} writes), expected {want} ({want_w})")
+            if outside:
+                fail(f"{args} --trace: {len(outside)} references outside the static buffer, e.g. {outside[0]:#x}")
+        # heap-small: the index walks too; a complete stream, same results.
+        args = ["cg", "--size", "256K", "--place", "heap-small", "--threads", "2", "--iters", "2"]
+        d, plain = run_json(args + ["--trace", f]), run_json(args)
+        if d and plain:
+            try:
+                _, refs = read_trace(f)
+                total = sum(len(v) for v in refs.values())
+                if d["checksum"] != plain["checksum"] or total < 2 * 3 * d["accesses"]:
+                    fail(f"{args} --trace: {total} references, checksum {d['checksum']} vs {plain['checksum']}")
+            except (ValueError, IndexError) as e:
+                fail(f"{args} --trace: {e}")
+    print("ok  cg --trace: every reference of the passes, in the buffers, traced build computes the same")
+
+
 BAD = [[], ["foo"], ["randmem", "--bogus"], ["randmem", "--size"], ["randmem", "--size", "abc"],
        ["randmem", "--size", "12X"], ["randmem", "--size", "-5"], ["randmem", "--size", "100"],
        ["randmem", "--size", "2T"], ["chase", "--size", "2G", "--place", "static"],
@@ -106,7 +236,10 @@ BAD = [[], ["foo"], ["randmem", "--bogus"], ["randmem", "--size"], ["randmem", "
        ["randmem", "--seed", "-1"], ["randmem", "--place", "heap"], ["randmem", "--page", "2m"],
        ["randmem", "chase"], ["gups", "--size", "4K", "--threads", "2"],
        ["chase", "--fork", "65"], ["chase", "--fork", "x"], ["chase", "--fork", "1", "--place", "heap-small"],
-       ["primes", "--fork", "1"], ["malloc", "--fork", "1"]]
+       ["primes", "--fork", "1"], ["malloc", "--fork", "1"],
+       ["cg", "--accesses", "5"], ["cg", "--random-pct", "5"], ["cg", "--limit", "5"],
+       ["cg", "--size", "2G", "--place", "static"], ["cg", "--fork", "1", "--place", "heap-small"],
+       ["cg", "--size", "1K"], ["cg", "--size", "4K", "--threads", "2"], ["cg", "--iters", "0"]]
 
 
 def bad_usage():
@@ -120,10 +253,10 @@ def bad_usage():
 def forked_writers():
     # Each child writes every page of the buffer after the passes; the parent's
     # result (and checksum) is the one without --fork, and it exits 0.
-    for k in ["randmem", "chase", "gups", "stream"]:
+    for k in ["randmem", "chase", "gups", "stream", "cg"]:
         for pl in ("heap-large", "static"):
             base = [k, "--size", "8M", "--place", pl]
-            if k != "stream":
+            if k not in ("stream", "cg"):
                 base += ["--accesses", "10000"]
             a, b = run_json(base), run_json(base + ["--fork", "3"])
             if a and b and a["checksum"] != b["checksum"]:
@@ -137,10 +270,10 @@ def heap_small_allocations():
         subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", so,
                         os.path.join(HERE, "malloc_max.c")], check=True)
         env = dict(os.environ, LD_PRELOAD=so)
-        for k in ["randmem", "chase", "gups", "stream"]:
+        for k in ["randmem", "chase", "gups", "stream", "cg"]:
             for size in ("64M", "1G"):
                 args = [k, "--place", "heap-small", "--size", size, "--threads", "2"]
-                if k != "stream":
+                if k not in ("stream", "cg"):
                     args += ["--accesses", "1000"]
                 rc, out, err = run(args, env)
                 line = [l for l in err.splitlines() if l.startswith("malloc_max:")]
@@ -155,6 +288,8 @@ if __name__ == "__main__":
         sys.exit(f"no executable {BIN} (build it with make -C workloads)")
     matrix()
     chase_cycle()
+    cg_converges()
+    cg_trace()
     bad_usage()
     forked_writers()
     heap_small_allocations()

@@ -131,6 +131,43 @@ fn traces_cover_the_heap_small_nodes_and_the_malloc_kernel() {
 }
 
 #[test]
+fn cg_trace_is_every_reference_of_the_iterations() {
+    let d = tempfile::tempdir().unwrap();
+    let args = [
+        "cg",
+        "--size",
+        "256K",
+        "--place",
+        "static",
+        "--threads",
+        "2",
+        "--iters",
+        "2",
+    ];
+    let t = traced(d.path(), &args);
+    let nnz = t.out["accesses"].as_u64().unwrap();
+    let n = nnz / 17;
+    // Per pass: each thread's first row pointer; per row its next row pointer, q[i]
+    // stored and p[i] read (q = A p), x, p, r, q read and x, r stored (6), r and p read
+    // and p stored (3); per nonzero its column, its value and p[column].
+    assert_eq!(t.refs.len() as u64, 2 * (2 + 12 * n + 3 * nnz));
+    assert_eq!(t.refs.iter().filter(|r| r.write).count() as u64, 2 * 4 * n);
+    // All seven arrays lie in the static buffer, from its start.
+    let base = hex(&t.out["buffer"]);
+    let size = t.out["size"].as_u64().unwrap();
+    assert!(t
+        .refs
+        .iter()
+        .all(|r| r.addr >= base && r.addr < base + size));
+    assert_eq!(check_sequences(&t.refs).len(), 2);
+    // The traced build computes what the plain one does.
+    let o = Command::new(WORK).args(args).output().unwrap();
+    let plain: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plain["checksum"], t.out["checksum"]);
+    assert_eq!(plain["residual"], t.out["residual"]);
+}
+
+#[test]
 fn a_cut_trace_is_an_error() {
     let d = tempfile::tempdir().unwrap();
     traced(d.path(), &["stream", "--size", "1M"]);
