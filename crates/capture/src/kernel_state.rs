@@ -162,7 +162,8 @@ impl PoolChange {
     }
 }
 
-fn change_pool(page_kb: u64, target: impl FnOnce(u64) -> u64) -> Result<PoolChange> {
+/// Refuses a pool change that cannot work before any lock is taken.
+fn check_pool_request(page_kb: u64) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!(
@@ -170,7 +171,14 @@ fn change_pool(page_kb: u64, target: impl FnOnce(u64) -> u64) -> Result<PoolChan
             nr_path(page_kb).display()
         );
     }
-    let lock = lock_kernel_state()?;
+    Ok(())
+}
+
+fn change_pool(
+    lock: KernelStateLock,
+    page_kb: u64,
+    target: impl FnOnce(u64) -> u64,
+) -> Result<PoolChange> {
     let path = nr_path(page_kb);
     let previous = read_nr(&path)?;
     let restore_path = path.clone();
@@ -195,12 +203,26 @@ fn change_pool(page_kb: u64, target: impl FnOnce(u64) -> u64) -> Result<PoolChan
 
 /// Grows the `page_kb` pool by `extra` pages.
 pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolChange> {
-    change_pool(page_kb, |previous| previous + extra)
+    check_pool_request(page_kb)?;
+    change_pool(lock_kernel_state()?, page_kb, |previous| previous + extra)
+}
+
+/// `reserve_hugetlb` for a caller that already holds the kernel-state lock (e.g.
+/// `calibrate`, which holds it for its whole run and changes two pools in turn):
+/// shares that lock instead of waiting for it.
+pub fn reserve_hugetlb_holding(
+    lock: &KernelStateLock,
+    page_kb: u64,
+    extra: u64,
+) -> Result<PoolChange> {
+    check_pool_request(page_kb)?;
+    change_pool(lock.try_clone()?, page_kb, |previous| previous + extra)
 }
 
 /// Sets the `page_kb` pool to exactly `pages` (tests, `frag --try`).
 pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolChange> {
-    change_pool(page_kb, |_| pages)
+    check_pool_request(page_kb)?;
+    change_pool(lock_kernel_state()?, page_kb, |_| pages)
 }
 
 fn thp_enabled_path() -> PathBuf {
