@@ -6,6 +6,7 @@ use crate::profile::{self, ProfileMeta, Program};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::ab::{self, AbResult, Verdict};
 use hugetune_capture::alloclog::AllocLog;
+use hugetune_capture::calibrate::Calibration;
 use hugetune_capture::damon::DamonOptions;
 use hugetune_capture::elf;
 use hugetune_capture::launch::{self, PlanOptions};
@@ -607,6 +608,21 @@ pub fn machine_id(db: &Db, m: &Machine) -> Result<i64> {
         &m.kernel,
         &serde_json::to_value(m)?,
     )
+}
+
+/// The newest calibration of this machine (`hugetune calibrate`), checked: a
+/// stored one the cost model could not use is an error, not a silent default.
+pub fn stored_calibration(db: &Db, machine: &Machine) -> Result<Option<Calibration>> {
+    let id = machine_id(db, machine)?;
+    let Some(v) = db.latest_calibration(id)? else {
+        return Ok(None);
+    };
+    Calibration::from_json(v).map(Some).with_context(|| {
+        format!(
+            "the stored calibration of this machine in {}",
+            db.path().display()
+        )
+    })
 }
 
 pub fn category_map(v: &[u64; 5]) -> serde_json::Value {
