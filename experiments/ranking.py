@@ -29,26 +29,36 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HUGETUNE = os.path.join(ROOT, "target", "release", "hugetune")
 WORK = os.path.join(ROOT, "workloads", "build", "hugetune-work")
 
-SIZE = "1G"
+# 256 MiB: 64 K pages of 4 KB, 16 times the L2 DTLB's reach, and a profile of
+# tens of millions of references (every reference is recorded and analysed).
 KERNELS = [
-    ("randmem-0", ["randmem", "--random-pct", "0", "--accesses", "4000000"]),
-    ("randmem-20", ["randmem", "--random-pct", "20", "--accesses", "4000000"]),
-    ("randmem-40", ["randmem", "--random-pct", "40", "--accesses", "4000000"]),
-    ("randmem-60", ["randmem", "--random-pct", "60", "--accesses", "4000000"]),
-    ("randmem-80", ["randmem", "--random-pct", "80", "--accesses", "4000000"]),
-    ("randmem-100", ["randmem", "--random-pct", "100", "--accesses", "4000000"]),
-    ("chase", ["chase", "--accesses", "2000000"]),
-    ("gups", ["gups", "--accesses", "4000000"]),
-    ("stream", ["stream"]),
-    ("cg", ["cg"]),
+    ("randmem-0", ["randmem", "--random-pct", "0", "--accesses", "4000000"], "256M"),
+    ("randmem-20", ["randmem", "--random-pct", "20", "--accesses", "4000000"], "256M"),
+    ("randmem-40", ["randmem", "--random-pct", "40", "--accesses", "4000000"], "256M"),
+    ("randmem-60", ["randmem", "--random-pct", "60", "--accesses", "4000000"], "256M"),
+    ("randmem-80", ["randmem", "--random-pct", "80", "--accesses", "4000000"], "256M"),
+    ("randmem-100", ["randmem", "--random-pct", "100", "--accesses", "4000000"], "256M"),
+    ("chase", ["chase", "--accesses", "2000000"], "256M"),
+    ("gups", ["gups", "--accesses", "4000000"], "256M"),
+    ("stream", ["stream", "--iters", "2"], "256M"),
+    ("cg", ["cg", "--iters", "2"], "128M"),
 ]
 PLACES = ["heap-large", "static", "heap-small"]
+# 1 GB pages only exist for blocks of at least 1 GiB: three heap-large workloads
+# at 1 GiB add heap-large:hugetlb-1g to the mappings compared.
+GIGANTIC = [
+    ("chase-1g", ["chase", "--accesses", "2000000"], "1G"),
+    ("gups-1g", ["gups", "--accesses", "4000000"], "1G"),
+    ("randmem-100-1g", ["randmem", "--random-pct", "100", "--accesses", "4000000"], "1G"),
+]
 
 
 def workloads():
-    for kname, args in KERNELS:
+    for kname, args, size in KERNELS:
         for place in PLACES:
-            yield f"{kname}-{place}", [WORK] + args + ["--size", SIZE, "--place", place]
+            yield f"{kname}-{place}", [WORK] + args + ["--size", size, "--place", place]
+    for kname, args, size in GIGANTIC:
+        yield f"{kname}-heap-large", [WORK] + args + ["--size", size, "--place", "heap-large"]
 
 
 def load(path):

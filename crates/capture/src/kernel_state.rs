@@ -162,9 +162,9 @@ impl PoolChange {
     }
 }
 
-fn change_pool(page_kb: u64, target: impl FnOnce(u64) -> u64) -> Result<PoolChange> {
-    check_root(&nr_path(page_kb))?;
-    change_pool_locked(lock_kernel_state()?, page_kb, target)
+/// Refuses a pool change that cannot work before any lock is taken.
+fn check_pool_request(page_kb: u64) -> Result<()> {
+    check_root(&nr_path(page_kb))
 }
 
 fn check_root(path: &Path) -> Result<()> {
@@ -178,7 +178,7 @@ fn check_root(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn change_pool_locked(
+fn change_pool(
     lock: KernelStateLock,
     page_kb: u64,
     target: impl FnOnce(u64) -> u64,
@@ -207,12 +207,26 @@ fn change_pool_locked(
 
 /// Grows the `page_kb` pool by `extra` pages.
 pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolChange> {
-    change_pool(page_kb, |previous| previous + extra)
+    check_pool_request(page_kb)?;
+    change_pool(lock_kernel_state()?, page_kb, |previous| previous + extra)
+}
+
+/// `reserve_hugetlb` for a caller that already holds the kernel-state lock (e.g.
+/// `calibrate`, which holds it for its whole run and changes two pools in turn):
+/// shares that lock instead of waiting for it.
+pub fn reserve_hugetlb_holding(
+    lock: &KernelStateLock,
+    page_kb: u64,
+    extra: u64,
+) -> Result<PoolChange> {
+    check_pool_request(page_kb)?;
+    change_pool(lock.try_clone()?, page_kb, |previous| previous + extra)
 }
 
 /// Sets the `page_kb` pool to exactly `pages` (tests, `frag --try`).
 pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolChange> {
-    change_pool(page_kb, |_| pages)
+    check_pool_request(page_kb)?;
+    change_pool(lock_kernel_state()?, page_kb, |_| pages)
 }
 
 /// `set_hugetlb_pool` for a caller that already holds the kernel-state lock (a
@@ -222,8 +236,8 @@ pub fn set_hugetlb_pool_holding(
     page_kb: u64,
     pages: u64,
 ) -> Result<PoolChange> {
-    check_root(&nr_path(page_kb))?;
-    change_pool_locked(lock.try_clone()?, page_kb, |_| pages)
+    check_pool_request(page_kb)?;
+    change_pool(lock.try_clone()?, page_kb, |_| pages)
 }
 
 /// One mTHP size's control (`hugepages-<kb>kB/enabled`) changed for as long as

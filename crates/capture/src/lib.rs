@@ -4,6 +4,7 @@
 
 pub mod ab;
 pub mod alloclog;
+pub mod calibrate;
 pub mod damon;
 pub mod elf;
 pub mod kernel_state;

@@ -48,6 +48,8 @@ enum Command {
     Validate(cmd::validate::Args),
     /// TLB geometry, page sizes, THP and hugetlb settings, PMU availability
     Machine(cmd::machine::Args),
+    /// Measure this machine's TLB-miss and page-fault costs per page size
+    Calibrate(cmd::calibrate::Args),
     /// Benchmarks that print figures (runtime library overhead, ...)
     Bench(cmd::bench::Args),
     /// Inspect the database
@@ -85,6 +87,7 @@ fn main() {
         Command::Run(a) => cmd::run::run(&ctx, a),
         Command::Validate(a) => cmd::validate::run(&ctx, a),
         Command::Machine(a) => cmd::machine::run(&ctx, a),
+        Command::Calibrate(a) => cmd::calibrate::run(&ctx, a),
         Command::Bench(a) => cmd::bench::run(&ctx, a),
         Command::Db(a) => cmd::db::run(&ctx, a),
         Command::Rank(a) => cmd::rank::run(&ctx, a),

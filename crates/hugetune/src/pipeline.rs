@@ -6,6 +6,7 @@ use crate::profile::{self, ProfileMeta, Program};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::ab::{self, AbResult, Verdict};
 use hugetune_capture::alloclog::AllocLog;
+use hugetune_capture::calibrate::Calibration;
 use hugetune_capture::damon::DamonOptions;
 use hugetune_capture::elf;
 use hugetune_capture::launch::{self, PlanOptions};
@@ -633,6 +634,60 @@ pub fn machine_id(db: &Db, m: &Machine) -> Result<i64> {
         &m.kernel,
         &serde_json::to_value(m)?,
     )
+}
+
+/// The newest calibration of this machine (`hugetune calibrate`), checked: a
+/// stored one the cost model could not use is an error, not a silent default.
+/// The cost model for this machine: its latest `hugetune calibrate`, else the
+/// defaults measured on the reference machine. Figures the calibration lacks (a
+/// size it could not measure) keep their defaults.
+pub fn cost_model(db: &Db, machine: &Machine) -> Result<CostModel> {
+    let Some(c) = stored_calibration(db, machine)? else {
+        note("no calibration of this machine in the database: using the default costs (run `hugetune calibrate`)");
+        return Ok(CostModel::default());
+    };
+    Ok(cost_from_calibration(&c))
+}
+
+/// `cost_model` from the database at `path`, without creating one that does not exist.
+pub fn cost_model_at(path: &Path, machine: &Machine) -> Result<CostModel> {
+    if !path.exists() {
+        return Ok(CostModel::default());
+    }
+    cost_model(&Db::open(path)?, machine)
+}
+
+pub fn cost_from_calibration(c: &Calibration) -> CostModel {
+    let mut m = CostModel {
+        l2_hit_ns: c.l2_hit_ns,
+        ..CostModel::default()
+    };
+    for (i, curve) in c.walk_curve.iter().enumerate() {
+        if !curve.is_empty() {
+            m.walk_curve[i] = curve.clone();
+        }
+    }
+    for (name, ns) in &c.fault_ns {
+        if let Ok(b) = name.parse::<Backing>() {
+            m.fault_ns.retain(|(x, _)| *x != b);
+            m.fault_ns.push((b, *ns));
+        }
+    }
+    m.source = format!("hugetune calibrate, {} ({})", c.created, c.machine);
+    m
+}
+
+pub fn stored_calibration(db: &Db, machine: &Machine) -> Result<Option<Calibration>> {
+    let id = machine_id(db, machine)?;
+    let Some(v) = db.latest_calibration(id)? else {
+        return Ok(None);
+    };
+    Calibration::from_json(v).map(Some).with_context(|| {
+        format!(
+            "the stored calibration of this machine in {}",
+            db.path().display()
+        )
+    })
 }
 
 pub fn category_map(v: &[u64; 5]) -> serde_json::Value {

@@ -1,4 +1,5 @@
-//! The database: machines, programs, profiles, directives and runs, in embedded
+//! The database: machines, programs, profiles, directives, runs and the
+//! machines' measured costs (calibrations), in embedded
 //! SQLite. The schema is versioned (`PRAGMA user_version`) and migrated forward on
 //! open; WAL and a busy timeout let several hugetune processes write at once.
 
@@ -8,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Each entry migrates from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE machines (
     id INTEGER PRIMARY KEY,
     fingerprint TEXT NOT NULL UNIQUE,
@@ -64,7 +66,17 @@ CREATE TABLE runs (
     details TEXT NOT NULL,
     created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
 );
-"#];
+"#,
+    r#"
+CREATE TABLE calibrations (
+    id INTEGER PRIMARY KEY,
+    machine_id INTEGER NOT NULL REFERENCES machines(id) ON DELETE CASCADE,
+    data TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+);
+CREATE INDEX calibrations_machine ON calibrations(machine_id);
+"#,
+];
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
@@ -324,6 +336,33 @@ impl Db {
         )))
     }
 
+    /// Stores a machine's measured costs (`hugetune calibrate`'s result, as JSON).
+    pub fn insert_calibration(&self, machine_id: i64, data: &serde_json::Value) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO calibrations (machine_id, data) VALUES (?1, ?2)",
+            params![machine_id, data.to_string()],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The newest calibration of a machine, as stored.
+    pub fn latest_calibration(&self, machine_id: i64) -> Result<Option<serde_json::Value>> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT id, data FROM calibrations WHERE machine_id = ?1 ORDER BY id DESC LIMIT 1",
+                [machine_id],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+            )
+            .optional()?;
+        let Some((id, data)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(serde_json::from_str(&data).with_context(|| {
+            format!("calibration {id} in the database is corrupt (not JSON)")
+        })?))
+    }
+
     pub fn list(&self) -> Result<Vec<Listing>> {
         let mut out = Vec::new();
         let mut st = self.conn.prepare(
@@ -331,6 +370,9 @@ impl Db {
              UNION ALL
              SELECT 'run', r.id, r.created, pr.path || ' ' || r.args || ' -> ' || r.verdict ||
                     COALESCE(printf(' (%.2fx)', r.speedup), '') FROM runs r JOIN programs pr ON pr.id = r.program_id
+             UNION ALL
+             SELECT 'calibration', c.id, c.created, m.hostname || ' ' || m.cpu || ' ' || m.kernel
+                    FROM calibrations c JOIN machines m ON m.id = c.machine_id
              ORDER BY 3, 2",
         )?;
         for row in st.query_map([], |r| {
@@ -351,7 +393,8 @@ impl Db {
         let sql = match table {
             "profile" => "SELECT json_object('id', id, 'program_id', program_id, 'args', json(args), 'bundle', bundle, 'created', created, 'summary', json(summary)) FROM profiles WHERE id = ?1",
             "run" => "SELECT json_object('id', id, 'program_id', program_id, 'profile_id', profile_id, 'args', json(args), 'plan', json(plan), 'baseline_s', json(baseline_s), 'optimized_s', json(optimized_s), 'speedup', speedup, 'huge_bytes_backed', huge_bytes_backed, 'verdict', verdict, 'details', json(details), 'created', created) FROM runs WHERE id = ?1",
-            other => bail!("unknown entry kind '{other}' (expected profile or run)"),
+            "calibration" => "SELECT json_object('id', id, 'machine_id', machine_id, 'created', created, 'data', json(data)) FROM calibrations WHERE id = ?1",
+            other => bail!("unknown entry kind '{other}' (expected profile, run or calibration)"),
         };
         let text: Option<String> = self.conn.query_row(sql, [id], |r| r.get(0)).optional()?;
         let Some(text) = text else {
@@ -449,6 +492,89 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no run with id 999"));
+    }
+
+    #[test]
+    fn calibrations_per_machine() {
+        let d = tempfile::tempdir().unwrap();
+        let db = Db::open(&d.path().join("h.db")).unwrap();
+        let a = db
+            .upsert_machine("a", "host-a", "cpu", "6.18", &serde_json::json!({}))
+            .unwrap();
+        let b = db
+            .upsert_machine("b", "host-b", "cpu", "6.18", &serde_json::json!({}))
+            .unwrap();
+        assert_eq!(db.latest_calibration(a).unwrap(), None);
+        let first = db
+            .insert_calibration(a, &serde_json::json!({"l2_hit_ns": [2.0, 2.0, 2.0]}))
+            .unwrap();
+        let second = db
+            .insert_calibration(a, &serde_json::json!({"l2_hit_ns": [3.0, 2.5, 2.5]}))
+            .unwrap();
+        assert!(second > first);
+        assert_eq!(
+            db.latest_calibration(a).unwrap().unwrap()["l2_hit_ns"][0].as_f64(),
+            Some(3.0)
+        );
+        assert_eq!(db.latest_calibration(b).unwrap(), None);
+        assert!(db.insert_calibration(999, &serde_json::json!({})).is_err());
+        let l = db.list().unwrap();
+        assert_eq!(l.len(), 2);
+        assert!(l
+            .iter()
+            .all(|e| e.table == "calibration" && e.what.contains("host-a")));
+        assert_eq!(
+            db.show("calibration", second).unwrap()["data"]["l2_hit_ns"][1].as_f64(),
+            Some(2.5)
+        );
+        // A corrupt row gives an error naming it, not a panic.
+        db.conn
+            .execute(
+                "UPDATE calibrations SET data = '{oops' WHERE id = ?1",
+                [second],
+            )
+            .unwrap();
+        let e = db.latest_calibration(a).unwrap_err();
+        assert!(
+            format!("{e:#}").contains(&format!("calibration {second}")),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn migrates_a_version_1_database() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("h.db");
+        {
+            // A database as the first schema left it, with a machine in it.
+            let c = Connection::open(&p).unwrap();
+            c.execute_batch(MIGRATIONS[0]).unwrap();
+            c.pragma_update(None, "user_version", 1).unwrap();
+            c.execute(
+                "INSERT INTO machines (fingerprint, hostname, cpu, kernel, details) VALUES ('fp', 'h', 'c', 'k', '{}')",
+                [],
+            )
+            .unwrap();
+        }
+        let db = Db::open(&p).unwrap();
+        assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
+        let m = db
+            .upsert_machine("fp", "h", "c", "k", &serde_json::json!({}))
+            .unwrap();
+        let id = db
+            .insert_calibration(m, &serde_json::json!({"x": 1}))
+            .unwrap();
+        assert_eq!(
+            db.latest_calibration(m).unwrap(),
+            Some(serde_json::json!({"x": 1}))
+        );
+        drop(db);
+        // Opening again migrates nothing and keeps the row.
+        let db = Db::open(&p).unwrap();
+        assert_eq!(
+            db.show("calibration", id).unwrap()["machine_id"].as_i64(),
+            Some(m)
+        );
     }
 
     #[test]

@@ -1,7 +1,6 @@
 use crate::{pipeline, Ctx};
 use anyhow::Result;
 use hugetune_capture::machine;
-use hugetune_model::cost::CostModel;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -18,7 +17,11 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let m = machine::machine(ctx.tlb.as_deref())?;
-    let an = pipeline::analyze(&a.bundle, &m.tlb.geometry, &CostModel::default())?;
+    let an = pipeline::analyze(
+        &a.bundle,
+        &m.tlb.geometry,
+        &pipeline::cost_model_at(&ctx.db_path, &m)?,
+    )?;
     let ids = if a.no_db {
         None
     } else {

@@ -10,9 +10,9 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum Action {
-    /// List profiles and runs
+    /// List profiles, runs and calibrations
     Ls,
-    /// Show one entry as JSON: `db show profile 3`, `db show run 7`
+    /// Show one entry as JSON: `db show profile 3`, `db show run 7`, `db show calibration 1`
     Show { kind: String, id: i64 },
 }
 

@@ -8,7 +8,6 @@ use anyhow::{Context, Result};
 use hugetune_capture::kernel_state::{reserve_hugetlb, PoolChange};
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
-use hugetune_model::cost::CostModel;
 use hugetune_model::plan;
 use hugetune_model::plan::{Availability, PlanDecision, ProgramTraits};
 use hugetune_model::rank::Prediction;
@@ -184,7 +183,11 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         ctx.tlb.as_deref(),
         ctx.verbose,
     )?;
-    let an: Analysis = pipeline::analyze(&bundle, &machine.tlb.geometry, &CostModel::default())?;
+    let an: Analysis = pipeline::analyze(
+        &bundle,
+        &machine.tlb.geometry,
+        &pipeline::cost_model_at(&ctx.db_path, &machine)?,
+    )?;
     let mut db = ctx.db()?;
     let (profile_id, _, machine_id) =
         pipeline::store_analysis(&mut db, &an, Some(&bundle), &machine)?;

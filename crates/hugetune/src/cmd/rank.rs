@@ -11,7 +11,6 @@ use hugetune_capture::kernel_state::{lock_kernel_state, set_hugetlb_pool_holding
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_capture::runner::{self, Output, RunSpec};
-use hugetune_model::cost::CostModel;
 use hugetune_model::rank::{default_backing, pmb, ranking_error, Prediction};
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::Backing;
@@ -184,7 +183,7 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     } else {
         pipeline::note(format!("reusing the profile {}", bundle.display()));
     }
-    let cost = CostModel::default();
+    let cost = pipeline::cost_model_at(&ctx.db_path, &m)?;
     let opts = AnalysisOptions {
         gigantic: machine::pool(1 << 20).is_some(),
         mthp: vec![],

@@ -1,0 +1,2121 @@
+//! `hugetune calibrate`: measures on this machine what the page size benefit
+//! model charges for TLB misses and page faults (docs/calibrate.md):
+//!
+//! - **L2-hit cost** per leaf size: a dependent pointer chase touching one line per
+//!   page, over more pages than the L1 DTLB holds (but fewer than the L2) against
+//!   fewer than the L1 holds; the difference per step divided by the share of steps
+//!   that miss the L1.
+//! - **Walk cost** per leaf size, as a curve over the page-table working set
+//!   (8 bytes per distinct page): a chase over 64-byte nodes filling a footprint
+//!   beyond TLB reach, with pages of that size against the next larger size; the
+//!   difference per step, less the L2-hit difference, divided by the share of steps
+//!   that miss the last-level TLB. Under a hypervisor these are nested (2-D) walks.
+//! - **Fault cost** per backing: first touch of a fresh mapping, ns per fault, after
+//!   a cold pass (memory the host took back is slow once).
+//!
+//! Every figure is the median of interleaved repetitions; differences are taken
+//! between configurations of the same repetition. Kernel state (hugetlb pools) is
+//! changed only through `kernel_state`, under its lock, and restored.
+//!
+//! The module is in three parts: the result types with their checks, the pure
+//! arithmetic and planning (tested without measuring), and the measuring code.
+
+use crate::kernel_state::{self, KernelStateLock, PoolChange};
+use crate::machine::Machine;
+use anyhow::{bail, Context, Result};
+use hugetune_model::plan::ThpMode;
+use hugetune_model::tlb::TlbGeometry;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Instant;
+
+/// Leaf page sizes, in the order of every `[_; 3]` array.
+pub const LEAF: [&str; 3] = ["4k", "2m", "1g"];
+const LEAF_BYTES: [u64; 3] = [4 << 10, 2 << 20, 1 << 30];
+const LEAF_TEXT: [&str; 3] = ["4 KB", "2 MB", "1 GB"];
+const NODE: u64 = 64;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+// ---------------------------------------------------------------- result types
+
+/// A machine's measured costs: what `hugetune calibrate` stores per machine and the
+/// cost model is built from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Extra time of an access that misses the L1 DTLB and hits the L2, per leaf
+    /// size (4k, 2m, 1g), ns.
+    pub l2_hit_ns: [f64; 3],
+    /// Time of a page walk per leaf size, as (page-table working set in bytes =
+    /// 8 × distinct pages, ns per walk) points sorted by working set.
+    pub walk_curve: [Vec<(f64, f64)>; 3],
+    /// First-touch fault cost per backing (`4k`, `thp-16k` … `thp-1m`, `thp-2m`,
+    /// `hugetlb-2m`, `hugetlb-1g`), ns per fault, warm memory; only those measured.
+    pub fault_ns: Vec<(String, f64)>,
+    /// One line per figure: how it was measured, or why it is extrapolated or
+    /// missing.
+    pub sources: Vec<String>,
+    /// CPU model, kernel, hypervisor.
+    pub machine: String,
+    /// When it was measured (UTC, `YYYY-MM-DDTHH:MM:SSZ`).
+    pub created: String,
+    /// The TLB sizes the miss fractions were computed with.
+    #[serde(default)]
+    pub tlb: Option<TlbParams>,
+    /// Measured with `--quick` (fewer points and steps).
+    #[serde(default)]
+    pub quick: bool,
+    /// Every figure with its spread over the repetitions.
+    #[serde(default)]
+    pub figures: Vec<Figure>,
+    /// The timings the figures were derived from, one per configuration.
+    #[serde(default)]
+    pub raw: Vec<Measurement>,
+}
+
+/// Median and range of repeated values.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub reps: usize,
+}
+
+/// One derived figure (an L2-hit cost, a point of a walk curve, a fault cost).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Figure {
+    /// `l2-hit`, `walk` or `fault`.
+    pub kind: String,
+    /// Leaf size (`4k`, `2m`, `1g`) or backing (`thp-2m`, …).
+    pub what: String,
+    /// Walk points: the page-table working set, bytes.
+    pub pt_bytes: Option<f64>,
+    /// The figure per repetition, ns; `None` when extrapolated or not measured.
+    pub ns: Option<Spread>,
+    /// Faults: the first, cold pass (host memory possibly taken back), ns per fault.
+    pub cold_ns: Option<f64>,
+    /// How it was measured, or why it was not.
+    pub source: String,
+}
+
+/// One timed configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// What was timed, e.g. `chase 256.0 MiB nodes on 4k` or `touch 256.0 MiB thp-2m`.
+    pub config: String,
+    /// `ns/step` or `ns/fault`.
+    pub unit: String,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub reps: usize,
+    /// The values, in the order they were taken.
+    pub samples: Vec<f64>,
+}
+
+/// TLB entries per leaf size (4k, 2m, 1g) the miss fractions are computed with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TlbParams {
+    pub l1: [u64; 3],
+    pub l2: [u64; 3],
+    pub source: String,
+}
+
+impl TlbParams {
+    /// The one place that reads the model's TLB geometry: per leaf size, the
+    /// pages of that size the first and the last level hold. A level without 1 GB
+    /// entries holds 1 GB pages smashed into 2 MB entries (AMD's L2): its reach in
+    /// 1 GB pages is its 2 MB entries / 512.
+    pub fn from_geometry(g: &TlbGeometry) -> TlbParams {
+        use hugetune_model::page::PageSize;
+        let pages = |l: &hugetune_model::tlb::TlbLevel| -> [u64; 3] {
+            let e4 = l.entries(PageSize::P4k);
+            let e2 = l.entries(PageSize::P2m);
+            let e1 = match l.entries(PageSize::P1g) {
+                0 => (e2 / 512).max(1),
+                n => n,
+            };
+            [e4, if e2 == 0 { e4 / 512 } else { e2 }, e1]
+        };
+        let l1 = g.levels.first().map(pages).unwrap_or([64, 32, 4]);
+        let last = g.levels.last().map(pages).unwrap_or(l1);
+        let l2 = [last[0].max(l1[0]), last[1].max(l1[1]), last[2].max(l1[2])];
+        TlbParams {
+            l1,
+            l2,
+            source: g.source.clone(),
+        }
+    }
+}
+
+impl Calibration {
+    /// Checks what the cost model relies on: positive finite costs, non-empty walk
+    /// curves sorted by strictly increasing positive working sets, named backings.
+    pub fn validate(&self) -> Result<()> {
+        for (i, v) in self.l2_hit_ns.iter().enumerate() {
+            if !v.is_finite() || *v <= 0.0 {
+                bail!(
+                    "L2-hit cost of {} pages is {v}, not a positive number",
+                    LEAF[i]
+                );
+            }
+        }
+        for (i, c) in self.walk_curve.iter().enumerate() {
+            if c.is_empty() {
+                bail!("the walk curve of {} pages is empty", LEAF[i]);
+            }
+            for &(x, y) in c {
+                if !x.is_finite() || x <= 0.0 || !y.is_finite() || y <= 0.0 {
+                    bail!(
+                        "the walk curve of {} pages has a bad point ({x}, {y})",
+                        LEAF[i]
+                    );
+                }
+            }
+            if c.windows(2).any(|w| w[0].0 >= w[1].0) {
+                bail!(
+                    "the walk curve of {} pages is not sorted by page-table bytes",
+                    LEAF[i]
+                );
+            }
+        }
+        for (i, (name, v)) in self.fault_ns.iter().enumerate() {
+            if name.is_empty() || self.fault_ns[..i].iter().any(|(n, _)| n == name) {
+                bail!("fault costs name the backing {name:?} twice or not at all");
+            }
+            if !v.is_finite() || *v <= 0.0 {
+                bail!("fault cost of {name} is {v}, not a positive number");
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a stored calibration, refusing one the model could not use.
+    pub fn from_json(v: serde_json::Value) -> Result<Calibration> {
+        let c: Calibration = serde_json::from_value(v)
+            .context("not a calibration this hugetune can read (rerun `hugetune calibrate`)")?;
+        c.validate()
+            .context("the calibration is unusable (rerun `hugetune calibrate`)")?;
+        Ok(c)
+    }
+
+    /// Fault cost of a backing (`4k`, `thp-2m`, …), if it was measured.
+    pub fn fault(&self, backing: &str) -> Option<f64> {
+        self.fault_ns
+            .iter()
+            .find(|(n, _)| n == backing)
+            .map(|&(_, v)| v)
+    }
+}
+
+// ---------------------------------------------------------------- pure parts
+
+/// Median and range; refuses no values and non-finite ones.
+pub fn spread(samples: &[f64]) -> Result<Spread> {
+    if samples.is_empty() {
+        bail!("no measurements");
+    }
+    if let Some(v) = samples.iter().find(|v| !v.is_finite()) {
+        bail!("a measurement is {v}");
+    }
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let median = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    Ok(Spread {
+        median,
+        min: s[0],
+        max: s[n - 1],
+        reps: n,
+    })
+}
+
+/// Shares of the steps of a uniformly random chase over `pages` pages of leaf size
+/// `leaf` that miss the L1 DTLB but hit the L2, and that miss both (walk), for
+/// fully associative LRU TLBs of the given sizes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fractions {
+    pub l2_hit: f64,
+    pub walk: f64,
+}
+
+pub fn fractions(leaf: usize, pages: u64, tlb: &TlbParams) -> Fractions {
+    let p = pages.max(1) as f64;
+    let miss = |entries: u64| (1.0 - entries as f64 / p).max(0.0);
+    let l1_miss = miss(tlb.l1[leaf]);
+    let walk = miss(tlb.l2[leaf]).min(l1_miss);
+    Fractions {
+        l2_hit: l1_miss - walk,
+        walk,
+    }
+}
+
+/// L2-hit cost per repetition from paired differences (A − B, ns per step) of two
+/// chases that never walk: the difference over the difference in L1-miss shares.
+pub fn per_l2_hit(diffs: &[f64], a: Fractions, b: Fractions) -> Result<Spread> {
+    if a.walk > 0.0 || b.walk > 0.0 {
+        bail!("an L2-hit comparison must not walk");
+    }
+    let share = a.l2_hit - b.l2_hit;
+    if share <= 0.0 {
+        bail!("configuration A misses the L1 DTLB no more often than B");
+    }
+    spread(&diffs.iter().map(|d| d / share).collect::<Vec<_>>())
+}
+
+/// Walk cost per repetition from paired differences (A − B, ns per step): A walks
+/// on a share of its steps, B never does; the L2 hits of both are charged at
+/// `l2_hit_ns` (A's size, B's size) first.
+pub fn per_walk(diffs: &[f64], a: Fractions, b: Fractions, l2_hit_ns: [f64; 2]) -> Result<Spread> {
+    if b.walk > 0.0 {
+        bail!("the comparison configuration walks too");
+    }
+    if a.walk <= 0.0 {
+        bail!("the configuration never walks");
+    }
+    let l2 = a.l2_hit * l2_hit_ns[0] - b.l2_hit * l2_hit_ns[1];
+    spread(&diffs.iter().map(|d| (d - l2) / a.walk).collect::<Vec<_>>())
+}
+
+/// A walk curve from measured points (page-table bytes, per-walk spread): sorted by
+/// working set; points with a non-finite or non-positive working set or median are
+/// left out with the reason (a negative walk cost is noise, not a cost).
+pub fn curve(points: &[(f64, Spread)]) -> (Vec<(f64, f64)>, Vec<String>) {
+    let mut rejected = Vec::new();
+    let mut good: Vec<(f64, f64)> = Vec::new();
+    for &(x, s) in points {
+        if !x.is_finite() || x <= 0.0 {
+            rejected.push(format!("working set {x} is not a positive size"));
+        } else if !s.median.is_finite() || s.median <= 0.0 {
+            rejected.push(format!(
+                "{}: {:.1} ns per walk is within the noise",
+                bytes_text(x as u64),
+                s.median
+            ));
+        } else if good.iter().any(|&(gx, _)| gx == x) {
+            rejected.push(format!("{}: measured twice", bytes_text(x as u64)));
+        } else {
+            good.push((x, s.median));
+        }
+    }
+    good.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (good, rejected)
+}
+
+/// A bijection of `[0, 2^bits)` that scatters consecutive numbers (odd multipliers
+/// and xor-shifts, each invertible modulo 2^bits): the visiting order of a chase.
+pub fn scatter(x: u64, bits: u32, seed: u64) -> u64 {
+    if bits == 0 {
+        return 0;
+    }
+    let mask = if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let shift = bits.div_ceil(2);
+    let mut x = (x ^ seed) & mask;
+    for k in [
+        0x9E37_79B9_7F4A_7C15u64,
+        0xBF58_476D_1CE4_E5B9,
+        0x94D0_49BB_1331_11EB,
+    ] {
+        x = x.wrapping_mul(k) & mask;
+        x ^= x >> shift;
+        x = x.wrapping_add(seed.rotate_left(17)) & mask;
+    }
+    x
+}
+
+/// The nodes `0..n` in chase order: `scatter` over the next power of two, skipping
+/// the numbers not below `n` (at most half of them).
+pub fn chase_order(n: u64, seed: u64) -> impl Iterator<Item = u64> {
+    let bits = 64 - n.saturating_sub(1).leading_zeros();
+    let top = if bits >= 64 { u64::MAX } else { 1u64 << bits };
+    (0..top)
+        .map(move |k| scatter(k, bits, seed))
+        .filter(move |&x| x < n)
+}
+
+/// Where a chase's nodes lie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Layout {
+    /// 64-byte nodes filling the whole buffer (one step per node).
+    Nodes,
+    /// One node per page, at line `i mod 64` of page `i` (the lines spread over the
+    /// L1 data cache's sets, so they all stay in it).
+    LinePerPage,
+}
+
+/// How a buffer is backed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Backing {
+    /// Anonymous memory with `MADV_NOHUGEPAGE`.
+    Base4k,
+    /// Anonymous memory with `MADV_HUGEPAGE`, faulted in folios of `kb` (2048:
+    /// PMD THP; smaller: multi-size THP).
+    Thp { kb: u64 },
+    /// `MAP_HUGETLB | MAP_HUGE_2MB`.
+    Hugetlb2m,
+    /// `MAP_HUGETLB | MAP_HUGE_1GB`.
+    Hugetlb1g,
+}
+
+impl Backing {
+    pub fn name(self) -> String {
+        match self {
+            Backing::Base4k => "4k".into(),
+            Backing::Thp { kb } => format!("thp-{}", kb_text(kb)),
+            Backing::Hugetlb2m => "hugetlb-2m".into(),
+            Backing::Hugetlb1g => "hugetlb-1g".into(),
+        }
+    }
+    /// Bytes one fault maps.
+    pub fn fault_bytes(self) -> u64 {
+        match self {
+            Backing::Base4k => 4 << 10,
+            Backing::Thp { kb } => kb << 10,
+            Backing::Hugetlb2m => 2 * MIB,
+            Backing::Hugetlb1g => GIB,
+        }
+    }
+    /// The hugetlb pool it draws from, in kB.
+    fn pool_kb(self) -> Option<u64> {
+        match self {
+            Backing::Hugetlb2m => Some(2048),
+            Backing::Hugetlb1g => Some(1 << 20),
+            _ => None,
+        }
+    }
+}
+
+/// `16` → `16k`, `1024` → `1m`, `2048` → `2m`.
+pub fn kb_text(kb: u64) -> String {
+    if kb >= 1024 && kb.is_multiple_of(1024) {
+        format!("{}m", kb / 1024)
+    } else {
+        format!("{kb}k")
+    }
+}
+
+fn bytes_text(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// One pointer chase: `pages` pages of leaf size `leaf`, backed by `backing`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chase {
+    pub leaf: usize,
+    pub backing: Backing,
+    pub pages: u64,
+    pub layout: Layout,
+}
+
+impl Chase {
+    pub fn bytes(&self) -> u64 {
+        self.pages * LEAF_BYTES[self.leaf]
+    }
+    fn nodes(&self) -> u64 {
+        match self.layout {
+            Layout::Nodes => self.bytes() / NODE,
+            Layout::LinePerPage => self.pages,
+        }
+    }
+    fn node_offset(&self, i: u64) -> u64 {
+        match self.layout {
+            Layout::Nodes => i * NODE,
+            Layout::LinePerPage => i * LEAF_BYTES[self.leaf] + (i % 64) * NODE,
+        }
+    }
+    pub fn label(&self) -> String {
+        match self.layout {
+            Layout::Nodes => format!(
+                "chase {} nodes on {}",
+                bytes_text(self.bytes()),
+                self.backing.name()
+            ),
+            Layout::LinePerPage => format!(
+                "chase 1 line/page, {} pages on {}",
+                self.pages,
+                self.backing.name()
+            ),
+        }
+    }
+    /// Pool pages it needs: (pool kB, pages).
+    fn pool_need(&self) -> Option<(u64, u64)> {
+        let kb = self.backing.pool_kb()?;
+        Some((kb, self.bytes().div_ceil(kb << 10)))
+    }
+}
+
+/// Two chases compared within each repetition: A − B isolates one figure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pair {
+    pub a: Chase,
+    pub b: Chase,
+    /// Used instead of `b` when `b`'s pages cannot be had (a smaller footprint of
+    /// `a`'s size, both far beyond the caches).
+    pub fallback: Option<Chase>,
+}
+
+impl Pair {
+    fn peak_bytes(&self) -> u64 {
+        self.a.bytes() + self.b.bytes()
+    }
+}
+
+/// Availability of THP folio sizes, from the sysfs settings (never changed here).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThpSizes {
+    /// Folio sizes (kB) a `MADV_HUGEPAGE` mapping can get now.
+    pub enabled: Vec<u64>,
+    /// The others, with their setting.
+    pub disabled: Vec<(u64, String)>,
+}
+
+impl ThpSizes {
+    /// From the top-level mode and the per-size settings (`hugepages-<kB>/enabled`;
+    /// `inherit` follows the top level). Without per-size files, PMD THP follows
+    /// the top level.
+    pub fn from_settings(top: Option<ThpMode>, sizes: &[(u64, String)]) -> ThpSizes {
+        let top_on = matches!(top, Some(ThpMode::Always | ThpMode::Madvise));
+        let mut sizes = sizes.to_vec();
+        if !sizes.iter().any(|(kb, _)| *kb == 2048) {
+            sizes.push((2048, "inherit".into()));
+        }
+        let mut out = ThpSizes {
+            enabled: Vec::new(),
+            disabled: Vec::new(),
+        };
+        for (kb, s) in sizes {
+            let on = match s.as_str() {
+                "always" | "madvise" => top.is_some(),
+                "inherit" => top_on,
+                _ => false,
+            };
+            if on {
+                out.enabled.push(kb);
+            } else {
+                let why = if s == "inherit" {
+                    format!(
+                        "inherit, and THP is {}",
+                        top.map_or("unavailable".into(), |t| format!("{t:?}").to_lowercase())
+                    )
+                } else {
+                    s
+                };
+                out.disabled.push((kb, why));
+            }
+        }
+        out.enabled.sort();
+        out.disabled.sort();
+        out
+    }
+    fn pmd(&self) -> bool {
+        self.enabled.contains(&2048)
+    }
+}
+
+/// What a calibration measures and within which limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Options {
+    pub quick: bool,
+    /// Repetitions of every timed configuration (at least 5).
+    pub reps: usize,
+    pub tlb: TlbParams,
+    /// Bytes calibrate may hold at once: half the memory available at its start.
+    pub budget_bytes: u64,
+    /// Footprints of the 4 KB walk curve.
+    pub walk_footprints: Vec<u64>,
+    /// Timed steps per repetition of a node chase (a quarter more run untimed first).
+    pub steps: u64,
+    /// Timed steps per repetition of a line-per-page chase.
+    pub l2_steps: u64,
+    /// Memory first-touched per pass of a fault measurement.
+    pub fault_bytes: u64,
+    /// 1 GB pages first-touched per pass.
+    pub fault_gb_pages: u64,
+    pub thp: ThpSizes,
+    /// Whether hugetlb pools can be changed (root).
+    pub root: bool,
+    /// Whether the machine runs under a hypervisor (walks are 2-D).
+    pub hypervisor: Option<String>,
+}
+
+impl Options {
+    /// The defaults for this machine: the TLB sizes from its geometry, THP sizes
+    /// from its settings, half of `mem_available` as the budget.
+    pub fn new(quick: bool, m: &Machine, mem_available: u64) -> Options {
+        let walk_footprints = if quick {
+            vec![64 * MIB, GIB]
+        } else {
+            vec![
+                32 * MIB,
+                64 * MIB,
+                128 * MIB,
+                256 * MIB,
+                512 * MIB,
+                GIB,
+                2 * GIB,
+                4 * GIB,
+            ]
+        };
+        Options {
+            quick,
+            reps: if quick { 5 } else { 7 },
+            tlb: TlbParams::from_geometry(&m.tlb.geometry),
+            budget_bytes: mem_available / 2,
+            walk_footprints,
+            steps: if quick { 1_000_000 } else { 2_000_000 },
+            l2_steps: if quick { 5_000_000 } else { 20_000_000 },
+            fault_bytes: if quick { 64 * MIB } else { 256 * MIB },
+            fault_gb_pages: if quick { 1 } else { 2 },
+            thp: ThpSizes::from_settings(m.thp, &m.mthp),
+            // SAFETY: geteuid has no preconditions.
+            root: unsafe { libc::geteuid() } == 0,
+            hypervisor: m.cpu.hypervisor.clone(),
+        }
+    }
+
+    /// The backing of 2 MB chases: THP when it is on, else the hugetlb pool.
+    fn two_m(&self) -> Option<Backing> {
+        if self.thp.pmd() {
+            Some(Backing::Thp { kb: 2048 })
+        } else if self.root {
+            Some(Backing::Hugetlb2m)
+        } else {
+            None
+        }
+    }
+
+    fn backing(&self, leaf: usize) -> Option<Backing> {
+        match leaf {
+            0 => Some(Backing::Base4k),
+            1 => self.two_m(),
+            _ => self.root.then_some(Backing::Hugetlb1g),
+        }
+    }
+}
+
+/// The L2-hit comparison of a leaf size: one line per page, over more pages than
+/// the L1 DTLB holds (at most 512, so the lines stay in a 32 KiB L1 data cache,
+/// and at most half the L2, so nothing walks) against a third of the L1.
+pub fn plan_l2_hit(leaf: usize, o: &Options) -> Result<Pair, String> {
+    let (l1, l2) = (o.tlb.l1[leaf], o.tlb.l2[leaf]);
+    let small = (l1 / 3).clamp(1, 32);
+    let fit = (o.budget_bytes / LEAF_BYTES[leaf]).saturating_sub(small);
+    let big = 512u64.min(l2 / 2).min(fit);
+    if big < 2 * l1 {
+        return Err(format!(
+            "needs {} {} pages or more (twice the L1 DTLB's {l1} entries, within half the L2's {l2}){}",
+            2 * l1,
+            LEAF_TEXT[leaf],
+            if fit < 2 * l1 {
+                format!(
+                    ", over the budget of {} (half the available memory)",
+                    bytes_text(o.budget_bytes)
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let Some(backing) = o.backing(leaf) else {
+        return Err(format!(
+            "no {} pages: {}",
+            LEAF_TEXT[leaf],
+            if leaf == 1 {
+                "THP is off and hugetlb pools need root"
+            } else {
+                "hugetlb pools need root"
+            }
+        ));
+    };
+    let chase = |pages| Chase {
+        leaf,
+        backing,
+        pages,
+        layout: Layout::LinePerPage,
+    };
+    Ok(Pair {
+        a: chase(big),
+        b: chase(small),
+        fallback: None,
+    })
+}
+
+/// The walk comparisons of a leaf size, and notes on footprints left out; `Err`
+/// when none is possible here (the caller extrapolates).
+pub fn plan_walks(leaf: usize, o: &Options) -> Result<(Vec<Pair>, Vec<String>), String> {
+    let budget = |need: u64| {
+        if need > o.budget_bytes {
+            Err(format!(
+                "needs {} at once, over the budget of {} (half the available memory)",
+                bytes_text(need),
+                bytes_text(o.budget_bytes)
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let nodes = |leaf: usize, backing: Backing, bytes: u64| Chase {
+        leaf,
+        backing,
+        pages: bytes / LEAF_BYTES[leaf],
+        layout: Layout::Nodes,
+    };
+    match leaf {
+        0 => {
+            let Some(big) = o.two_m() else {
+                return Err(
+                    "no 2 MB pages to compare with: THP is off and hugetlb pools need root".into(),
+                );
+            };
+            let mut pairs = Vec::new();
+            let mut notes = Vec::new();
+            for &f in &o.walk_footprints {
+                let a = nodes(0, Backing::Base4k, f);
+                let b = nodes(1, big, f);
+                let fa = fractions(0, a.pages, &o.tlb);
+                if fa.walk < 0.5 {
+                    notes.push(format!(
+                        "{}: only {:.0}% of the steps would walk",
+                        bytes_text(f),
+                        fa.walk * 100.0
+                    ));
+                } else if fractions(1, b.pages, &o.tlb).walk > 0.0 {
+                    notes.push(format!(
+                        "{}: beyond the 2 MB TLB reach as well",
+                        bytes_text(f)
+                    ));
+                } else if let Err(e) = budget(2 * f) {
+                    notes.push(format!("{}: {e}", bytes_text(f)));
+                } else {
+                    pairs.push(Pair {
+                        a,
+                        b,
+                        fallback: None,
+                    });
+                }
+            }
+            if pairs.is_empty() {
+                return Err(format!(
+                    "no footprint can be measured: {}",
+                    notes.join("; ")
+                ));
+            }
+            Ok((pairs, notes))
+        }
+        1 => {
+            let Some(two) = o.two_m() else {
+                return Err("no 2 MB pages: THP is off and hugetlb pools need root".into());
+            };
+            // Half the steps walk at twice the reach; compared with 1 GB pages over
+            // the same footprint, or else with 2 MB pages over half the reach.
+            let reach = o.tlb.l2[1] * LEAF_BYTES[1];
+            let f = (2 * reach).div_ceil(GIB) * GIB;
+            let a = nodes(1, two, f);
+            let smaller = nodes(1, two, (reach / 2).max(GIB));
+            let pair = if o.root && budget(2 * f).is_ok() {
+                Pair {
+                    a,
+                    b: nodes(2, Backing::Hugetlb1g, f),
+                    fallback: Some(smaller),
+                }
+            } else {
+                let pair = Pair {
+                    a,
+                    b: smaller,
+                    fallback: None,
+                };
+                budget(pair.peak_bytes()).map_err(|e| {
+                    format!(
+                        "the 2 MB TLB reach is {} ({} entries): a chase where half the steps walk covers {}, and it {e}",
+                        bytes_text(reach),
+                        o.tlb.l2[1],
+                        bytes_text(f)
+                    )
+                })?;
+                pair
+            };
+            Ok((vec![pair], Vec::new()))
+        }
+        _ => {
+            if !o.root {
+                return Err("needs 1 GB pages from a hugetlb pool (root)".into());
+            }
+            let pa = 2 * o.tlb.l2[2];
+            let pb = (o.tlb.l2[2] / 2).max(1);
+            budget((pa + pb) * GIB).map_err(|e| {
+                format!(
+                    "the 1 GB TLB holds {} pages: a chase where half the steps walk covers {} GiB; it {e}",
+                    o.tlb.l2[2], pa
+                )
+            })?;
+            Ok((
+                vec![Pair {
+                    a: nodes(2, Backing::Hugetlb1g, pa * GIB),
+                    b: nodes(2, Backing::Hugetlb1g, pb * GIB),
+                    fallback: None,
+                }],
+                Vec::new(),
+            ))
+        }
+    }
+}
+
+/// One fault configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultPlan {
+    pub backing: Backing,
+    /// Bytes first-touched per pass (for multi-size THP, in separate mappings of
+    /// one folio each).
+    pub bytes: u64,
+}
+
+/// Fault configurations, in the order of `Calibration::fault_ns`, and the backings
+/// left out with the reason.
+pub fn plan_faults(o: &Options) -> (Vec<FaultPlan>, Vec<(String, String)>) {
+    let mut plans = vec![FaultPlan {
+        backing: Backing::Base4k,
+        bytes: o.fault_bytes,
+    }];
+    let mut left = Vec::new();
+    let mut thp: Vec<(u64, Option<String>)> = o.thp.enabled.iter().map(|&k| (k, None)).collect();
+    thp.extend(o.thp.disabled.iter().map(|(k, s)| (*k, Some(s.clone()))));
+    thp.sort();
+    for (kb, off) in thp {
+        let backing = Backing::Thp { kb };
+        match off {
+            Some(setting) => left.push((
+                backing.name(),
+                format!("hugepages-{kb}kB/enabled is {setting} (calibrate does not change it)"),
+            )),
+            // Small folios get a mapping each: keep the mappings few.
+            None => plans.push(FaultPlan {
+                backing,
+                bytes: o.fault_bytes.min(4096 * (kb << 10)),
+            }),
+        }
+    }
+    for (backing, bytes) in [
+        (Backing::Hugetlb2m, o.fault_bytes),
+        (Backing::Hugetlb1g, o.fault_gb_pages * GIB),
+    ] {
+        if !o.root {
+            left.push((backing.name(), "reserving a hugetlb pool needs root".into()));
+        } else if 2 * bytes > o.budget_bytes {
+            left.push((
+                backing.name(),
+                format!(
+                    "{} is over half the budget of {}",
+                    bytes_text(bytes),
+                    bytes_text(o.budget_bytes)
+                ),
+            ));
+        } else {
+            plans.push(FaultPlan { backing, bytes });
+        }
+    }
+    (plans, left)
+}
+
+/// `SystemTime` as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_text(t: std::time::SystemTime) -> String {
+    let s = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (s / 86400, s % 86400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// CPU model, size, kernel and hypervisor, in one line.
+pub fn describe(m: &Machine) -> String {
+    format!(
+        "{} ({} family {:#x} model {:#x}), {} cores, {:.1} GiB, kernel {}, {}",
+        m.cpu.brand,
+        m.cpu.vendor,
+        m.cpu.family,
+        m.cpu.model,
+        m.cores,
+        m.mem_total_kb as f64 / (1 << 20) as f64,
+        m.kernel,
+        match &m.cpu.hypervisor {
+            Some(h) => format!("under a hypervisor ({h}): walks are nested (2-D)"),
+            None => "no hypervisor".into(),
+        }
+    )
+}
+
+/// Huge-page figures of the mappings overlapping `[start, end)` in smaps text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeUsage {
+    pub rss: u64,
+    pub anon_huge: u64,
+    pub hugetlb: u64,
+}
+
+pub fn smaps_range(text: &str, start: u64, end: u64) -> RangeUsage {
+    let mut u = RangeUsage::default();
+    let mut inside = false;
+    for l in text.lines() {
+        let first = l.split_whitespace().next().unwrap_or("");
+        if let Some((s, e)) = first.split_once('-') {
+            if let (Ok(s), Ok(e)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) {
+                inside = s < end && e > start;
+                continue;
+            }
+        }
+        if !inside {
+            continue;
+        }
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
+        let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+        match k {
+            "Rss" => u.rss += kb << 10,
+            "AnonHugePages" => u.anon_huge += kb << 10,
+            "Private_Hugetlb" | "Shared_Hugetlb" => u.hugetlb += kb << 10,
+            _ => {}
+        }
+    }
+    u
+}
+
+// ---------------------------------------------------------------- measuring
+
+/// An anonymous mapping of `len` bytes at `base` (aligned for its backing).
+struct Region {
+    map: *mut u8,
+    map_len: usize,
+    base: *mut u8,
+    len: usize,
+    backing: Backing,
+}
+
+impl Region {
+    fn map(len: u64, backing: Backing) -> Result<Region> {
+        let len = usize::try_from(len).context("mapping too large")?;
+        let (extra, flags) = match backing {
+            Backing::Base4k => (0, 0),
+            Backing::Thp { kb } => ((kb as usize) << 10, 0),
+            Backing::Hugetlb2m => (0, libc::MAP_HUGETLB | libc::MAP_HUGE_2MB),
+            Backing::Hugetlb1g => (0, libc::MAP_HUGETLB | libc::MAP_HUGE_1GB),
+        };
+        let map_len = len + extra;
+        // SAFETY: a fresh anonymous private mapping; the result is checked.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            if let Some(kb) = backing.pool_kb() {
+                let p = crate::machine::pool(kb);
+                bail!(
+                    "mapping {} of {}: {e} (pool: {} free of {})",
+                    bytes_text(len as u64),
+                    backing.name(),
+                    p.as_ref().map_or(0, |p| p.free),
+                    p.as_ref().map_or(0, |p| p.nr)
+                );
+            }
+            bail!("mapping {}: {e}", bytes_text(len as u64));
+        }
+        let map = map as *mut u8;
+        let base = if extra > 0 {
+            // SAFETY: the aligned start lies within the mapping (extra ≥ alignment).
+            unsafe { map.add((extra - (map as usize % extra)) % extra) }
+        } else {
+            map
+        };
+        let r = Region {
+            map,
+            map_len,
+            base,
+            len,
+            backing,
+        };
+        let advice = match backing {
+            Backing::Base4k => Some(libc::MADV_NOHUGEPAGE),
+            Backing::Thp { .. } => Some(libc::MADV_HUGEPAGE),
+            _ => None,
+        };
+        if let Some(a) = advice {
+            // SAFETY: the range lies within our mapping.
+            if unsafe { libc::madvise(r.base as *mut libc::c_void, len, a) } != 0 {
+                bail!("madvise: {}", std::io::Error::last_os_error());
+            }
+        }
+        Ok(r)
+    }
+
+    fn usage(&self) -> RangeUsage {
+        let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+        let s = self.base as u64;
+        smaps_range(&text, s, s + self.len as u64)
+    }
+
+    /// Checks that the touched memory really has the backing asked for.
+    fn verify(&self, touched: u64) -> Result<()> {
+        let u = self.usage();
+        let ok = match self.backing {
+            Backing::Base4k => u.anon_huge == 0 && u.hugetlb == 0,
+            Backing::Thp { kb: 2048 } => u.anon_huge as f64 >= 0.99 * touched as f64,
+            Backing::Thp { .. } => true,
+            Backing::Hugetlb2m | Backing::Hugetlb1g => u.hugetlb >= touched,
+        };
+        if !ok {
+            bail!(
+                "{} of {} did not get its pages: {} resident, {} THP, {} hugetlb",
+                bytes_text(self.len as u64),
+                self.backing.name(),
+                bytes_text(u.rss),
+                bytes_text(u.anon_huge),
+                bytes_text(u.hugetlb)
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours and nothing refers into it any more.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+    }
+}
+
+/// A chase ready to run: the cycle built in its own mapping.
+struct ChaseBuf {
+    region: Region,
+    at: usize,
+}
+
+impl ChaseBuf {
+    fn build(c: &Chase, seed: u64) -> Result<ChaseBuf> {
+        let region = Region::map(c.bytes(), c.backing)?;
+        let base = region.base;
+        let write = |from: u64, to: u64| {
+            // SAFETY: node offsets lie within the mapping, 8-byte aligned.
+            unsafe {
+                *(base.add(c.node_offset(from) as usize) as *mut usize) = c.node_offset(to) as usize
+            };
+        };
+        let mut order = chase_order(c.nodes(), seed);
+        let first = order.next().context("a chase needs nodes")?;
+        let mut prev = first;
+        for x in order {
+            write(prev, x);
+            prev = x;
+        }
+        write(prev, first);
+        // Both layouts touch every page.
+        region.verify(c.bytes()).with_context(|| c.label())?;
+        Ok(ChaseBuf {
+            region,
+            at: c.node_offset(first) as usize,
+        })
+    }
+
+    /// Runs `warm` untimed steps, then `steps` timed ones; ns per timed step.
+    fn run(&mut self, warm: u64, steps: u64) -> f64 {
+        self.at = chase(self.region.base, self.at, warm);
+        let t = Instant::now();
+        self.at = chase(self.region.base, self.at, steps);
+        t.elapsed().as_nanos() as f64 / steps.max(1) as f64
+    }
+}
+
+/// The dependent loads: each node holds the offset of the next. On x86-64 the loop
+/// is written out (one load, a decrement and a branch per step), so what is timed
+/// does not depend on the optimization level the binary was built with.
+#[cfg(target_arch = "x86_64")]
+fn chase(base: *const u8, mut at: usize, steps: u64) -> usize {
+    if steps == 0 {
+        return at;
+    }
+    // SAFETY: every stored offset is a node of the mapping `base` starts; the loop
+    // only reads memory and runs `steps` (> 0) times.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "mov {at}, qword ptr [{base} + {at}]",
+            "dec {n}",
+            "jnz 2b",
+            base = in(reg) base,
+            at = inout(reg) at,
+            n = inout(reg) steps => _,
+            options(nostack, readonly),
+        );
+    }
+    at
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(never)]
+fn chase(base: *const u8, mut at: usize, steps: u64) -> usize {
+    for _ in 0..steps {
+        // SAFETY: every stored offset is a node of the mapping `base` starts.
+        at = unsafe { *(base.add(at) as *const usize) };
+    }
+    std::hint::black_box(at)
+}
+
+/// Keeps the measuring thread on one CPU (TLBs and caches are per core) and puts
+/// the old affinity back when dropped.
+struct Pinned(Option<libc::cpu_set_t>);
+
+fn pin_to_this_cpu() -> Pinned {
+    // SAFETY: plain syscalls on our own thread with a properly sized set.
+    unsafe {
+        let mut old: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old) != 0 {
+            return Pinned(None);
+        }
+        let cpu = libc::sched_getcpu();
+        if cpu < 0 {
+            return Pinned(None);
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut one);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) != 0 {
+            return Pinned(None);
+        }
+        Pinned(Some(old))
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(old) = &self.0 {
+            // SAFETY: restoring the set read before.
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), old) };
+        }
+    }
+}
+
+/// The 1-minute load average.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn mem_available() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb << 10)
+}
+
+/// Options for `m` with half of the memory available now as the budget.
+pub fn options(quick: bool, m: &Machine) -> Options {
+    Options::new(quick, m, mem_available())
+}
+
+fn measurement(config: String, unit: &str, samples: Vec<f64>) -> Result<Measurement> {
+    let s = spread(&samples).with_context(|| config.clone())?;
+    Ok(Measurement {
+        config,
+        unit: unit.into(),
+        median: s.median,
+        min: s.min,
+        max: s.max,
+        reps: s.reps,
+        samples,
+    })
+}
+
+/// Pools grown for one phase; dropping them puts the old sizes back.
+fn reserve(lock: Option<&KernelStateLock>, needs: &[(u64, u64)]) -> Result<Vec<PoolChange>> {
+    let mut out = Vec::new();
+    for &(kb, pages) in needs {
+        if pages == 0 {
+            continue;
+        }
+        let Some(lock) = lock else {
+            bail!("reserving hugetlb pages needs root");
+        };
+        let c = kernel_state::reserve_hugetlb_holding(lock, kb, pages)?;
+        if c.added() < pages {
+            bail!(
+                "the kernel gave {} of {pages} more {} pages (memory too fragmented?)",
+                c.added(),
+                kb_text(kb)
+            );
+        }
+        out.push(c);
+    }
+    Ok(out)
+}
+
+/// The measuring session: options, the lock, what has been measured so far.
+struct Session<'a> {
+    o: &'a Options,
+    lock: Option<KernelStateLock>,
+    raw: Vec<Measurement>,
+    progress: &'a mut dyn FnMut(&str),
+    seed: u64,
+}
+
+/// The outcome of a chase pair: per-repetition differences A − B.
+struct PairRun {
+    pair: Pair,
+    diffs: Vec<f64>,
+}
+
+impl Session<'_> {
+    fn run_pair(&mut self, pair: &Pair, steps: u64) -> Result<PairRun> {
+        match self.try_pair(pair, steps) {
+            Err(e) if pair.fallback.is_some() => {
+                (self.progress)(&format!("  {e:#}; comparing with a smaller footprint"));
+                let fb = Pair {
+                    a: pair.a.clone(),
+                    b: pair.fallback.clone().unwrap_or_else(|| pair.b.clone()),
+                    fallback: None,
+                };
+                self.try_pair(&fb, steps)
+            }
+            r => r,
+        }
+    }
+
+    fn try_pair(&mut self, pair: &Pair, steps: u64) -> Result<PairRun> {
+        let mut needs: Vec<(u64, u64)> = Vec::new();
+        for c in [&pair.a, &pair.b] {
+            if let Some((kb, n)) = c.pool_need() {
+                match needs.iter_mut().find(|(k, _)| *k == kb) {
+                    Some(e) => e.1 += n,
+                    None => needs.push((kb, n)),
+                }
+            }
+        }
+        let _pools = reserve(self.lock.as_ref(), &needs)?;
+        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut a = ChaseBuf::build(&pair.a, self.seed)?;
+        let mut b = ChaseBuf::build(&pair.b, self.seed ^ 0x5555)?;
+        let warm = steps / 4;
+        let (mut ta, mut tb) = (Vec::new(), Vec::new());
+        for r in 0..self.o.reps {
+            // Alternate which goes first, so neither always follows the other.
+            if r % 2 == 0 {
+                ta.push(a.run(warm, steps));
+                tb.push(b.run(warm, steps));
+            } else {
+                tb.push(b.run(warm, steps));
+                ta.push(a.run(warm, steps));
+            }
+        }
+        drop((a, b));
+        let diffs = ta.iter().zip(&tb).map(|(x, y)| x - y).collect();
+        self.raw.push(measurement(pair.a.label(), "ns/step", ta)?);
+        self.raw.push(measurement(pair.b.label(), "ns/step", tb)?);
+        Ok(PairRun {
+            pair: pair.clone(),
+            diffs,
+        })
+    }
+
+    /// One pass of a fault configuration: ns per fault.
+    fn touch(&self, p: &FaultPlan) -> Result<f64> {
+        let unit = p.backing.fault_bytes();
+        let faults = (p.bytes / unit).max(1);
+        match p.backing {
+            Backing::Thp { kb } if kb < 2048 => {
+                // One mapping per folio (every other folio made inaccessible), so the
+                // kernel cannot use a larger enabled size.
+                let r = Region::map(2 * faults * unit, p.backing)?;
+                for i in 0..faults {
+                    // SAFETY: the odd folios lie within our mapping.
+                    let rc = unsafe {
+                        libc::mprotect(
+                            r.base.add(((2 * i + 1) * unit) as usize) as *mut libc::c_void,
+                            unit as usize,
+                            libc::PROT_NONE,
+                        )
+                    };
+                    if rc != 0 {
+                        bail!("mprotect: {}", std::io::Error::last_os_error());
+                    }
+                }
+                let stats = Path::new(crate::machine::THP_SYSFS)
+                    .join(format!("hugepages-{kb}kB/stats/anon_fault_alloc"));
+                let before = crate::procfs::read_u64(&stats);
+                let t = Instant::now();
+                for i in 0..faults {
+                    // SAFETY: the even folios are ours and writable.
+                    unsafe { std::ptr::write_volatile(r.base.add((2 * i * unit) as usize), 1u8) };
+                }
+                let ns = t.elapsed().as_nanos() as f64;
+                if let (Some(b), Some(a)) = (before, crate::procfs::read_u64(&stats)) {
+                    if a - b.min(a) < faults {
+                        bail!(
+                            "{}: {} of {faults} faults got a {}-kB folio",
+                            p.backing.name(),
+                            a - b.min(a),
+                            kb
+                        );
+                    }
+                }
+                Ok(ns / faults as f64)
+            }
+            _ => {
+                let r = Region::map(faults * unit, p.backing)?;
+                let t = Instant::now();
+                for i in 0..faults {
+                    // SAFETY: within our writable mapping.
+                    unsafe { std::ptr::write_volatile(r.base.add((i * unit) as usize), 1u8) };
+                }
+                let ns = t.elapsed().as_nanos() as f64;
+                r.verify(faults * unit)?;
+                Ok(ns / faults as f64)
+            }
+        }
+    }
+
+    /// Fault figures: a cold pass of every configuration, then the repetitions,
+    /// interleaved.
+    fn faults(&mut self, figures: &mut Vec<Figure>, fault_ns: &mut Vec<(String, f64)>) {
+        let (plans, left) = plan_faults(self.o);
+        // Each pool grown by what its backing touches per pass; if the kernel gives
+        // fewer pages, fewer are touched, and none leaves the backing out.
+        let mut pools = Vec::new();
+        let mut failed: Vec<(Backing, String)> = Vec::new();
+        let mut active: Vec<(FaultPlan, Option<f64>, Vec<f64>)> = Vec::new();
+        for mut p in plans {
+            if let Some(kb) = p.backing.pool_kb() {
+                let want = p.bytes / (kb << 10);
+                let got = match &self.lock {
+                    Some(lock) => kernel_state::reserve_hugetlb_holding(lock, kb, want),
+                    None => Err(anyhow::anyhow!("reserving hugetlb pages needs root")),
+                };
+                match got {
+                    Ok(c) if c.added() > 0 => {
+                        p.bytes = p.bytes.min(c.added() * (kb << 10));
+                        pools.push(c);
+                    }
+                    Ok(c) => {
+                        failed.push((
+                            p.backing,
+                            format!("the kernel gave none of {want} more {}-kB pages (memory too fragmented?)", kb),
+                        ));
+                        drop(c);
+                        continue;
+                    }
+                    Err(e) => {
+                        failed.push((p.backing, format!("{e:#}")));
+                        continue;
+                    }
+                }
+            }
+            active.push((p, None, Vec::new()));
+        }
+        (self.progress)(&format!(
+            "faults: first touch of {} ({} passes)",
+            active
+                .iter()
+                .map(|(p, ..)| p.backing.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.o.reps + 1
+        ));
+        for pass in 0..=self.o.reps {
+            let n = active.len();
+            for k in 0..n {
+                let i = (k + pass) % n;
+                let (p, cold, warm) = &mut active[i];
+                if p.bytes == 0 {
+                    continue;
+                }
+                match self.touch(p) {
+                    Ok(v) if pass == 0 => *cold = Some(v),
+                    Ok(v) => warm.push(v),
+                    Err(e) => {
+                        failed.push((p.backing, format!("{e:#}")));
+                        p.bytes = 0;
+                    }
+                }
+            }
+        }
+        drop(pools);
+        for (p, cold, warm) in active {
+            if p.bytes == 0 {
+                continue;
+            }
+            let name = p.backing.name();
+            let faults = p.bytes / p.backing.fault_bytes();
+            let m = match measurement(
+                format!("touch {} {name}", bytes_text(p.bytes)),
+                "ns/fault",
+                warm,
+            ) {
+                Ok(m) => m,
+                Err(e) => {
+                    failed.push((p.backing, format!("{e:#}")));
+                    continue;
+                }
+            };
+            let s = Spread {
+                median: m.median,
+                min: m.min,
+                max: m.max,
+                reps: m.reps,
+            };
+            let how = match p.backing {
+                Backing::Base4k => "MADV_NOHUGEPAGE".to_string(),
+                Backing::Thp { kb: 2048 } => "MADV_HUGEPAGE".to_string(),
+                Backing::Thp { kb } => format!("MADV_HUGEPAGE, one {}-kB mapping per folio", kb),
+                _ => "from a reserved pool".to_string(),
+            };
+            let host = match cold {
+                Some(c) if c > 1.5 * s.median => {
+                    format!(
+                        "; the cold first pass took {:.1}x as long (host memory reclaim)",
+                        c / s.median
+                    )
+                }
+                Some(_) => "; the cold first pass was no slower".into(),
+                None => String::new(),
+            };
+            figures.push(Figure {
+                kind: "fault".into(),
+                what: name.clone(),
+                pt_bytes: None,
+                ns: Some(s),
+                cold_ns: cold,
+                source: format!(
+                    "first touch of {} ({how}, {faults} fault{}), median of {} warm passes interleaved with the other backings{host}",
+                    bytes_text(p.bytes),
+                    if faults == 1 { "" } else { "s" },
+                    s.reps
+                ),
+            });
+            fault_ns.push((name, s.median));
+            self.raw.push(m);
+        }
+        for (b, why) in failed {
+            figures.push(not_measured("fault", &b.name(), why));
+        }
+        for (name, why) in left {
+            figures.push(not_measured("fault", &name, why));
+        }
+    }
+}
+
+fn not_measured(kind: &str, what: &str, why: String) -> Figure {
+    Figure {
+        kind: kind.into(),
+        what: what.into(),
+        pt_bytes: None,
+        ns: None,
+        cold_ns: None,
+        source: format!("not measured: {why}"),
+    }
+}
+
+fn extrapolated(kind: &str, leaf: usize, source: String) -> Figure {
+    Figure {
+        kind: kind.into(),
+        what: LEAF[leaf].into(),
+        pt_bytes: None,
+        ns: None,
+        cold_ns: None,
+        source,
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// Measures this machine. Holds the kernel-state lock throughout (so no one turns
+/// THP off or takes the pools meanwhile; pools are grown and restored under it);
+/// without root, the hugetlb figures are left out and the lock is taken if it can be.
+pub fn calibrate(
+    o: &Options,
+    machine: String,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Calibration> {
+    if o.reps < 5 {
+        bail!("calibrate needs at least 5 repetitions");
+    }
+    let lock = match kernel_state::lock_kernel_state() {
+        Ok(l) => Some(l),
+        Err(e) if !o.root => {
+            progress(&format!("not holding the kernel-state lock ({e:#})"));
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let load_before = load_average();
+    let pin = pin_to_this_cpu();
+    let t0 = Instant::now();
+    let mut timed = |msg: &str| progress(&format!("[{:5.1} s] {msg}", t0.elapsed().as_secs_f64()));
+    let mut s = Session {
+        o,
+        lock,
+        raw: Vec::new(),
+        progress: &mut timed,
+        seed: 0x2545_F491_4F6C_DD1D,
+    };
+    let mut figures = Vec::new();
+    let mut fault_ns = Vec::new();
+    s.faults(&mut figures, &mut fault_ns);
+
+    // L2 hits.
+    let mut l2: [Option<Spread>; 3] = [None; 3];
+    for leaf in 0..3 {
+        let pair = match plan_l2_hit(leaf, o) {
+            Ok(p) => p,
+            Err(why) => {
+                figures.push(extrapolated("l2-hit", leaf, why));
+                continue;
+            }
+        };
+        (s.progress)(&format!(
+            "L2 hits, {}: {} vs {} pages",
+            LEAF_TEXT[leaf], pair.a.pages, pair.b.pages
+        ));
+        let fa = fractions(leaf, pair.a.pages, &o.tlb);
+        let fb = fractions(leaf, pair.b.pages, &o.tlb);
+        let r = s
+            .run_pair(&pair, o.l2_steps)
+            .and_then(|r| per_l2_hit(&r.diffs, fa, fb));
+        match r {
+            Ok(v) if v.median > 0.0 => {
+                l2[leaf] = Some(v);
+                figures.push(Figure {
+                    kind: "l2-hit".into(),
+                    what: LEAF[leaf].into(),
+                    pt_bytes: None,
+                    ns: Some(v),
+                    cold_ns: None,
+                    source: format!(
+                        "chase, one line per {} page, {} pages ({} of the steps miss the {}-entry L1 DTLB) vs {}; difference / that share, median of {}",
+                        LEAF_TEXT[leaf],
+                        pair.a.pages,
+                        pct(fa.l2_hit),
+                        o.tlb.l1[leaf],
+                        pair.b.pages,
+                        v.reps
+                    ),
+                });
+            }
+            Ok(v) => figures.push(extrapolated(
+                "l2-hit",
+                leaf,
+                format!("measured {:.2} ns, not a cost (noise)", v.median),
+            )),
+            Err(e) => figures.push(extrapolated("l2-hit", leaf, format!("{e:#}"))),
+        }
+    }
+    // Extrapolate the L2-hit costs not measured from the nearest measured size.
+    let mut l2_hit_ns = [0.0; 3];
+    for leaf in 0..3 {
+        let from = (0..3)
+            .filter(|&k| l2[k].is_some())
+            .min_by_key(|&k| k.abs_diff(leaf));
+        let Some(from) = from else {
+            bail!("no L2-hit cost could be measured; see the messages above");
+        };
+        l2_hit_ns[leaf] = l2[from].map_or(0.0, |v| v.median);
+        if from != leaf {
+            if let Some(f) = figures
+                .iter_mut()
+                .find(|f| f.kind == "l2-hit" && f.what == LEAF[leaf])
+            {
+                f.source = format!(
+                    "extrapolated: the {} figure (an L2 DTLB hit costs the same for any page size); not measured: {}",
+                    LEAF_TEXT[from], f.source
+                );
+            }
+        }
+    }
+
+    // Walks.
+    let nested = o
+        .hypervisor
+        .as_ref()
+        .map_or(String::new(), |h| format!(" (under {h}: nested 2-D walks)"));
+    let mut walk_curve: [Vec<(f64, f64)>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut walk_lines = Vec::new();
+    for leaf in 0..3 {
+        let (pairs, mut notes) = match plan_walks(leaf, o) {
+            Ok(p) => p,
+            Err(why) => {
+                if leaf == 0 {
+                    bail!("the 4 KB walk cost cannot be measured: {why}");
+                }
+                walk_curve[leaf] = walk_curve[leaf - 1].clone();
+                let f = extrapolated(
+                    "walk",
+                    leaf,
+                    format!(
+                        "extrapolated: the {} curve at the same page-table bytes (a walk costs what fetching its leaf entry does); not measured: {why}",
+                        LEAF_TEXT[leaf - 1]
+                    ),
+                );
+                walk_lines.push(format!("walk {}: {}", LEAF[leaf], f.source));
+                figures.push(f);
+                continue;
+            }
+        };
+        let mut points = Vec::new();
+        let mut measured = Vec::new();
+        for pair in &pairs {
+            (s.progress)(&format!(
+                "walks, {}: {} vs {}",
+                LEAF_TEXT[leaf],
+                pair.a.label(),
+                pair.b.label()
+            ));
+            let r = s.run_pair(pair, o.steps).and_then(|r| {
+                let PairRun { pair, diffs } = r;
+                let fa = fractions(pair.a.leaf, pair.a.pages, &o.tlb);
+                let fb = fractions(pair.b.leaf, pair.b.pages, &o.tlb);
+                let v = per_walk(
+                    &diffs,
+                    fa,
+                    fb,
+                    [l2_hit_ns[pair.a.leaf], l2_hit_ns[pair.b.leaf]],
+                )?;
+                Ok((pair, fa, v))
+            });
+            match r {
+                Ok((pair, fa, v)) => {
+                    let x = (8 * pair.a.pages) as f64;
+                    points.push((x, v));
+                    measured.push(format!(
+                        "{} vs {} ({} walk) {:.1} ns [{:.1}–{:.1}]",
+                        pair.a.label(),
+                        pair.b.backing.name(),
+                        pct(fa.walk),
+                        v.median,
+                        v.min,
+                        v.max
+                    ));
+                    figures.push(Figure {
+                        kind: "walk".into(),
+                        what: LEAF[leaf].into(),
+                        pt_bytes: Some(x),
+                        ns: Some(v),
+                        cold_ns: None,
+                        source: format!(
+                            "{} vs {}: difference, less the L2-hit difference, / {} of the steps missing the {}-entry L2 DTLB; median of {}{nested}",
+                            pair.a.label(),
+                            pair.b.label(),
+                            pct(fa.walk),
+                            o.tlb.l2[leaf],
+                            v.reps
+                        ),
+                    });
+                }
+                Err(e) => notes.push(format!("{}: {e:#}", bytes_text(pair.a.bytes()))),
+            }
+        }
+        let (c, rejected) = curve(&points);
+        notes.extend(rejected);
+        if c.is_empty() {
+            if leaf == 0 {
+                bail!(
+                    "no usable 4 KB walk point ({}); rerun on an idle machine",
+                    notes.join("; ")
+                );
+            }
+            walk_curve[leaf] = walk_curve[leaf - 1].clone();
+            let f = extrapolated(
+                "walk",
+                leaf,
+                format!(
+                    "extrapolated: the {} curve at the same page-table bytes; no usable point: {}",
+                    LEAF_TEXT[leaf - 1],
+                    notes.join("; ")
+                ),
+            );
+            walk_lines.push(format!("walk {}: {}", LEAF[leaf], f.source));
+            figures.push(f);
+            continue;
+        }
+        let mut line = format!(
+            "walk {}: chase over 64-byte nodes; per walk = (difference per step − the L2-hit difference) / share of steps missing the {}-entry L2 DTLB, medians of {}{nested}: {}",
+            LEAF[leaf],
+            o.tlb.l2[leaf],
+            o.reps,
+            measured.join("; ")
+        );
+        if !notes.is_empty() {
+            line += &format!("; left out: {}", notes.join("; "));
+            figures.push(Figure {
+                kind: "walk".into(),
+                what: LEAF[leaf].into(),
+                pt_bytes: None,
+                ns: None,
+                cold_ns: None,
+                source: format!("left out: {}", notes.join("; ")),
+            });
+        }
+        walk_lines.push(line);
+        walk_curve[leaf] = c;
+    }
+    drop(pin);
+
+    // One line per figure: L2 hits, walk curves, faults.
+    let line = |f: &Figure| format!("{} {}: {}", f.kind, f.what, f.source);
+    let mut sources: Vec<String> = figures
+        .iter()
+        .filter(|f| f.kind == "l2-hit")
+        .map(line)
+        .collect();
+    sources.extend(walk_lines);
+    sources.extend(figures.iter().filter(|f| f.kind == "fault").map(line));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    if let (Some(a), Some(b)) = (load_before, load_average()) {
+        if a.max(b) > 0.5 * cores {
+            let msg = format!(
+                "machine busy: load average {a:.1} at the start, {b:.1} at the end, on {cores} cores; \
+                 other work shares the caches and memory, so walk figures come out high and widely spread: \
+                 calibrate an idle machine"
+            );
+            (s.progress)(&msg);
+            sources.push(msg);
+        }
+    }
+    let cal = Calibration {
+        l2_hit_ns,
+        walk_curve,
+        fault_ns,
+        sources,
+        machine,
+        created: utc_text(std::time::SystemTime::now()),
+        tlb: Some(o.tlb.clone()),
+        quick: o.quick,
+        figures,
+        raw: s.raw,
+    };
+    cal.validate()
+        .context("the measured figures are unusable")?;
+    Ok(cal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zen5() -> TlbParams {
+        TlbParams {
+            l1: [96, 96, 96],
+            l2: [4096, 4096, 4096],
+            source: "test".into(),
+        }
+    }
+
+    fn opts(budget: u64) -> Options {
+        Options {
+            quick: false,
+            reps: 5,
+            tlb: zen5(),
+            budget_bytes: budget,
+            walk_footprints: vec![16 * MIB, 32 * MIB, 64 * MIB, 4 * GIB, 8 * GIB, 16 * GIB],
+            steps: 1000,
+            l2_steps: 1000,
+            fault_bytes: 64 * MIB,
+            fault_gb_pages: 2,
+            thp: ThpSizes::from_settings(
+                Some(ThpMode::Madvise),
+                &[
+                    (16, "never".into()),
+                    (64, "always".into()),
+                    (2048, "inherit".into()),
+                ],
+            ),
+            root: true,
+            hypervisor: Some("KVM".into()),
+        }
+    }
+
+    #[test]
+    fn medians_and_spreads() {
+        let s = spread(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.reps), (2.0, 1.0, 3.0, 3));
+        assert_eq!(spread(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
+        assert!(spread(&[]).is_err());
+        assert!(spread(&[1.0, f64::NAN]).is_err());
+        assert!(spread(&[1.0, f64::INFINITY]).is_err());
+    }
+
+    #[test]
+    fn miss_fractions_follow_the_tlb_sizes() {
+        let t = zen5();
+        assert_eq!(
+            fractions(0, 32, &t),
+            Fractions {
+                l2_hit: 0.0,
+                walk: 0.0
+            }
+        );
+        let f = fractions(0, 512, &t);
+        assert!((f.l2_hit - (1.0 - 96.0 / 512.0)).abs() < 1e-12 && f.walk == 0.0);
+        let f = fractions(0, 16384, &t);
+        assert!((f.walk - 0.75).abs() < 1e-12);
+        assert!((f.l2_hit - (4096.0 - 96.0) / 16384.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn l2_hit_divides_by_the_miss_share() {
+        let t = zen5();
+        let (a, b) = (fractions(0, 512, &t), fractions(0, 32, &t));
+        let s = per_l2_hit(&[1.625, 1.625 * 2.0, 1.625 * 3.0], a, b).unwrap();
+        assert!((s.median - 4.0).abs() < 1e-9, "{s:?}");
+        assert!((s.min - 2.0).abs() < 1e-9 && (s.max - 6.0).abs() < 1e-9);
+        // Swapped, or walking: refused.
+        assert!(per_l2_hit(&[1.0], b, a).is_err());
+        assert!(per_l2_hit(&[1.0], fractions(0, 1 << 20, &t), b).is_err());
+    }
+
+    #[test]
+    fn walk_cost_takes_out_the_l2_hits_then_divides() {
+        let t = zen5();
+        // 64 MiB: 16384 4 KB pages vs 32 2 MB pages (all in the L1).
+        let a = fractions(0, 16384, &t);
+        let b = fractions(1, 32, &t);
+        assert_eq!(
+            b,
+            Fractions {
+                l2_hit: 0.0,
+                walk: 0.0
+            }
+        );
+        let l2 = 2.0;
+        let walk = 10.0;
+        let diff = a.walk * walk + a.l2_hit * l2;
+        let s = per_walk(&[diff, diff, diff], a, b, [l2, l2]).unwrap();
+        assert!((s.median - walk).abs() < 1e-9, "{s:?}");
+        // B with L2 hits of its own (1024 2 MB pages, beyond the L1): charged back.
+        let b = fractions(1, 1024, &t);
+        let a = fractions(0, 1024 * 512, &t);
+        let diff = a.walk * walk + a.l2_hit * l2 - b.l2_hit * 3.0;
+        let s = per_walk(&[diff], a, b, [l2, 3.0]).unwrap();
+        assert!((s.median - walk).abs() < 1e-9, "{s:?}");
+        // Nothing walks, or both walk: refused.
+        assert!(per_walk(&[1.0], b, b, [l2, l2]).is_err());
+        assert!(per_walk(&[1.0], a, a, [l2, l2]).is_err());
+        assert!(per_walk(&[f64::NAN], fractions(0, 16384, &t), b, [l2, l2]).is_err());
+    }
+
+    #[test]
+    fn curves_are_sorted_and_reject_noise() {
+        let s = |m: f64| Spread {
+            median: m,
+            min: m,
+            max: m,
+            reps: 5,
+        };
+        let (c, rejected) = curve(&[
+            (4.0 * MIB as f64, s(120.0)),
+            (256.0 * 1024.0, s(7.0)),
+            (128.0 * 1024.0, s(-1.0)),
+            (512.0 * 1024.0, s(f64::NAN)),
+            (f64::NAN, s(3.0)),
+            (0.0, s(3.0)),
+            (1.0 * MIB as f64, s(25.0)),
+            (1.0 * MIB as f64, s(26.0)),
+        ]);
+        assert_eq!(
+            c,
+            vec![
+                (256.0 * 1024.0, 7.0),
+                (1.0 * MIB as f64, 25.0),
+                (4.0 * MIB as f64, 120.0)
+            ]
+        );
+        assert_eq!(rejected.len(), 5, "{rejected:?}");
+        assert!(rejected
+            .iter()
+            .any(|r| r.contains("128 KiB") && r.contains("noise")));
+    }
+
+    #[test]
+    fn chase_order_visits_every_node_once_and_scatters() {
+        for n in [1u64, 2, 3, 32, 100, 4096, 5000] {
+            let mut seen = vec![false; n as usize];
+            let mut count = 0;
+            for x in chase_order(n, 7) {
+                assert!(!seen[x as usize], "n={n}: {x} twice");
+                seen[x as usize] = true;
+                count += 1;
+            }
+            assert_eq!(count, n);
+        }
+        // Consecutive steps rarely stay in one 4 KB page (64 nodes) or go to the
+        // next node: about as rarely as random.
+        let n = 1u64 << 20;
+        let order: Vec<u64> = chase_order(n, 42).collect();
+        // (Random: n / pages = 64 and 1.)
+        let same_page = order.windows(2).filter(|w| w[0] / 64 == w[1] / 64).count();
+        let next = order.windows(2).filter(|w| w[1] == w[0] + 1).count();
+        assert!(same_page < 150, "{same_page} steps stay in their page");
+        assert!(next < 20, "{next} steps go to the next node");
+        // Pages are visited evenly: no page twice within a short window much more
+        // often than chance.
+        let pages = n / 64;
+        let mut last = vec![u64::MAX; pages as usize];
+        let mut close = 0;
+        for (i, x) in order.iter().enumerate() {
+            let p = (x / 64) as usize;
+            if last[p] != u64::MAX && i as u64 - last[p] < 64 {
+                close += 1;
+            }
+            last[p] = i as u64;
+        }
+        // Random: about 64 / pages = 0.4 % of the steps.
+        assert!(close < n as usize / 100, "{close}");
+    }
+
+    #[test]
+    fn scatter_is_a_bijection_for_every_width() {
+        for bits in 0..=12u32 {
+            let n = 1u64 << bits;
+            let mut v: Vec<u64> = (0..n).map(|x| scatter(x, bits, 99)).collect();
+            v.sort();
+            assert_eq!(v, (0..n).collect::<Vec<_>>(), "bits {bits}");
+        }
+    }
+
+    #[test]
+    fn plans_fit_the_tlbs_and_the_budget() {
+        let o = opts(11 * GIB);
+        let p = plan_l2_hit(0, &o).unwrap();
+        assert_eq!((p.a.pages, p.b.pages), (512, 32));
+        assert_eq!(p.a.layout, Layout::LinePerPage);
+        let p = plan_l2_hit(1, &o).unwrap();
+        assert_eq!(p.a.backing, Backing::Thp { kb: 2048 });
+        assert_eq!(p.peak_bytes(), (512 + 32) * 2 * MIB);
+        // 96 1 GB pages fit the L1: an L2-hit chase needs 192 of them.
+        let e = plan_l2_hit(2, &o).unwrap_err();
+        assert!(e.contains("192") && e.contains("budget"), "{e}");
+        // A small L1 (Intel: 4 1 GB entries) within the budget: as many as fit.
+        let mut o1 = opts(11 * GIB);
+        o1.tlb.l1[2] = 4;
+        o1.tlb.l2[2] = 16;
+        let p = plan_l2_hit(2, &o1).unwrap();
+        assert_eq!((p.a.pages, p.b.pages), (8, 1));
+        assert!(p.peak_bytes() <= o1.budget_bytes);
+
+        let (pairs, notes) = plan_walks(0, &o).unwrap();
+        let sizes: Vec<u64> = pairs.iter().map(|p| p.a.bytes()).collect();
+        // 16 MiB walks on fewer than half its steps; 8 GiB and 16 GiB are over budget.
+        assert_eq!(sizes, vec![32 * MIB, 64 * MIB, 4 * GIB]);
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(pairs.iter().all(|p| p.b.leaf == 1 && p.a.leaf == 0));
+        // 2 MB reach is 8 GiB: measuring needs 16 GiB twice.
+        let e = plan_walks(1, &o).unwrap_err();
+        assert!(e.contains("8 GiB") && e.contains("budget"), "{e}");
+        assert!(plan_walks(2, &o).is_err());
+        // A big machine measures 2 MB walks against 1 GB pages, with a fallback.
+        let (pairs, _) = plan_walks(1, &opts(64 * GIB)).unwrap();
+        assert_eq!(pairs[0].a.bytes(), 16 * GIB);
+        assert_eq!(pairs[0].b.backing, Backing::Hugetlb1g);
+        assert_eq!(pairs[0].fallback.as_ref().unwrap().leaf, 1);
+        assert!(fractions(1, pairs[0].fallback.as_ref().unwrap().pages, &zen5()).walk == 0.0);
+        // Without root or THP there are no 2 MB pages to compare with.
+        let mut o = opts(11 * GIB);
+        o.root = false;
+        o.thp = ThpSizes::from_settings(Some(ThpMode::Never), &[]);
+        assert!(plan_walks(0, &o).is_err());
+        assert!(plan_l2_hit(1, &o).is_err());
+    }
+
+    #[test]
+    fn faults_cover_the_enabled_sizes_only() {
+        let o = opts(11 * GIB);
+        let (plans, left) = plan_faults(&o);
+        let names: Vec<String> = plans.iter().map(|p| p.backing.name()).collect();
+        assert_eq!(
+            names,
+            ["4k", "thp-64k", "thp-2m", "hugetlb-2m", "hugetlb-1g"]
+        );
+        assert_eq!(plans[1].bytes, 64 * MIB);
+        assert_eq!(left.len(), 1);
+        assert!(left[0].0 == "thp-16k" && left[0].1.contains("never"));
+        let mut o = opts(11 * GIB);
+        o.root = false;
+        let (plans, left) = plan_faults(&o);
+        assert!(plans.iter().all(|p| p.backing.pool_kb().is_none()));
+        assert_eq!(left.len(), 3);
+        // THP never: inherit sizes are off, explicit ones still follow their setting.
+        let t = ThpSizes::from_settings(
+            Some(ThpMode::Never),
+            &[(64, "always".into()), (2048, "inherit".into())],
+        );
+        assert_eq!(t.enabled, vec![64]);
+        assert!(t.disabled[0].1.contains("never"));
+        assert_eq!(kb_text(1024), "1m");
+        assert_eq!(kb_text(16), "16k");
+    }
+
+    #[test]
+    fn timestamps() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(0);
+        assert_eq!(utc_text(t), "1970-01-01T00:00:00Z");
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_709_210_096);
+        assert_eq!(utc_text(t), "2024-02-29T12:34:56Z");
+    }
+
+    #[test]
+    fn smaps_ranges() {
+        let t = "7f0000000000-7f0000400000 rw-p 00000000 00:00 0\nRss:  4096 kB\nAnonHugePages:  4096 kB\nVmFlags: rd wr hg\n\
+                 7f0000400000-7f0000600000 rw-p 00000000 00:00 0\nRss:  8 kB\nAnonHugePages:  0 kB\n\
+                 7f1000000000-7f1040000000 rw-s 00000000 00:0f 1 /anon_hugepage (deleted)\nRss: 0 kB\nPrivate_Hugetlb: 1048576 kB\n";
+        let u = smaps_range(t, 0x7f0000000000, 0x7f0000400000);
+        assert_eq!(
+            u,
+            RangeUsage {
+                rss: 4 << 20,
+                anon_huge: 4 << 20,
+                hugetlb: 0
+            }
+        );
+        let u = smaps_range(t, 0x7f0000200000, 0x7f0000500000);
+        assert_eq!(u.rss, (4 << 20) + (8 << 10));
+        assert_eq!(smaps_range(t, 0x7f1000000000, 0x7f1000001000).hugetlb, GIB);
+        assert_eq!(smaps_range("garbage\n", 0, u64::MAX), RangeUsage::default());
+    }
+
+    /// Exercises the multi-size THP path, which runs only where such a size is
+    /// enabled. By hand, holding the kernel-state lock and restoring the setting:
+    /// `flock /run/lock/hugetune-kernel-state.lock sh -c 'f=/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled;
+    /// echo inherit > $f; cargo test -p hugetune-capture --lib mthp -- --ignored; echo never > $f'`
+    #[test]
+    #[ignore]
+    fn mthp_faults_get_their_folio_size() {
+        let m = crate::machine::machine(None).unwrap();
+        let o = Options::new(true, &m, GIB);
+        let sizes: Vec<u64> = o
+            .thp
+            .enabled
+            .iter()
+            .copied()
+            .filter(|&k| k < 2048)
+            .collect();
+        if sizes.is_empty() {
+            eprintln!("SKIPPED: no multi-size THP size is enabled");
+            return;
+        }
+        let mut quiet = |_: &str| {};
+        let s = Session {
+            o: &o,
+            lock: None,
+            raw: Vec::new(),
+            progress: &mut quiet,
+            seed: 1,
+        };
+        for kb in sizes {
+            let p = FaultPlan {
+                backing: Backing::Thp { kb },
+                bytes: 16 * MIB,
+            };
+            let ns = s.touch(&p).unwrap();
+            eprintln!("thp-{}: {ns:.0} ns per fault", kb_text(kb));
+            assert!(ns > 0.0);
+        }
+    }
+
+    fn sample() -> Calibration {
+        Calibration {
+            l2_hit_ns: [2.0, 2.0, 2.0],
+            walk_curve: [
+                vec![(131072.0, 7.0), (4194304.0, 120.0)],
+                vec![(4096.0, 15.0)],
+                vec![(4096.0, 15.0)],
+            ],
+            fault_ns: vec![("4k".into(), 2000.0), ("thp-2m".into(), 200_000.0)],
+            sources: vec!["test".into()],
+            machine: "test".into(),
+            created: "2025-01-01T00:00:00Z".into(),
+            tlb: None,
+            quick: true,
+            figures: Vec::new(),
+            raw: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn stored_calibrations_are_checked() {
+        let c = sample();
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(Calibration::from_json(v.clone()).unwrap(), c);
+        assert_eq!(c.fault("thp-2m"), Some(200_000.0));
+        assert_eq!(c.fault("hugetlb-1g"), None);
+        // Older or partial records without the optional parts still read.
+        let mut min = v.clone();
+        for k in ["tlb", "quick", "figures", "raw"] {
+            min.as_object_mut().unwrap().remove(k);
+        }
+        assert!(Calibration::from_json(min).is_ok());
+        let bad = |f: &dyn Fn(&mut Calibration)| {
+            let mut c = sample();
+            f(&mut c);
+            Calibration::from_json(serde_json::to_value(&c).unwrap()).unwrap_err()
+        };
+        assert!(format!("{:#}", bad(&|c| c.l2_hit_ns[1] = -1.0)).contains("L2-hit"));
+        assert!(format!("{:#}", bad(&|c| c.walk_curve[0].reverse())).contains("sorted"));
+        assert!(format!("{:#}", bad(&|c| c.walk_curve[2].clear())).contains("empty"));
+        assert!(format!("{:#}", bad(&|c| c.fault_ns[0].1 = 0.0)).contains("4k"));
+        // (JSON has no NaN: a NaN stored as null does not read at all.)
+        let mut c = sample();
+        c.fault_ns[0].1 = f64::NAN;
+        assert!(c.validate().is_err());
+        assert!(Calibration::from_json(serde_json::to_value(&c).unwrap()).is_err());
+        assert!(format!("{:#}", bad(&|c| c.fault_ns[1].0 = "4k".into())).contains("twice"));
+        let e = Calibration::from_json(serde_json::json!({"l2_hit_ns": "x"})).unwrap_err();
+        assert!(format!("{e:#}").contains("not a calibration"), "{e:#}");
+    }
+}

@@ -1,0 +1,202 @@
+//! `hugetune calibrate --quick`: the structure and sanity of what it measures, never
+//! its timings. The tool takes the kernel-state lock itself (other tests that
+//! change pools or THP wait for it), and puts the pools back.
+
+use serde_json::Value;
+use std::process::Command;
+
+const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
+
+fn positive(v: &Value, what: &str) -> f64 {
+    let x = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x.is_finite() && x > 0.0, "{what} = {x}");
+    x
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// (hugetlb pool directory, nr_hugepages) pairs and the THP mode.
+type KernelState = (Vec<(String, String)>, Option<String>);
+
+/// Pool sizes and the THP mode at rest: read under the kernel-state lock, so a
+/// concurrent test's temporary pool is not seen.
+fn resting_state() -> Option<KernelState> {
+    if !is_root() {
+        return None;
+    }
+    let _lock = hugetune_capture::kernel_state::lock_kernel_state().unwrap();
+    Some((
+        pools(),
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok(),
+    ))
+}
+
+fn pools() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let nr = std::fs::read_to_string(e.path().join("nr_hugepages")).unwrap_or_default();
+        out.push((e.file_name().to_string_lossy().into_owned(), nr));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn quick_calibration_is_complete_and_sane() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    let out_file = d.path().join("cal.json");
+    let before = resting_state();
+    let out = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(&db)
+        .args(["calibrate", "--quick", "--no-db", "--json", "--out"])
+        .arg(&out_file)
+        .output()
+        .expect("run hugetune");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "calibrate failed:\n{stderr}");
+    let c: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    // --out wrote the same thing; --no-db stored nothing.
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    assert_eq!(written, c);
+    assert!(!db.exists(), "--no-db created the database");
+
+    let l2 = c["l2_hit_ns"].as_array().expect("l2_hit_ns");
+    assert_eq!(l2.len(), 3);
+    for (i, v) in l2.iter().enumerate() {
+        positive(v, &format!("l2_hit_ns[{i}]"));
+    }
+    let curves = c["walk_curve"].as_array().expect("walk_curve");
+    assert_eq!(curves.len(), 3);
+    for (i, curve) in curves.iter().enumerate() {
+        let pts = curve.as_array().unwrap();
+        assert!(!pts.is_empty(), "walk curve {i} is empty");
+        let xs: Vec<f64> = pts
+            .iter()
+            .map(|p| {
+                positive(&p[1], &format!("walk_curve[{i}] cost"));
+                positive(&p[0], &format!("walk_curve[{i}] page-table bytes"))
+            })
+            .collect();
+        assert!(
+            xs.windows(2).all(|w| w[0] < w[1]),
+            "walk curve {i} not sorted: {xs:?}"
+        );
+    }
+    let faults: Vec<(String, f64)> = c["fault_ns"]
+        .as_array()
+        .expect("fault_ns")
+        .iter()
+        .map(|e| {
+            let name = e[0].as_str().expect("backing name").to_string();
+            let v = positive(&e[1], &name);
+            (name, v)
+        })
+        .collect();
+    let fault = |n: &str| faults.iter().find(|(k, _)| k == n).map(|&(_, v)| v);
+    let base = fault("4k").expect("the 4 KB fault cost is always measured");
+    // A 2 MB fault zeroes 512 times the memory of a 4 KB one.
+    for big in ["thp-2m", "hugetlb-2m"] {
+        if let Some(v) = fault(big) {
+            assert!(v > base, "{big} fault {v} ns not above 4k fault {base} ns");
+        }
+    }
+    let sources = c["sources"].as_array().expect("sources");
+    for kind in ["l2-hit 4k", "walk 4k", "walk 1g", "fault 4k"] {
+        assert!(
+            sources
+                .iter()
+                .any(|s| s.as_str().unwrap_or("").starts_with(kind)),
+            "no source line for {kind}: {sources:?}"
+        );
+    }
+    assert!(!c["machine"].as_str().unwrap_or("").is_empty());
+    assert!(c["created"].as_str().unwrap_or("").ends_with('Z'));
+    assert_eq!(c["quick"], Value::Bool(true));
+    for m in c["raw"].as_array().expect("raw") {
+        assert!(m["reps"].as_u64().unwrap() >= 5, "{m}");
+        assert!(m["min"].as_f64() <= m["median"].as_f64());
+        assert!(m["median"].as_f64() <= m["max"].as_f64());
+    }
+
+    // Pools and THP mode are as before.
+    assert_eq!(resting_state(), before);
+}
+
+#[test]
+fn a_stored_calibration_reads_back_and_a_corrupt_one_is_an_error() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    let run = |args: &[&str]| {
+        let out = Command::new(HUGETUNE)
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .expect("run hugetune");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = run(&["calibrate", "--show"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no calibration of this machine"), "{err}");
+    // Store one by hand for the machine `--show` looks up (the fingerprint as
+    // `pipeline::machine_id` makes it).
+    let m = hugetune_capture::machine::machine(None).unwrap();
+    let store = hugetune_store::db::Db::open(&db).unwrap();
+    let fp = format!("{}|{}|{}", m.hostname, m.cpu.brand, m.kernel);
+    let mid = store
+        .upsert_machine(
+            &fp,
+            &m.hostname,
+            &m.cpu.brand,
+            &m.kernel,
+            &serde_json::json!({}),
+        )
+        .unwrap();
+    let cal = serde_json::json!({
+        "l2_hit_ns": [2.0, 15.0, 15.0],
+        "walk_curve": [[[131072.0, 7.0], [2097152.0, 95.0]], [[131072.0, 7.0]], [[131072.0, 7.0]]],
+        "fault_ns": [["4k", 2000.0], ["thp-2m", 90000.0]],
+        "sources": ["by hand"],
+        "machine": "test",
+        "created": "2025-01-01T00:00:00Z"
+    });
+    store.insert_calibration(mid, &cal).unwrap();
+    let (code, out, err) = run(&["calibrate", "--show", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let back: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(back["walk_curve"], cal["walk_curve"]);
+    let (code, out, _) = run(&["calibrate", "--show"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("95.0 ns") && out.contains("by hand"), "{out}");
+    // Unusable figures: a clear error, not a panic or a silent default.
+    let bad = serde_json::json!({
+        "l2_hit_ns": [2.0, -1.0, 15.0],
+        "walk_curve": [[[131072.0, 7.0]], [[131072.0, 7.0]], [[131072.0, 7.0]]],
+        "fault_ns": [], "sources": [], "machine": "x", "created": "x"
+    });
+    store.insert_calibration(mid, &bad).unwrap();
+    let (code, _, err) = run(&["calibrate", "--show"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("stored calibration") && err.contains("L2-hit"),
+        "{err}"
+    );
+}
