@@ -1058,6 +1058,24 @@ impl ChaseBuf {
         })
     }
 
+    /// The same cycle in a mapping of another backing: a node chase of the same size
+    /// is laid out identically whatever its pages, so a sequential copy replaces the
+    /// random writes of building it again, and both chases visit the same nodes in
+    /// the same order (the same data-cache misses).
+    fn copy_of(c: &Chase, from: &ChaseBuf) -> Result<ChaseBuf> {
+        if c.layout != Layout::Nodes || c.bytes() as usize != from.region.len {
+            bail!("only a node chase of the same size can be copied");
+        }
+        let region = Region::map(c.bytes(), c.backing)?;
+        // SAFETY: two distinct mappings of `len` bytes each.
+        unsafe { std::ptr::copy_nonoverlapping(from.region.base, region.base, region.len) };
+        region.verify(c.bytes()).with_context(|| c.label())?;
+        Ok(ChaseBuf {
+            region,
+            at: from.at,
+        })
+    }
+
     /// Runs `warm` untimed steps, then `steps` timed ones; ns per timed step.
     fn run(&mut self, warm: u64, steps: u64) -> f64 {
         self.at = chase(self.region.base, self.at, warm);
@@ -1241,7 +1259,11 @@ impl Session<'_> {
         let _pools = reserve(self.lock.as_ref(), &needs)?;
         self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut a = ChaseBuf::build(&pair.a, self.seed)?;
-        let mut b = ChaseBuf::build(&pair.b, self.seed ^ 0x5555)?;
+        let mut b = if pair.a.layout == Layout::Nodes && pair.a.bytes() == pair.b.bytes() {
+            ChaseBuf::copy_of(&pair.b, &a)?
+        } else {
+            ChaseBuf::build(&pair.b, self.seed ^ 0x5555)?
+        };
         let warm = steps / 4;
         let (mut ta, mut tb) = (Vec::new(), Vec::new());
         for r in 0..self.o.reps {
