@@ -1,0 +1,366 @@
+//! Miss-ratio curves (MRCs) of fully associative LRU structures, their error
+//! measure, and the synthetic reference traces the engines are evaluated on.
+//!
+//! An exact [`Histogram`] is itself a curve. Approximate engines (SHARDS,
+//! StatStack) produce an [`Mrc`]: weights over *estimated* stack distances in
+//! bins that are exact below 256 and log-spaced above (128 bins per octave, so
+//! under 0.8 % relative width), which keeps a curve for any capacity in a few
+//! tens of kilobytes whatever the footprint.
+
+use crate::reuse::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// Anything that answers "what fraction of references miss in a fully associative
+/// LRU structure of `capacity` entries".
+pub trait MissRatioCurve {
+    fn miss_ratio(&self, capacity: u64) -> f64;
+}
+
+impl MissRatioCurve for Histogram {
+    fn miss_ratio(&self, capacity: u64) -> f64 {
+        Histogram::miss_ratio(self, capacity)
+    }
+}
+
+/// Distances below this have one bin each.
+const LINEAR: usize = 256;
+const LINEAR_BITS: u32 = 8;
+/// Log-spaced bins per octave above `LINEAR`.
+const SUB_BITS: u32 = 7;
+const SUB: usize = 1 << SUB_BITS;
+
+/// The bin of an estimated distance `x >= 0`.
+fn bin_of(x: f64) -> usize {
+    if x < LINEAR as f64 {
+        return x.max(0.0) as usize;
+    }
+    // Past 2^63 everything shares the last octave; no real trace gets there.
+    let xi = if x >= 9.2e18 { u64::MAX >> 1 } else { x as u64 };
+    let octave = 63 - xi.leading_zeros();
+    let sub = ((xi >> (octave - SUB_BITS)) as usize) & (SUB - 1);
+    LINEAR + (octave - LINEAR_BITS) as usize * SUB + sub
+}
+
+/// The lower edge of bin `b` (inclusive); bin `b` is `[lower(b), lower(b + 1))`.
+fn lower(b: usize) -> f64 {
+    if b <= LINEAR {
+        return b as f64;
+    }
+    let o = (b - LINEAR) / SUB;
+    let sub = (b - LINEAR) % SUB;
+    let octave = LINEAR_BITS + o as u32;
+    ((1u64 << octave) + ((sub as u64) << (octave - SUB_BITS))) as f64
+}
+
+/// An approximate miss-ratio curve: reference weights binned by estimated stack
+/// distance, cold (infinite-distance) weight, and the number of input references
+/// the weights stand for (so that [`Mrc::misses`] is in input references).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Mrc {
+    bins: Vec<f64>,
+    cold: f64,
+    /// Sum of all weights, cold included (the denominator of the ratio).
+    total: f64,
+    /// Input references the curve describes.
+    refs: u64,
+}
+
+impl Mrc {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The exact curve of a histogram (distances ≥ 256 lose their exact position
+    /// within a bin of < 0.8 % relative width).
+    pub fn from_histogram(h: &Histogram) -> Self {
+        let mut m = Mrc::new();
+        for (d, &c) in h.counts.iter().enumerate() {
+            if c > 0 {
+                m.add(d as f64, c as f64);
+            }
+        }
+        m.add_cold(h.cold as f64);
+        m.refs = h.total;
+        m
+    }
+
+    /// Add `weight` references of estimated distance `x`.
+    pub fn add(&mut self, x: f64, weight: f64) {
+        let b = bin_of(x);
+        if b >= self.bins.len() {
+            self.bins.resize(b + 1, 0.0);
+        }
+        self.bins[b] += weight;
+        self.total += weight;
+    }
+
+    /// Add `weight` first-touch (or never-reused) references.
+    pub fn add_cold(&mut self, weight: f64) {
+        self.cold += weight;
+        self.total += weight;
+    }
+
+    /// SHARDS_adj: `delta` references (possibly negative) of distance 0.
+    pub fn adjust_first(&mut self, delta: f64) {
+        self.add(0.0, delta);
+    }
+
+    /// Multiply every weight by `f` (fixed-size SHARDS lowering its rate).
+    pub fn scale(&mut self, f: f64) {
+        self.bins.iter_mut().for_each(|w| *w *= f);
+        self.cold *= f;
+        self.total *= f;
+    }
+
+    /// Set the number of input references the curve describes.
+    pub fn set_refs(&mut self, refs: u64) {
+        self.refs = refs;
+    }
+
+    pub fn refs(&self) -> u64 {
+        self.refs
+    }
+
+    /// Total weight (the ratio's denominator).
+    pub fn weight(&self) -> f64 {
+        self.total
+    }
+
+    /// Cold weight.
+    pub fn cold(&self) -> f64 {
+        self.cold
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.bins.capacity() * std::mem::size_of::<f64>()
+    }
+
+    /// Weight of references whose estimated distance is below `capacity` (hits);
+    /// linear within a log bin.
+    fn hits(&self, capacity: u64) -> f64 {
+        let c = capacity as f64;
+        let cb = bin_of(c);
+        let full: f64 = self.bins.iter().take(cb).sum();
+        let part = match self.bins.get(cb) {
+            Some(&w) if cb >= LINEAR => {
+                let (lo, hi) = (lower(cb), lower(cb + 1));
+                w * ((c - lo) / (hi - lo))
+            }
+            _ => 0.0,
+        };
+        full + part
+    }
+
+    /// Estimated misses in input references, `miss_ratio × refs`.
+    pub fn misses(&self, capacity: u64) -> f64 {
+        self.miss_ratio(capacity) * self.refs as f64
+    }
+}
+
+impl MissRatioCurve for Mrc {
+    /// Clamped to [0, 1]: SHARDS_adj may leave a negative first bin.
+    fn miss_ratio(&self, capacity: u64) -> f64 {
+        if self.total <= 0.0 {
+            return 0.0;
+        }
+        ((self.total - self.hits(capacity)) / self.total).clamp(0.0, 1.0)
+    }
+}
+
+/// TLB-relevant capacities: every power of two from 16 to 65 536 and the
+/// midpoints (×1.5) between them — 25 sizes.
+pub fn tlb_capacities() -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut c = 16u64;
+    while c <= 65536 {
+        v.push(c);
+        if c < 65536 {
+            v.push(c + c / 2);
+        }
+        c *= 2;
+    }
+    v
+}
+
+/// Mean absolute error of `approx` against `exact` over `capacities`.
+pub fn mae(
+    exact: &impl MissRatioCurve,
+    approx: &impl MissRatioCurve,
+    capacities: &[u64],
+) -> f64 {
+    if capacities.is_empty() {
+        return 0.0;
+    }
+    capacities
+        .iter()
+        .map(|&c| (exact.miss_ratio(c) - approx.miss_ratio(c)).abs())
+        .sum::<f64>()
+        / capacities.len() as f64
+}
+
+/// Deterministic synthetic traces of page keys (pure functions of their
+/// arguments), shared by the tests, the benches and `hugetune bench model`.
+pub mod synth {
+    /// SplitMix64: small, fast, and good enough for trace generation.
+    #[derive(Debug, Clone)]
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next_u64(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        /// Uniform in `0..n` (multiply-shift; the bias is below 2^-32 for n < 2^32).
+        pub fn below(&mut self, n: u64) -> u64 {
+            ((self.next_u64() as u128 * n as u128) >> 64) as u64
+        }
+
+        /// Uniform in [0, 1).
+        pub fn unit(&mut self) -> f64 {
+            (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// Base page number of the synthetic traces (a heap-like 4 KB page number).
+    pub const BASE: u64 = 0x5555_5000_0000 >> 12;
+
+    /// `n` references uniformly random over `pages` contiguous pages.
+    pub fn uniform(n: usize, pages: u64, seed: u64) -> Vec<u64> {
+        let mut r = Rng(seed);
+        (0..n).map(|_| BASE + r.below(pages)).collect()
+    }
+
+    /// `n` references with Zipf-like popularity (s ≈ 1: rank drawn log-uniformly,
+    /// P(rank r) ∝ 1/r) over `pages` contiguous pages; ranks are scattered over
+    /// the pages by an odd multiplier so hot pages are not neighbours.
+    pub fn zipf(n: usize, pages: u64, seed: u64) -> Vec<u64> {
+        let mut r = Rng(seed);
+        let span = pages.next_power_of_two();
+        let ln = ((pages + 1) as f64).ln();
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let rank = ((r.unit() * ln).exp() as u64).saturating_sub(1);
+            if rank >= pages {
+                continue;
+            }
+            // A bijection on 0..span; ranks map to distinct pages.
+            let p = rank.wrapping_mul(0x9e37_79b9_7f4a_7c15 | 1) & (span - 1);
+            out.push(BASE + p);
+        }
+        out
+    }
+
+    /// Loops: `n` references sweeping `pages` contiguous pages in order, `per_page`
+    /// consecutive references to each (a strided walk over an array).
+    pub fn sweep(n: usize, pages: u64, per_page: u64) -> Vec<u64> {
+        (0..n as u64)
+            .map(|i| BASE + (i / per_page) % pages)
+            .collect()
+    }
+
+    /// The loop of REF-model §1.2: 40 sweeps over 300 pages, 8 consecutive
+    /// references to each page, and after each reference, with probability 1/9,
+    /// one to a random page of 20 hot pages.
+    pub fn ref_loop(seed: u64) -> Vec<u64> {
+        let mut r = Rng(seed);
+        let mut out = Vec::new();
+        for _ in 0..40 {
+            for p in 0..300u64 {
+                for _ in 0..8 {
+                    out.push(BASE + p);
+                    if r.below(9) == 0 {
+                        out.push(BASE + 1000 + r.below(20));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bins_partition_the_line() {
+        for x in [0.0, 1.0, 255.0, 255.9, 256.0, 257.0, 300.5, 1e6, 123456789.0] {
+            let b = bin_of(x);
+            assert!(lower(b) <= x && x < lower(b + 1), "{x}: bin {b}");
+        }
+        for b in 0..3000 {
+            assert_eq!(bin_of(lower(b)), b);
+            assert!(lower(b + 1) > lower(b));
+        }
+        // Relative width under 1 % above the linear part.
+        let b = bin_of(1e9);
+        assert!((lower(b + 1) - lower(b)) / lower(b) < 0.008);
+    }
+
+    #[test]
+    fn histogram_curve_matches_histogram() {
+        let mut h = Histogram::default();
+        for d in [None, Some(0), Some(3), Some(10), None, Some(300), Some(70000)] {
+            h.record(d);
+        }
+        let m = Mrc::from_histogram(&h);
+        for c in [0, 1, 4, 11, 64, 256, 300, 301, 1 << 20] {
+            assert_eq!(m.miss_ratio(c), h.miss_ratio(c), "capacity {c}");
+        }
+        assert_eq!(m.misses(11), 4.0);
+        assert_eq!(mae(&h, &m, &tlb_capacities()), 0.0);
+    }
+
+    #[test]
+    fn adjustment_and_scaling() {
+        let mut m = Mrc::new();
+        m.add(5.0, 10.0);
+        m.add_cold(10.0);
+        m.set_refs(40);
+        assert_eq!(m.miss_ratio(6), 0.5);
+        assert_eq!(m.misses(6), 20.0);
+        m.adjust_first(-20.0);
+        // All weight gone but the cold: clamped to 1, and never above.
+        assert_eq!(m.miss_ratio(6), 1.0);
+        m.adjust_first(20.0 + 20.0);
+        assert_eq!(m.miss_ratio(1), 10.0 / 40.0);
+        m.scale(0.5);
+        assert_eq!(m.miss_ratio(1), 10.0 / 40.0);
+        assert_eq!(m.cold(), 5.0);
+    }
+
+    #[test]
+    fn capacities_and_mae() {
+        let c = tlb_capacities();
+        assert_eq!(c.len(), 25);
+        assert_eq!((c[0], c[1], c[24]), (16, 24, 65536));
+        let mut a = Histogram::default();
+        let mut b = Histogram::default();
+        for i in 0..100 {
+            a.record(Some(i));
+            b.record(Some(i + 20));
+        }
+        // At 16 both miss 84 % vs 100 %.
+        assert!((mae(&a, &b, &[16]) - 0.16).abs() < 1e-12);
+        assert_eq!(mae(&a, &a, &c), 0.0);
+    }
+
+    #[test]
+    fn synthetic_traces_have_their_shape() {
+        let u = synth::uniform(100_000, 1000, 1);
+        assert!(u.iter().all(|&p| (synth::BASE..synth::BASE + 1000).contains(&p)));
+        let z = synth::zipf(200_000, 1 << 16, 2);
+        let hot = z.iter().filter(|&&p| p == synth::BASE).count() as f64 / z.len() as f64;
+        // P(rank 0) = ln 2 / ln(65537) ≈ 0.062.
+        assert!((hot - 0.062).abs() < 0.005, "{hot}");
+        let s = synth::sweep(10, 3, 2);
+        assert_eq!(s[..7].iter().map(|p| p - synth::BASE).collect::<Vec<_>>(), vec![0, 0, 1, 1, 2, 2, 0]);
+        let l = synth::ref_loop(3);
+        assert!(l.len() > 40 * 2400 && l.len() < 40 * 2800, "{}", l.len());
+    }
+}
