@@ -11,7 +11,10 @@ pub mod cost;
 pub mod page;
 pub mod plan;
 pub mod rank;
+pub mod mrc;
 pub mod reuse;
+pub mod shards;
+pub mod statstack;
 pub mod stream;
 pub mod tlb;
 

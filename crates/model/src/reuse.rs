@@ -325,9 +325,8 @@ pub struct ReuseEngine {
 }
 
 const MIN_CAPACITY: usize = 1 << 12;
-/// How far ahead [`ReuseEngine::access_batch`] prefetches table and bitmap lines.
-const AHEAD_TABLE: usize = 16;
-const AHEAD_BITS: usize = 8;
+/// References per stage of [`ReuseEngine::access_batch`]'s prefetch pipeline.
+const CHUNK: usize = 32;
 
 impl Default for ReuseEngine {
     fn default() -> Self {
@@ -415,18 +414,31 @@ impl ReuseEngine {
         self.access_batch_generic(keys, sink)
     }
 
+    /// Three-stage software pipeline over chunks of `CHUNK` keys: prefetch the
+    /// table lines of chunk j + 2, read those of chunk j + 1 to prefetch their
+    /// bitmap and count lines, process chunk j. The prefetch loops are tight, so
+    /// a whole chunk's cache (and TLB) misses are in flight at once; a prefetch
+    /// inside the long per-reference loop would hold the reorder buffer on a page
+    /// walk and let only two or three references overlap.
     #[inline(always)]
     fn access_batch_generic(&mut self, keys: &[u64], mut sink: impl FnMut(Option<u64>)) {
-        for (i, &k) in keys.iter().enumerate() {
-            if let Some(&ahead) = keys.get(i + AHEAD_TABLE) {
-                self.table.prefetch(ahead);
-            }
-            if let Some(&ahead) = keys.get(i + AHEAD_BITS) {
-                if let Some(slot) = self.table.peek(ahead) {
-                    self.bits.prefetch(slot as usize);
+        let chunks: Vec<&[u64]> = keys.chunks(CHUNK).collect();
+        for j in 0..chunks.len() {
+            if let Some(c) = chunks.get(j + 2) {
+                for &k in c.iter() {
+                    self.table.prefetch(k);
                 }
             }
-            sink(self.access_inline(k));
+            if let Some(c) = chunks.get(j + 1) {
+                for &k in c.iter() {
+                    if let Some(slot) = self.table.peek(k) {
+                        self.bits.prefetch(slot as usize);
+                    }
+                }
+            }
+            for &k in chunks[j] {
+                sink(self.access_inline(k));
+            }
         }
     }
 
