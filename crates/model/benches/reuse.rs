@@ -13,7 +13,7 @@ fn exact(c: &mut Criterion) {
     g.throughput(Throughput::Elements(REFS as u64));
     for (name, trace) in [
         ("uniform-4M", synth::uniform(REFS, PAGES, 1)),
-        ("zipf-4M", synth::zipf(REFS, PAGES, 2)),
+        ("zipf-4M", synth::zipf(REFS, PAGES, 1.0, 2)),
     ] {
         g.bench_function(format!("{name}/access"), |b| {
             b.iter(|| {

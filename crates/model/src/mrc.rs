@@ -105,6 +105,32 @@ impl Mrc {
         self.add(0.0, delta);
     }
 
+    /// `self + k × other`, bin by bin, for a regression-style adjustment. Bins
+    /// past the first are kept ≥ 0 (so the curve stays monotone) and whatever that
+    /// clamps, plus `residual`, goes to the first bin; `refs` is `self`'s.
+    pub fn plus_scaled(&self, other: &Mrc, k: f64, residual: f64) -> Mrc {
+        let n = self.bins.len().max(other.bins.len());
+        let mut out = Mrc {
+            bins: vec![0.0; n.max(1)],
+            cold: (self.cold + k * other.cold).max(0.0),
+            total: 0.0,
+            refs: self.refs,
+        };
+        let mut spill = residual + (self.cold + k * other.cold).min(0.0);
+        for b in 0..n {
+            let w = self.bins.get(b).copied().unwrap_or(0.0)
+                + k * other.bins.get(b).copied().unwrap_or(0.0);
+            if b > 0 && w < 0.0 {
+                spill += w;
+            } else {
+                out.bins[b] = w;
+            }
+        }
+        out.bins[0] += spill;
+        out.total = out.bins.iter().sum::<f64>() + out.cold;
+        out
+    }
+
     /// Multiply every weight by `f` (fixed-size SHARDS lowering its rate).
     pub fn scale(&mut self, f: f64) {
         self.bins.iter_mut().for_each(|w| *w *= f);
@@ -235,16 +261,25 @@ pub mod synth {
         (0..n).map(|_| BASE + r.below(pages)).collect()
     }
 
-    /// `n` references with Zipf-like popularity (s ≈ 1: rank drawn log-uniformly,
-    /// P(rank r) ∝ 1/r) over `pages` contiguous pages; ranks are scattered over
-    /// the pages by an odd multiplier so hot pages are not neighbours.
-    pub fn zipf(n: usize, pages: u64, seed: u64) -> Vec<u64> {
+    /// `n` references with Zipf popularity of exponent `s` (P(rank r) ∝ r^-s,
+    /// drawn by inverting the continuous power law) over `pages` contiguous pages;
+    /// ranks are scattered over the pages by an odd multiplier so hot pages are
+    /// not neighbours.
+    pub fn zipf(n: usize, pages: u64, s: f64, seed: u64) -> Vec<u64> {
         let mut r = Rng(seed);
         let span = pages.next_power_of_two();
-        let ln = ((pages + 1) as f64).ln();
+        let top = (pages + 1) as f64;
+        let inv = |u: f64| -> f64 {
+            if (s - 1.0).abs() < 1e-9 {
+                (u * top.ln()).exp()
+            } else {
+                let a = 1.0 - s;
+                (1.0 + u * (top.powf(a) - 1.0)).powf(1.0 / a)
+            }
+        };
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
-            let rank = ((r.unit() * ln).exp() as u64).saturating_sub(1);
+            let rank = (inv(r.unit()) as u64).saturating_sub(1);
             if rank >= pages {
                 continue;
             }
@@ -261,6 +296,29 @@ pub mod synth {
         (0..n as u64)
             .map(|i| BASE + (i / per_page) % pages)
             .collect()
+    }
+
+    /// Three interleaved loops: each visit goes to the next page of one of three
+    /// cyclic sweeps (1 000, 20 000 and 300 000 contiguous pages, chosen with
+    /// probabilities 0.5 / 0.3 / 0.2) and makes `per_page` consecutive references
+    /// to it, so stack distances cluster near 2 000, 34 000 and 320 000.
+    pub fn loops(n: usize, per_page: u64, seed: u64) -> Vec<u64> {
+        let mut r = Rng(seed);
+        let sizes = [1_000u64, 20_000, 300_000];
+        let bases = [BASE, BASE + 1_000, BASE + 21_000];
+        let mut next = [0u64; 3];
+        let mut out = Vec::with_capacity(n + per_page as usize);
+        while out.len() < n {
+            let u = r.below(10);
+            let l = if u < 5 { 0 } else if u < 8 { 1 } else { 2 };
+            let p = bases[l] + next[l];
+            next[l] = (next[l] + 1) % sizes[l];
+            for _ in 0..per_page {
+                out.push(p);
+            }
+        }
+        out.truncate(n);
+        out
     }
 
     /// The loop of REF-model §1.2: 40 sweeps over 300 pages, 8 consecutive
@@ -309,9 +367,12 @@ mod tests {
             h.record(d);
         }
         let m = Mrc::from_histogram(&h);
-        for c in [0, 1, 4, 11, 64, 256, 300, 301, 1 << 20] {
+        // Exact below 256 and at the edges of log bins ([300, 302) here) ...
+        for c in [0, 1, 4, 11, 64, 256, 300, 302, 1 << 20] {
             assert_eq!(m.miss_ratio(c), h.miss_ratio(c), "capacity {c}");
         }
+        // ... linear inside them.
+        assert!((m.miss_ratio(301) - (h.miss_ratio(300) + h.miss_ratio(302)) / 2.0).abs() < 1e-12);
         assert_eq!(m.misses(11), 4.0);
         assert_eq!(mae(&h, &m, &tlb_capacities()), 0.0);
     }
@@ -324,13 +385,16 @@ mod tests {
         m.set_refs(40);
         assert_eq!(m.miss_ratio(6), 0.5);
         assert_eq!(m.misses(6), 20.0);
-        m.adjust_first(-20.0);
-        // All weight gone but the cold: clamped to 1, and never above.
-        assert_eq!(m.miss_ratio(6), 1.0);
-        m.adjust_first(20.0 + 20.0);
-        assert_eq!(m.miss_ratio(1), 10.0 / 40.0);
+        // A negative first bin: fewer hits; past 1 the ratio is clamped.
+        m.adjust_first(-5.0);
+        assert_eq!(m.weight(), 15.0);
+        assert_eq!(m.miss_ratio(6), 10.0 / 15.0);
+        assert_eq!(m.miss_ratio(1), 1.0);
+        m.adjust_first(10.0);
+        assert_eq!(m.miss_ratio(1), 20.0 / 25.0);
+        assert_eq!(m.miss_ratio(6), 10.0 / 25.0);
         m.scale(0.5);
-        assert_eq!(m.miss_ratio(1), 10.0 / 40.0);
+        assert_eq!(m.miss_ratio(6), 10.0 / 25.0);
         assert_eq!(m.cold(), 5.0);
     }
 
@@ -354,7 +418,7 @@ mod tests {
     fn synthetic_traces_have_their_shape() {
         let u = synth::uniform(100_000, 1000, 1);
         assert!(u.iter().all(|&p| (synth::BASE..synth::BASE + 1000).contains(&p)));
-        let z = synth::zipf(200_000, 1 << 16, 2);
+        let z = synth::zipf(200_000, 1 << 16, 1.0, 2);
         let hot = z.iter().filter(|&&p| p == synth::BASE).count() as f64 / z.len() as f64;
         // P(rank 0) = ln 2 / ln(65537) ≈ 0.062.
         assert!((hot - 0.062).abs() < 0.005, "{hot}");

@@ -41,11 +41,15 @@ struct Entry {
     key: u64,
     /// `EMPTY` marks a vacant entry (slots never reach it: at most 2^31 live keys).
     slot: u32,
+    /// Accesses since the key entered (fills the entry's padding; SHARDS weighs
+    /// its adjustment by it).
+    count: u32,
 }
 
 const VACANT: Entry = Entry {
     key: 0,
     slot: EMPTY,
+    count: 0,
 };
 
 /// Open-addressing map key → slot, linear probing, load ≤ 1/2, backward-shift
@@ -89,9 +93,10 @@ impl LastTable {
         (e.slot != EMPTY && e.key == key).then_some(e.slot)
     }
 
-    /// Set `key`'s slot to `slot`; returns the previous slot, `None` if new.
+    /// Set `key`'s slot to `slot` and count the access; returns the previous
+    /// slot (`None` if new) and the key's access count.
     #[inline(always)]
-    fn upsert(&mut self, key: u64, slot: u32) -> Option<u32> {
+    fn upsert(&mut self, key: u64, slot: u32) -> (Option<u32>, u32) {
         if (self.len + 1) * 2 > self.entries.len() {
             self.grow();
         }
@@ -100,12 +105,17 @@ impl LastTable {
         loop {
             let e = &mut self.entries[i];
             if e.slot == EMPTY {
-                *e = Entry { key, slot };
+                *e = Entry {
+                    key,
+                    slot,
+                    count: 1,
+                };
                 self.len += 1;
-                return None;
+                return (None, 1);
             }
             if e.key == key {
-                return Some(std::mem::replace(&mut e.slot, slot));
+                e.count = e.count.saturating_add(1);
+                return (Some(std::mem::replace(&mut e.slot, slot)), e.count);
             }
             i = (i + 1) & mask;
         }
@@ -151,9 +161,15 @@ impl LastTable {
     fn grow(&mut self) {
         let bits = 64 - self.shift + 1;
         let old = std::mem::replace(self, LastTable::new(bits));
+        let mask = self.mask();
         for e in old.entries.iter().filter(|e| e.slot != EMPTY) {
-            self.upsert(e.key, e.slot);
+            let mut i = self.home(e.key);
+            while self.entries[i].slot != EMPTY {
+                i = (i + 1) & mask;
+            }
+            self.entries[i] = *e;
         }
+        self.len = old.len;
     }
 }
 
@@ -378,18 +394,42 @@ impl ReuseEngine {
 
     #[inline(always)]
     fn access_inline(&mut self, key: u64) -> Option<u64> {
+        self.access_counted_inline(key).0
+    }
+
+    /// [`access`](Self::access), also returning how many times `key` has been
+    /// accessed since it entered (this access included).
+    pub fn access_counted(&mut self, key: u64) -> (Option<u64>, u32) {
+        self.access_counted_inline(key)
+    }
+
+    #[inline(always)]
+    fn access_counted_inline(&mut self, key: u64) -> (Option<u64>, u32) {
         if self.now == self.bits.cap() {
             self.compact();
         }
         let now = self.now;
         self.now += 1;
-        let prev = self.table.upsert(key, now as u32);
+        let (prev, count) = self.table.upsert(key, now as u32);
         self.bits.set(now);
-        let prev = prev? as usize;
+        let Some(prev) = prev else {
+            return (None, count);
+        };
+        let prev = prev as usize;
         // Set slots after `prev` (and before `now`) = live keys - slots 0..=prev.
         let d = self.table.len as u32 - self.bits.prefix(prev + 1);
         self.bits.clear(prev);
-        Some(d as u64)
+        (Some(d as u64), count)
+    }
+
+    /// Σ over live keys of (accesses since the key entered)².
+    pub fn count_squares(&self) -> f64 {
+        self.table
+            .entries
+            .iter()
+            .filter(|e| e.slot != EMPTY)
+            .map(|e| (e.count as f64) * (e.count as f64))
+            .sum()
     }
 
     /// [`access`](Self::access) for each key in order, handing each result to
