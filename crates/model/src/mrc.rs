@@ -210,11 +210,7 @@ pub fn tlb_capacities() -> Vec<u64> {
 }
 
 /// Mean absolute error of `approx` against `exact` over `capacities`.
-pub fn mae(
-    exact: &impl MissRatioCurve,
-    approx: &impl MissRatioCurve,
-    capacities: &[u64],
-) -> f64 {
+pub fn mae(exact: &impl MissRatioCurve, approx: &impl MissRatioCurve, capacities: &[u64]) -> f64 {
     if capacities.is_empty() {
         return 0.0;
     }
@@ -310,7 +306,13 @@ pub mod synth {
         let mut out = Vec::with_capacity(n + per_page as usize);
         while out.len() < n {
             let u = r.below(10);
-            let l = if u < 5 { 0 } else if u < 8 { 1 } else { 2 };
+            let l = if u < 5 {
+                0
+            } else if u < 8 {
+                1
+            } else {
+                2
+            };
             let p = bases[l] + next[l];
             next[l] = (next[l] + 1) % sizes[l];
             for _ in 0..per_page {
@@ -341,13 +343,118 @@ pub mod synth {
     }
 }
 
+/// Accuracy of the approximate engines against the exact one, as reported by
+/// the benches and `hugetune bench model` (pure functions of a trace).
+pub mod eval {
+    use super::{mae, synth, tlb_capacities};
+    use crate::reuse::{Histogram, ReuseEngine};
+    use crate::shards::{Sampler, Shards, MODULUS};
+    use crate::statstack;
+    use serde::{Deserialize, Serialize};
+
+    /// The exact histogram of a trace.
+    pub fn exact_histogram(trace: &[u64]) -> Histogram {
+        let mut e = ReuseEngine::new();
+        let mut h = Histogram::default();
+        e.access_batch(trace, |d| h.record(d));
+        h
+    }
+
+    /// Distinct keys of a histogram's trace (each has one cold reference).
+    pub fn distinct(h: &Histogram) -> u64 {
+        h.cold
+    }
+
+    /// MAE over [`tlb_capacities`] of SHARDS against exact, in both modes and
+    /// with each adjustment.
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct ShardsFigures {
+        pub distinct: u64,
+        pub s_max: usize,
+        /// Fixed-size: the final rate, the keys sampled, heap bytes.
+        pub rate: f64,
+        pub sampled_keys: usize,
+        pub bytes: usize,
+        pub fixed_size: f64,
+        pub fixed_size_adj: f64,
+        pub fixed_size_unadjusted: f64,
+        /// Fixed-rate at s_max / distinct (the same expected sample).
+        pub fixed_rate: f64,
+        pub fixed_rate_adj: f64,
+        pub fixed_rate_unadjusted: f64,
+    }
+
+    pub fn shards_figures(
+        trace: &[u64],
+        exact: &Histogram,
+        s_max: usize,
+        region_shift: u32,
+        seed: u64,
+    ) -> ShardsFigures {
+        let caps = tlb_capacities();
+        let mut fs = Shards::fixed_size(Sampler::new(seed, MODULUS, region_shift), s_max);
+        fs.process(trace);
+        let rate = (s_max as f64 / distinct(exact).max(1) as f64).min(1.0);
+        let mut fr = Shards::with_rate(seed, region_shift, rate);
+        fr.process(trace);
+        ShardsFigures {
+            distinct: distinct(exact),
+            s_max,
+            rate: fs.rate(),
+            sampled_keys: fs.sampled_keys(),
+            bytes: fs.heap_bytes(),
+            fixed_size: mae(exact, &fs.mrc(), &caps),
+            fixed_size_adj: mae(exact, &fs.mrc_adj(), &caps),
+            fixed_size_unadjusted: mae(exact, &fs.mrc_unadjusted(), &caps),
+            fixed_rate: mae(exact, &fr.mrc(), &caps),
+            fixed_rate_adj: mae(exact, &fr.mrc_adj(), &caps),
+            fixed_rate_unadjusted: mae(exact, &fr.mrc_unadjusted(), &caps),
+        }
+    }
+
+    /// MAE over [`tlb_capacities`] of StatStack on the trace time-sampled every
+    /// `period` references.
+    pub fn statstack_mae(trace: &[u64], exact: &Histogram, period: u64, seed: u64) -> f64 {
+        mae(
+            exact,
+            &statstack::time_sampled_mrc(trace, period, seed),
+            &tlb_capacities(),
+        )
+    }
+
+    /// The synthetic trace shapes, `n` references each: uniform and Zipf
+    /// (s = 0.6, about REF-model's u^2.5 skew, and s = 1) over 1 M pages, and
+    /// three interleaved loops over 321 000 pages with 8 references per page.
+    pub fn shapes(n: usize) -> Vec<(&'static str, Vec<u64>)> {
+        vec![
+            ("uniform, 1 M pages", synth::uniform(n, 1 << 20, 1)),
+            ("zipf s=0.6, 1 M pages", synth::zipf(n, 1 << 20, 0.6, 2)),
+            ("zipf s=1, 1 M pages", synth::zipf(n, 1 << 20, 1.0, 3)),
+            ("loops, 321 K pages", synth::loops(n, 8, 4)),
+        ]
+    }
+
+    /// The sampling periods StatStack is reported at.
+    pub const PERIODS: [u64; 3] = [97, 1_000, 10_000];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn bins_partition_the_line() {
-        for x in [0.0, 1.0, 255.0, 255.9, 256.0, 257.0, 300.5, 1e6, 123456789.0] {
+        for x in [
+            0.0,
+            1.0,
+            255.0,
+            255.9,
+            256.0,
+            257.0,
+            300.5,
+            1e6,
+            123456789.0,
+        ] {
             let b = bin_of(x);
             assert!(lower(b) <= x && x < lower(b + 1), "{x}: bin {b}");
         }
@@ -363,7 +470,15 @@ mod tests {
     #[test]
     fn histogram_curve_matches_histogram() {
         let mut h = Histogram::default();
-        for d in [None, Some(0), Some(3), Some(10), None, Some(300), Some(70000)] {
+        for d in [
+            None,
+            Some(0),
+            Some(3),
+            Some(10),
+            None,
+            Some(300),
+            Some(70000),
+        ] {
             h.record(d);
         }
         let m = Mrc::from_histogram(&h);
@@ -417,13 +532,18 @@ mod tests {
     #[test]
     fn synthetic_traces_have_their_shape() {
         let u = synth::uniform(100_000, 1000, 1);
-        assert!(u.iter().all(|&p| (synth::BASE..synth::BASE + 1000).contains(&p)));
+        assert!(u
+            .iter()
+            .all(|&p| (synth::BASE..synth::BASE + 1000).contains(&p)));
         let z = synth::zipf(200_000, 1 << 16, 1.0, 2);
         let hot = z.iter().filter(|&&p| p == synth::BASE).count() as f64 / z.len() as f64;
         // P(rank 0) = ln 2 / ln(65537) ≈ 0.062.
         assert!((hot - 0.062).abs() < 0.005, "{hot}");
         let s = synth::sweep(10, 3, 2);
-        assert_eq!(s[..7].iter().map(|p| p - synth::BASE).collect::<Vec<_>>(), vec![0, 0, 1, 1, 2, 2, 0]);
+        assert_eq!(
+            s[..7].iter().map(|p| p - synth::BASE).collect::<Vec<_>>(),
+            vec![0, 0, 1, 1, 2, 2, 0]
+        );
         let l = synth::ref_loop(3);
         assert!(l.len() > 40 * 2400 && l.len() < 40 * 2800, "{}", l.len());
     }

@@ -466,7 +466,11 @@ mod tests {
         // Adjusted: E[N_s] = R × N, about half of it hits at distance 0.
         let want = sh.rate() * trace.len() as f64 - raw.weight();
         assert!((adj.weight() - raw.weight() - want).abs() < 1e-6);
-        assert!((adj.miss_ratio(1) - 0.5).abs() < 0.02, "{}", adj.miss_ratio(1));
+        assert!(
+            (adj.miss_ratio(1) - 0.5).abs() < 0.02,
+            "{}",
+            adj.miss_ratio(1)
+        );
         assert_eq!(adj.miss_ratio(0), 1.0);
     }
 
