@@ -30,16 +30,18 @@ fn figures() {
         let h = exact_histogram(&trace);
         let f = shards_figures(&trace, &h, 8192, 0, 1);
         println!(
-            "  {name}: {} pages; SHARDS fixed-size 8K (R {:.4}, {} keys, {} KB): MAE {:.4} (SHARDS_adj {:.4}, unadjusted {:.4}); \
-             fixed-rate: MAE {:.4} (SHARDS_adj {:.4}, unadjusted {:.4})",
+            "  {name}: {} pages; fixed-size 8K (R {:.4}, {} keys, {} KB): MAE {:.4} (SHARDS alone {:.4}, SHARDS_adj {:.4}, unadjusted {:.4}); \
+             fixed-rate: MAE {:.4} (SHARDS alone {:.4}, SHARDS_adj {:.4}, unadjusted {:.4})",
             f.distinct,
             f.rate,
             f.sampled_keys,
             f.bytes / 1024,
             f.fixed_size,
+            f.fixed_size_shards,
             f.fixed_size_adj,
             f.fixed_size_unadjusted,
             f.fixed_rate,
+            f.fixed_rate_shards,
             f.fixed_rate_adj,
             f.fixed_rate_unadjusted
         );

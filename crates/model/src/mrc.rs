@@ -131,6 +131,36 @@ impl Mrc {
         out
     }
 
+    /// `short` below distance `x` (rounded down to a bin edge) and `long`'s shape
+    /// above it, scaled to `short`'s weight there: a curve that is `short`'s up
+    /// to `x` and continues it with `long`'s relative decline (monotone when both
+    /// are). `refs` is `long`'s.
+    pub fn splice(short: &Mrc, long: &Mrc, x: f64) -> Mrc {
+        let bx = bin_of(x);
+        let below = |m: &Mrc| m.bins.iter().take(bx).sum::<f64>();
+        let s_tail = short.total - below(short);
+        let l_tail = long.total - below(long);
+        let mut out = Mrc {
+            bins: short.bins.iter().take(bx).copied().collect(),
+            cold: 0.0,
+            total: short.total,
+            refs: long.refs,
+        };
+        if l_tail <= 0.0 || s_tail <= 0.0 {
+            // Nothing beyond x on one side: keep the short curve whole.
+            out.bins = short.bins.clone();
+            out.cold = short.cold;
+            return out;
+        }
+        let k = s_tail / l_tail;
+        out.bins.resize(bx, 0.0);
+        out.bins
+            .extend(long.bins.iter().skip(bx).map(|w| w.max(0.0) * k));
+        out.cold = long.cold * k;
+        out.total = out.bins.iter().sum::<f64>() + out.cold;
+        out
+    }
+
     /// Multiply every weight by `f` (fixed-size SHARDS lowering its rate).
     pub fn scale(&mut self, f: f64) {
         self.bins.iter_mut().for_each(|w| *w *= f);
@@ -375,11 +405,15 @@ pub mod eval {
         pub rate: f64,
         pub sampled_keys: usize,
         pub bytes: usize,
+        /// [`Shards::mrc`]: short distances from time samples, SHARDS beyond.
         pub fixed_size: f64,
+        /// SHARDS alone ([`Shards::mrc_shards`], count-weighted adjustment).
+        pub fixed_size_shards: f64,
         pub fixed_size_adj: f64,
         pub fixed_size_unadjusted: f64,
         /// Fixed-rate at s_max / distinct (the same expected sample).
         pub fixed_rate: f64,
+        pub fixed_rate_shards: f64,
         pub fixed_rate_adj: f64,
         pub fixed_rate_unadjusted: f64,
     }
@@ -404,9 +438,11 @@ pub mod eval {
             sampled_keys: fs.sampled_keys(),
             bytes: fs.heap_bytes(),
             fixed_size: mae(exact, &fs.mrc(), &caps),
+            fixed_size_shards: mae(exact, &fs.mrc_shards(), &caps),
             fixed_size_adj: mae(exact, &fs.mrc_adj(), &caps),
             fixed_size_unadjusted: mae(exact, &fs.mrc_unadjusted(), &caps),
             fixed_rate: mae(exact, &fr.mrc(), &caps),
+            fixed_rate_shards: mae(exact, &fr.mrc_shards(), &caps),
             fixed_rate_adj: mae(exact, &fr.mrc_adj(), &caps),
             fixed_rate_unadjusted: mae(exact, &fr.mrc_unadjusted(), &caps),
         }
@@ -511,6 +547,32 @@ mod tests {
         m.scale(0.5);
         assert_eq!(m.miss_ratio(6), 10.0 / 25.0);
         assert_eq!(m.cold(), 5.0);
+    }
+
+    #[test]
+    fn splice_keeps_the_short_curve_and_the_long_shape() {
+        let mut short = Mrc::new();
+        short.add(1.0, 50.0);
+        short.add(300.0, 30.0);
+        short.add_cold(20.0);
+        let mut long = Mrc::new();
+        long.add(0.0, 10.0);
+        long.add(1000.0, 10.0);
+        long.add(5000.0, 10.0);
+        long.add_cold(10.0);
+        long.set_refs(7);
+        let m = Mrc::splice(&short, &long, 256.0);
+        // Below 256: the short curve.
+        for c in [0, 1, 2, 256] {
+            assert!(
+                (m.miss_ratio(c) - short.miss_ratio(c)).abs() < 1e-12,
+                "capacity {c}"
+            );
+        }
+        // Above: 50 % beyond 256 as in short, declining as long does (3 thirds).
+        assert!((m.miss_ratio(2000) - 0.5 * 2.0 / 3.0).abs() < 1e-12);
+        assert!((m.miss_ratio(10_000) - 0.5 / 3.0).abs() < 1e-12);
+        assert_eq!(m.refs(), 7);
     }
 
     #[test]

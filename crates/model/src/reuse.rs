@@ -52,7 +52,7 @@ const VACANT: Entry = Entry {
     count: 0,
 };
 
-/// Open-addressing map key → slot, linear probing, load ≤ 1/2, backward-shift
+/// Open-addressing map key → slot, linear probing, load ≤ 3/4, backward-shift
 /// deletion (so probe chains never hold tombstones).
 #[derive(Debug, Clone)]
 struct LastTable {
@@ -97,7 +97,7 @@ impl LastTable {
     /// slot (`None` if new) and the key's access count.
     #[inline(always)]
     fn upsert(&mut self, key: u64, slot: u32) -> (Option<u32>, u32) {
-        if (self.len + 1) * 2 > self.entries.len() {
+        if (self.len + 1) * 4 > self.entries.len() * 3 {
             self.grow();
         }
         let mask = self.mask();

@@ -7,14 +7,16 @@
 //! sampled keys, divided by the rate R = T/P, estimates its true distance.
 //! - Fixed-rate: T is constant.
 //! - Fixed-size: at most `s_max` sampled keys. When one more arrives, T falls to
-//!   the largest hash in the sample and the keys at or above it leave; the weights
-//!   recorded so far are multiplied by T_new/T_old so that every reference is
-//!   weighted as if sampled at the final rate.
+//!   the largest hash in the sample and the keys at or above it leave. The paper
+//!   multiplies the counts so far by T_new/T_old; here every sampled reference is
+//!   weighted 1/R at its time instead (Horvitz-Thompson), which gives the same
+//!   curve (the paper's weights are these times the final R) without touching
+//!   the histogram on every eviction.
 //! - SHARDS_adj ([`Shards::mrc_adj`]): the sample of a skewed trace may hold more
 //!   or fewer hot keys than its share; the difference Δ between the expected
 //!   number of sampled references (R × all references) and the number seen is
-//!   added at distance 0.
-//! - [`Shards::mrc`] spreads the same Δ by a regression on the keys' reference
+//!   added at distance 0. (Weights are in input references, so Δ = N − Σ 1/R.)
+//! - [`Shards::mrc_shards`] spreads the same Δ by a regression on the keys' reference
 //!   counts instead (a GREG calibration to the known total): each reference's
 //!   share of Δ is proportional to its key's reference count, Δ × n_k / Σ n_k².
 //!   When Δ comes from a hot key that is over- or under-represented, its
@@ -25,6 +27,20 @@
 //!   the key's running count j: a reference's future references are as many as
 //!   its past ones on average, so n_k ≈ 2j − 1 for a re-reference; a first
 //!   reference gets its key's final count.
+//!
+//! **Short distances from time samples** ([`Shards::mrc`]). At TLB sizes SHARDS
+//! is weak where it matters most: a distance below 1/R (about 128 pages at
+//! 8 K of 1 M pages) is seen as 0 or 1 sampled key, and the few hot pages that
+//! carry much of a skewed trace's short reuses are either in the sample or not
+//! (with Zipf s = 1 over 1 M pages, the 100 hottest carry a third of the
+//! references and the sample holds about one of them). Since the filter sees
+//! every input reference anyway, it also time-samples them (one in 128,
+//! jittered) with watchpoints that give up after 65 536 references
+//! ([`HorizonSampler`]), and the curve below X = min(64/R, half the expected
+//! distance at that horizon) is StatStack's (`statstack`), continued above X
+//! by SHARDS's shape scaled to StatStack's weight beyond X ([`Mrc::splice`]).
+//! Without enough time samples (short traces), or at R = 1, or for a stream
+//! someone else filtered, the curve is SHARDS's alone ([`Shards::mrc_shards`]).
 //!
 //! **Region shift.** The hash is of `key >> region_shift`, so that all keys of a
 //! region are sampled together: with 4 KB page numbers and `region_shift = 9`,
@@ -43,6 +59,7 @@
 
 use crate::mrc::Mrc;
 use crate::reuse::ReuseEngine;
+use crate::statstack::HorizonSampler;
 use std::collections::BinaryHeap;
 
 /// The default modulus P of the sampling hash.
@@ -114,6 +131,17 @@ pub enum Mode {
 
 /// Sampled keys buffered between the filter and the exact engine.
 const BUF: usize = 4096;
+/// Time sampling for short distances: a watch every 128 input references on
+/// average, given up after 65 536.
+pub const SHORT_PERIOD: u64 = 128;
+pub const SHORT_HORIZON: u64 = 1 << 16;
+/// Short distances come from the time samples up to this many SHARDS
+/// granules (1/R) ...
+const SPLICE_GRANULES: f64 = 64.0;
+/// ... and at most this fraction of the expected distance at the horizon ...
+const SPLICE_HORIZON_SHARE: f64 = 0.5;
+/// ... once there are this many time samples (below, SHARDS alone is better).
+const SPLICE_MIN_SAMPLES: f64 = 4096.0;
 
 /// A SHARDS engine for one page-size class.
 #[derive(Debug, Clone)]
@@ -130,8 +158,10 @@ pub struct Shards {
     by_count: Mrc,
     /// Input references (all of them, sampled or not).
     refs: u64,
-    /// Sampled references, weighted like the curve (rescaled in fixed-size mode).
+    /// Sampled references, weighted like the curve (each by 1/R at its time).
     sampled_refs: f64,
+    /// Short distances from time samples of the input (module doc).
+    short: Option<HorizonSampler>,
     /// Keys and hashes of filtered references awaiting the engine.
     keys: Vec<u64>,
     hashes: Vec<u64>,
@@ -165,11 +195,27 @@ impl Shards {
             heap: BinaryHeap::new(),
             curve: Mrc::new(),
             by_count: Mrc::new(),
+            short: Some(HorizonSampler::new(
+                SHORT_PERIOD,
+                SHORT_HORIZON,
+                sampler.seed,
+            )),
             refs: 0,
             sampled_refs: 0.0,
             keys: Vec::with_capacity(BUF),
             hashes: Vec::with_capacity(BUF),
         }
+    }
+
+    /// Pure SHARDS: no time samples for short distances.
+    pub fn without_short_range(mut self) -> Self {
+        self.short = None;
+        self
+    }
+
+    /// Whether short distances come from time samples.
+    pub fn has_short_range(&self) -> bool {
+        self.short.is_some()
     }
 
     pub fn sampler(&self) -> Sampler {
@@ -207,6 +253,7 @@ impl Shards {
             + self.curve.heap_bytes()
             + self.by_count.heap_bytes()
             + (self.keys.capacity() + self.hashes.capacity()) * 8
+            + self.short.as_ref().map_or(0, |s| s.heap_bytes())
     }
 
     /// Feed every input reference: hash and compare each key, then the sampled
@@ -215,6 +262,9 @@ impl Shards {
         self.refs += keys.len() as u64;
         for chunk in keys.chunks(BUF) {
             self.filter(chunk);
+            if let Some(short) = self.short.as_mut() {
+                short.process(chunk);
+            }
             self.drain();
         }
     }
@@ -228,7 +278,10 @@ impl Shards {
     /// a threshold ≥ this engine's, same seed and modulus): `keys` are its kept
     /// references, `input_refs` the references it saw in that span. Keys above
     /// this engine's threshold are dropped.
+    /// Such a stream lacks the other references, so there are no time samples
+    /// for short distances: this turns them off.
     pub fn process_prefiltered(&mut self, keys: &[u64], input_refs: u64) {
+        self.short = None;
         self.refs += input_refs;
         for chunk in keys.chunks(BUF) {
             self.keys.clear();
@@ -274,9 +327,9 @@ impl Shards {
             let inv = 1.0 / self.rate();
             for &k in &self.keys {
                 let (d, j) = self.engine.access_counted(k);
-                Self::record(&mut self.curve, &mut self.by_count, d, j, inv, 1.0);
+                Self::record(&mut self.curve, &mut self.by_count, d, j, inv, inv);
+                self.sampled_refs += inv;
             }
-            self.sampled_refs += self.keys.len() as f64;
         } else {
             for i in 0..self.keys.len() {
                 self.one_fixed_size(self.keys[i], self.hashes[i]);
@@ -295,8 +348,8 @@ impl Shards {
         match self.engine.access_counted(key) {
             (Some(d), j) => {
                 let inv = 1.0 / self.rate();
-                Self::record(&mut self.curve, &mut self.by_count, Some(d), j, inv, 1.0);
-                self.sampled_refs += 1.0;
+                Self::record(&mut self.curve, &mut self.by_count, Some(d), j, inv, inv);
+                self.sampled_refs += inv;
             }
             (None, _) => {
                 self.heap.push((h, key));
@@ -307,8 +360,9 @@ impl Shards {
                         return;
                     }
                 }
-                self.curve.add_cold(1.0);
-                self.sampled_refs += 1.0;
+                let inv = 1.0 / self.rate();
+                self.curve.add_cold(inv);
+                self.sampled_refs += inv;
             }
         }
     }
@@ -328,8 +382,7 @@ impl Shards {
         }
     }
 
-    /// T falls to the largest sampled hash; keys at or above it leave, and the
-    /// weights so far are rescaled to the new rate.
+    /// T falls to the largest sampled hash; keys at or above it leave.
     fn lower_threshold(&mut self) {
         let Some(&(t, _)) = self.heap.peek() else {
             return;
@@ -341,26 +394,41 @@ impl Shards {
             self.heap.pop();
             self.engine.remove(k);
         }
-        let f = t as f64 / self.threshold as f64;
-        self.curve.scale(f);
-        self.by_count.scale(f);
-        self.sampled_refs *= f;
         self.threshold = t;
     }
 
-    /// The miss-ratio curve, adjusted to the expected number of sampled
-    /// references by the count-weighted regression (module doc); `misses` are in
-    /// input references.
+    /// The miss-ratio curve: the adjusted SHARDS curve ([`Shards::mrc_shards`]),
+    /// its short distances from the time samples when there are any (module
+    /// doc); `misses` are in input references.
     pub fn mrc(&self) -> Mrc {
+        let long = self.mrc_shards();
+        let Some(short) = self.short.as_ref() else {
+            return long;
+        };
+        let times = short.times();
+        if self.rate() >= 1.0 || times.samples() < SPLICE_MIN_SAMPLES {
+            return long;
+        }
+        let x = (SPLICE_GRANULES / self.rate())
+            .min(SPLICE_HORIZON_SHARE * times.expected_distance(short.horizon()));
+        if x < 1.0 {
+            return long;
+        }
+        Mrc::splice(&times.mrc(self.refs), &long, x)
+    }
+
+    /// The SHARDS curve alone, adjusted to the expected number of sampled
+    /// references by the count-weighted regression (module doc).
+    pub fn mrc_shards(&self) -> Mrc {
         let base = self.mrc_unadjusted();
-        let delta = self.rate() * self.refs as f64 - self.sampled_refs;
+        let delta = self.refs as f64 - self.sampled_refs;
         let mut by_count = self.by_count.clone();
         // First references: one per key, each weighing its key's count, so
         // together all the sampled references.
         by_count.add_cold(self.sampled_refs);
         let sum_sq = by_count.weight();
         if sum_sq <= 0.0 || delta == 0.0 {
-            return self.mrc_adj();
+            return base;
         }
         let k = delta / sum_sq;
         base.plus_scaled(&by_count, k, 0.0)
@@ -369,8 +437,7 @@ impl Shards {
     /// The miss-ratio curve with SHARDS_adj (Δ at distance 0).
     pub fn mrc_adj(&self) -> Mrc {
         let mut m = self.mrc_unadjusted();
-        let expected = self.rate() * self.refs as f64;
-        m.adjust_first(expected - self.sampled_refs);
+        m.adjust_first(self.refs as f64 - self.sampled_refs);
         m
     }
 
@@ -463,8 +530,9 @@ mod tests {
         let adj = sh.mrc_adj();
         // Unadjusted: only the sweep is seen, all cold: miss ratio 1.
         assert_eq!(raw.miss_ratio(1), 1.0);
-        // Adjusted: E[N_s] = R × N, about half of it hits at distance 0.
-        let want = sh.rate() * trace.len() as f64 - raw.weight();
+        // Adjusted: weights are input references (1/R each), so the adjustment
+        // is N minus the weight seen; about half of all references hit at 0.
+        let want = trace.len() as f64 - raw.weight();
         assert!((adj.weight() - raw.weight() - want).abs() < 1e-6);
         assert!(
             (adj.miss_ratio(1) - 0.5).abs() < 0.02,
@@ -475,6 +543,25 @@ mod tests {
     }
 
     #[test]
+    fn time_samples_fix_short_distances_of_a_skewed_trace() {
+        // Zipf s = 1: a few hot pages carry much of the traffic, so 2 000 sampled
+        // pages of 200 000 hold too many or too few of them and the SHARDS
+        // curve is off at TLB sizes; time samples are not.
+        let t = synth::zipf(3_000_000, 200_000, 1.0, 12);
+        let h = exact(&t);
+        let caps = crate::mrc::tlb_capacities();
+        let mut s = Shards::fixed_size(Sampler::new(4, MODULUS, 0), 2000);
+        s.process(&t);
+        let spliced = crate::mrc::mae(&h, &s.mrc(), &caps);
+        let alone = crate::mrc::mae(&h, &s.mrc_shards(), &caps);
+        assert!(spliced < 0.005, "spliced {spliced}, SHARDS alone {alone}");
+        assert!(
+            spliced < alone / 2.0,
+            "spliced {spliced}, SHARDS alone {alone}"
+        );
+    }
+
+    #[test]
     fn fixed_size_lowers_the_threshold_and_rescales() {
         let t = synth::uniform(200_000, 50_000, 9);
         let mut s = Shards::fixed_size(Sampler::new(5, MODULUS, 0), 500);
@@ -482,9 +569,9 @@ mod tests {
         assert!(s.sampled_keys() <= 500);
         // About 500 of 50 000 keys: R ≈ 0.01.
         assert!((0.006..0.014).contains(&s.rate()), "{}", s.rate());
-        // Weights are in units of the final rate.
+        // Weights are input references (1/R at the time of each).
         let w = s.mrc_unadjusted().weight();
-        let expect = s.rate() * t.len() as f64;
+        let expect = t.len() as f64;
         assert!((w / expect - 1.0).abs() < 0.2, "{w} vs {expect}");
     }
 }

@@ -126,6 +126,18 @@ impl ReuseTimes {
         c
     }
 
+    /// The expected stack distance D(r) of a reuse after `r` references.
+    pub fn expected_distance(&self, r: u64) -> f64 {
+        if self.total <= 0.0 || r <= 1 {
+            return 0.0;
+        }
+        let c = self.distances();
+        let x = (r - 1) as f64;
+        let b = bin_of(r - 1).min(c.len() - 2);
+        let (lo, hi) = (lower(b) as f64, lower(b + 1) as f64);
+        c[b] + (c[b + 1] - c[b]) * ((x - lo) / (hi - lo)).clamp(0.0, 1.0)
+    }
+
     /// The miss-ratio curve; `refs` is the number of references the samples
     /// stand for (for [`Mrc::misses`]).
     pub fn mrc(&self, refs: u64) -> Mrc {
@@ -168,8 +180,9 @@ pub struct TimeSampler {
     /// Index of the next reference.
     now: u64,
     next_sample: u64,
-    /// Sampled references waiting for their key's next reference: key → indices.
-    pending: FxHashMap<u64, Vec<u64>>,
+    /// Sampled references waiting for their key's next reference: key → index
+    /// (at most one per key: the next reference ends the wait).
+    pending: FxHashMap<u64, u64>,
     times: ReuseTimes,
 }
 
@@ -200,14 +213,12 @@ impl TimeSampler {
         let t = self.now;
         self.now += 1;
         if !self.pending.is_empty() {
-            if let Some(v) = self.pending.remove(&key) {
-                for s in v {
-                    self.times.add(t - s, 1.0);
-                }
+            if let Some(s) = self.pending.remove(&key) {
+                self.times.add(t - s, 1.0);
             }
         }
         if t == self.next_sample {
-            self.pending.entry(key).or_default().push(t);
+            self.pending.insert(key, t);
             self.next_sample = t + self.gap();
         }
     }
@@ -223,9 +234,167 @@ impl TimeSampler {
 
     /// The histogram, with the samples still waiting censored.
     pub fn finish(mut self) -> ReuseTimes {
-        let waiting: usize = self.pending.values().map(|v| v.len()).sum();
-        self.times.add_censored(waiting as f64);
+        self.times.add_censored(self.pending.len() as f64);
         self.times
+    }
+}
+
+/// Time sampling with watchpoints that give up after `horizon` references, for
+/// running beside SHARDS on every input reference (see `shards`): the per
+/// reference cost is one bit test in an 8 KB presence map of the keys being
+/// watched, and at most `horizon / period` watches are pending. Reuses after
+/// the horizon count as censored, so the curve is right for distances up to
+/// about [`ReuseTimes::expected_distance`]`(horizon)`.
+#[derive(Debug, Clone)]
+pub struct HorizonSampler {
+    period: u64,
+    horizon: u64,
+    rng: Rng,
+    now: u64,
+    countdown: u64,
+    /// Bit per slot: some watched key hashes there.
+    present: Vec<u64>,
+    /// Watches per slot.
+    counts: Vec<u16>,
+    /// Key → time of its watch. A key has at most one: the reference that
+    /// would place a second one is the reuse that ends the first.
+    pending: FxHashMap<u64, u64>,
+    /// (key, time) of every watch, oldest first, for expiry.
+    ring: std::collections::VecDeque<(u64, u64)>,
+    times: ReuseTimes,
+}
+
+const SLOT_BITS: u32 = 16;
+
+impl HorizonSampler {
+    pub fn new(period: u64, horizon: u64, seed: u64) -> Self {
+        assert!(period >= 1 && horizon >= 1);
+        let mut s = HorizonSampler {
+            period,
+            horizon,
+            rng: Rng(seed),
+            now: 0,
+            countdown: 1,
+            present: vec![0; (1 << SLOT_BITS) / 64],
+            counts: vec![0; 1 << SLOT_BITS],
+            pending: FxHashMap::default(),
+            ring: Default::default(),
+            times: ReuseTimes::new(),
+        };
+        s.countdown = s.gap();
+        s
+    }
+
+    pub fn period(&self) -> u64 {
+        self.period
+    }
+
+    pub fn horizon(&self) -> u64 {
+        self.horizon
+    }
+
+    fn gap(&mut self) -> u64 {
+        let half = self.period / 2;
+        (self.period - half + self.rng.below(2 * half + 1)).max(1)
+    }
+
+    #[inline(always)]
+    fn slot(key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
+    }
+
+    /// One input reference.
+    #[inline(always)]
+    pub fn access(&mut self, key: u64) {
+        self.process(std::slice::from_ref(&key));
+    }
+
+    /// Input references in order. Between watches the loop only tests a bit
+    /// per reference; the watches (every `period` on average) are placed
+    /// between the runs.
+    pub fn process(&mut self, keys: &[u64]) {
+        let mut rest = keys;
+        while !rest.is_empty() {
+            // References before the next watch.
+            let plain = ((self.countdown - 1) as usize).min(rest.len());
+            let base = self.now;
+            for (j, &k) in rest[..plain].iter().enumerate() {
+                let slot = Self::slot(k);
+                if (self.present[slot / 64] >> (slot % 64)) & 1 != 0 {
+                    self.hit(k, slot, base + j as u64);
+                }
+            }
+            self.now += plain as u64;
+            self.countdown -= plain as u64;
+            rest = &rest[plain..];
+            let Some((&k, tail)) = rest.split_first() else {
+                break;
+            };
+            let slot = Self::slot(k);
+            if (self.present[slot / 64] >> (slot % 64)) & 1 != 0 {
+                self.hit(k, slot, self.now);
+            }
+            self.watch(k, slot);
+            self.now += 1;
+            rest = tail;
+        }
+    }
+
+    fn dec(&mut self, slot: usize) {
+        self.counts[slot] -= 1;
+        if self.counts[slot] == 0 {
+            self.present[slot / 64] &= !(1 << (slot % 64));
+        }
+    }
+
+    #[cold]
+    fn hit(&mut self, key: u64, slot: usize, now: u64) {
+        if let Some(s) = self.pending.remove(&key) {
+            let r = now - s;
+            if r <= self.horizon {
+                self.times.add(r, 1.0);
+            } else {
+                self.times.add_censored(1.0);
+            }
+            self.dec(slot);
+        }
+    }
+
+    #[cold]
+    fn watch(&mut self, key: u64, slot: usize) {
+        self.pending.insert(key, self.now);
+        self.counts[slot] = self.counts[slot].saturating_add(1);
+        self.present[slot / 64] |= 1 << (slot % 64);
+        self.ring.push_back((key, self.now));
+        self.countdown = self.gap();
+        // Watches past the horizon give up (censored).
+        while let Some(&(k, t)) = self.ring.front() {
+            if t + self.horizon >= self.now {
+                break;
+            }
+            self.ring.pop_front();
+            if self.pending.get(&k) == Some(&t) {
+                self.pending.remove(&k);
+                self.times.add_censored(1.0);
+                self.dec(Self::slot(k));
+            }
+        }
+    }
+
+    /// The histogram so far, pending watches censored.
+    pub fn times(&self) -> ReuseTimes {
+        let mut t = self.times.clone();
+        t.add_censored(self.pending.len() as f64);
+        t
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.present.capacity() * 8
+            + self.counts.capacity() * 2
+            + self.ring.capacity() * 16
+            + self.pending.capacity() * 17
+            + self.times.bins.capacity() * 8
     }
 }
 
@@ -320,6 +489,31 @@ mod tests {
             assert!(m.miss_ratio(400) < 0.01, "{}", m.miss_ratio(400));
         }
         assert!(worst < 0.025, "StatStack at 64 entries off by {worst}");
+    }
+
+    #[test]
+    fn horizon_sampler_is_the_time_sampler_within_its_horizon() {
+        let trace = synth::zipf(200_000, 5000, 1.0, 8);
+        let mut a = TimeSampler::new(37, 4);
+        a.process(&trace);
+        let a = a.finish();
+        // Same sample positions; fed in uneven pieces.
+        let mut b = HorizonSampler::new(37, 1 << 40, 4);
+        for c in trace.chunks(1001) {
+            b.process(c);
+        }
+        assert_eq!(b.times(), a);
+        // A short horizon censors the long reuses and keeps the short ones.
+        let mut c = HorizonSampler::new(37, 100, 4);
+        c.process(&trace);
+        let c = c.times();
+        assert_eq!(c.samples(), a.samples());
+        assert!(c.censored() > a.censored());
+        for r in [1u64, 2, 10, 50, 100] {
+            assert_eq!(c.expected_distance(r) > 0.0, r > 1);
+        }
+        let short = |t: &ReuseTimes| t.bins.iter().take(101).sum::<f64>();
+        assert_eq!(short(&c), short(&a));
     }
 
     #[test]

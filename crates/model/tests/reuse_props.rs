@@ -175,6 +175,7 @@ proptest! {
             ("fixed-size", fs.mrc()),
             ("fixed-size adj", fs.mrc_adj()),
             ("fixed-size unadjusted", fs.mrc_unadjusted()),
+            ("fixed-size SHARDS alone", fs.mrc_shards()),
             ("fixed-rate", fr.mrc()),
             ("fixed-rate adj", fr.mrc_adj()),
         ] {
@@ -192,7 +193,8 @@ proptest! {
         // What a source sampling at threshold t writes, fed to an engine at t.
         let s = Sampler::new(9, MODULUS, 0);
         let kept: Vec<u64> = trace.iter().copied().filter(|&k| s.sampled(k, t)).collect();
-        let mut direct = Shards::fixed_rate(s, t);
+        // (A prefiltered stream has no time samples for short distances.)
+        let mut direct = Shards::fixed_rate(s, t).without_short_range();
         direct.process(&trace);
         let mut fed = Shards::fixed_rate(s, t);
         fed.process_prefiltered(&kept, trace.len() as u64);

@@ -771,7 +771,10 @@ pub fn render_model(r: &ModelReport) -> String {
                 format!("{}", f.distinct),
                 format!("{:.4}", f.fixed_size),
                 format!("{:.4}", f.fixed_rate),
-                format!("{:.4} / {:.4}", f.fixed_size_adj, f.fixed_size_unadjusted),
+                format!(
+                    "{:.4} / {:.4} / {:.4}",
+                    f.fixed_size_shards, f.fixed_size_adj, f.fixed_size_unadjusted
+                ),
                 format!("{:.4}", s.shards_2m_regions.fixed_size),
             ];
             row.extend(s.statstack.iter().map(|(_, m)| format!("{m:.4}")));
@@ -783,7 +786,7 @@ pub fn render_model(r: &ModelReport) -> String {
         "pages",
         "SHARDS 8K",
         "fixed-rate",
-        "8K: SHARDS_adj / none",
+        "8K, SHARDS alone: count-adj / adj / none",
         "8K, 2 MB regions",
     ];
     let periods: Vec<String> = hugetune_model::mrc::eval::PERIODS
@@ -792,13 +795,11 @@ pub fn render_model(r: &ModelReport) -> String {
         .collect();
     head.extend(periods.iter().map(|s| s.as_str()));
     format!(
-        "reuse-distance engines: throughput in input references per second (thread CPU time and wall time),
-         medians of {} runs; load average before: {}
-{}
-         SHARDS fixed-size engine (s_max 8192): {} KB
-         accuracy: MAE of the miss-ratio curve against exact over 25 TLB capacities 16..65536
-{}
-",
+        "reuse-distance engines: throughput in input references per second (thread CPU time and wall time),\n\
+         medians of {} runs; load average before: {}\n{}\n\
+         SHARDS fixed-size engine (s_max 8192): {} KB\n\
+         accuracy: MAE of the miss-ratio curve against exact over 25 TLB capacities 16..65536\n\
+         (SHARDS 8K and fixed-rate: short distances from time samples; StatStack 1/P: time samples alone)\n{}\n",
         r.runs,
         r.load_before,
         table(&["engine", "refs", "refs/s (CPU)", "refs/s (wall)"], &rows),
