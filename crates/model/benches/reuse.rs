@@ -102,6 +102,12 @@ fn shards(c: &mut Criterion) {
             "fixed-size-8K",
             Box::new(|| Shards::fixed_size(Sampler::new(1, MODULUS, 0), 8192)),
         ),
+        (
+            "fixed-size-8K-no-time-samples",
+            Box::new(|| {
+                Shards::fixed_size(Sampler::new(1, MODULUS, 0), 8192).without_short_range()
+            }),
+        ),
     ] {
         g.bench_function(name, |b| {
             b.iter(|| {
