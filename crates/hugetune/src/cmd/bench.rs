@@ -646,18 +646,22 @@ pub fn model_figures(quick: bool, runs: usize) -> Result<ModelReport> {
     }
     let trace = synth::uniform(n, 1 << 20, 3);
     let mut shards_bytes = 0;
-    for (name, rate) in [
-        ("SHARDS filter, fixed-rate R=0.01", Some(0.01)),
-        ("SHARDS filter, fixed-rate R=0.001", Some(0.001)),
-        ("SHARDS filter, fixed-size 8K", None),
+    for (name, rate, short) in [
+        ("SHARDS filter, fixed-rate R=0.01", Some(0.01), true),
+        ("SHARDS filter, fixed-rate R=0.001", Some(0.001), true),
+        ("SHARDS filter, fixed-size 8K", None, true),
+        ("SHARDS filter, fixed-size 8K, no time samples", None, false),
     ] {
         timings.push(time_runs(name, n, runs, || {
             let mut s = match rate {
                 Some(r) => Shards::with_rate(1, 0, r),
                 None => Shards::fixed_size(Sampler::new(1, MODULUS, 0), 8192),
             };
+            if !short {
+                s = s.without_short_range();
+            }
             s.process(&trace);
-            if rate.is_none() {
+            if rate.is_none() && short {
                 shards_bytes = s.heap_bytes();
             }
             s.sampled_keys() as u64
