@@ -192,7 +192,10 @@ impl Shards {
             mode,
             threshold,
             engine: ReuseEngine::new(),
-            heap: BinaryHeap::new(),
+            heap: match mode {
+                Mode::FixedSize(s_max) => BinaryHeap::with_capacity(s_max + 1),
+                Mode::FixedRate => BinaryHeap::new(),
+            },
             curve: Mrc::new(),
             by_count: Mrc::new(),
             short: Some(HorizonSampler::new(
