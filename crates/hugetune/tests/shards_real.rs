@@ -111,3 +111,31 @@ fn the_model_samples_the_pages_the_plugin_samples() {
         }
     }
 }
+
+#[test]
+fn the_model_benchmark_prints_figures() {
+    let o = Command::new(env!("CARGO_BIN_EXE_hugetune"))
+        .args(["bench", "model", "--quick", "--runs", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = r["timings"].as_array().unwrap();
+    assert_eq!(t.len(), 6);
+    assert!(t
+        .iter()
+        .all(|t| t["refs_per_s_cpu"].as_f64().unwrap() > 0.0));
+    let b = r["shards_bytes"].as_u64().unwrap();
+    assert!(b > 0 && b <= 1 << 20, "{b}");
+    let shapes = r["shapes"].as_array().unwrap();
+    // Four synthetic shapes and two hugetune-work traces.
+    assert_eq!(shapes.len(), 6);
+    for s in shapes {
+        assert!(s["refs"].as_u64().unwrap() > 0, "{s}");
+        for mae in [&s["shards"]["fixed_size"], &s["shards"]["fixed_rate"]] {
+            let m = mae.as_f64().unwrap();
+            assert!((0.0..0.05).contains(&m), "{}: {m}", s["shape"]);
+        }
+        assert_eq!(s["statstack"].as_array().unwrap().len(), 3);
+    }
+}
