@@ -161,7 +161,7 @@ impl Mrc {
         out
     }
 
-    /// Multiply every weight by `f` (fixed-size SHARDS lowering its rate).
+    /// Multiply every weight by `f`.
     pub fn scale(&mut self, f: f64) {
         self.bins.iter_mut().for_each(|w| *w *= f);
         self.cold *= f;

@@ -249,7 +249,7 @@ impl Shards {
         self.engine.distinct()
     }
 
-    /// Heap bytes held by the engine (exact engine, sample heap, curve, buffer).
+    /// Heap bytes held: exact engine, sample heap, curves, time samples, buffers.
     pub fn heap_bytes(&self) -> usize {
         self.engine.heap_bytes()
             + self.heap.capacity() * std::mem::size_of::<(u64, u64)>()

@@ -95,6 +95,23 @@ proptest! {
     }
 
     #[test]
+    fn exact_with_removals_compaction_and_growth_matches_brute_force(
+        ops in ops(2000, 9000),
+    ) {
+        // Enough slots for several compactions and keys for several table
+        // growths, with backward-shift deletions in between.
+        let mut e = ReuseEngine::new();
+        let mut b = Brute::default();
+        for op in &ops {
+            match *op {
+                Op::Access(k) => prop_assert_eq!(e.access(k), b.access(k)),
+                Op::Remove(k) => prop_assert_eq!(e.remove(k), b.remove(k)),
+            }
+        }
+        prop_assert_eq!(e.distinct(), b.0.len());
+    }
+
+    #[test]
     fn batch_equals_one_at_a_time(
         trace in proptest::collection::vec(0u64..5000, 0..6000),
         split in 0usize..6000,
