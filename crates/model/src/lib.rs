@@ -8,10 +8,13 @@ pub mod analysis;
 pub mod categorize;
 pub mod category;
 pub mod cost;
+pub mod mrc;
 pub mod page;
 pub mod plan;
 pub mod rank;
 pub mod reuse;
+pub mod shards;
+pub mod statstack;
 pub mod stream;
 pub mod tlb;
 
