@@ -10,7 +10,7 @@ error: the mean over the mappings of |predicted PMB - measured PMB|. This script
 runs every workload, keeps one JSON line per workload in --results (a rerun skips
 the workloads already there), and writes the tables to --md.
 
-    experiments/ranking.py                      # everything, 5 runs (about 40 min)
+    experiments/ranking.py                      # everything, 5 runs (about 35 min)
     experiments/ranking.py --only chase-heap-large --runs 3
     experiments/ranking.py --render-only        # tables from the results file
 
@@ -32,24 +32,24 @@ WORK = os.path.join(ROOT, "workloads", "build", "hugetune-work")
 # 256 MiB: 64 K pages of 4 KB, 16 times the L2 DTLB's reach, and a profile of
 # tens of millions of references (every reference is recorded and analysed).
 KERNELS = [
-    ("randmem-0", ["randmem", "--random-pct", "0", "--accesses", "4000000"], "256M"),
-    ("randmem-20", ["randmem", "--random-pct", "20", "--accesses", "4000000"], "256M"),
-    ("randmem-40", ["randmem", "--random-pct", "40", "--accesses", "4000000"], "256M"),
-    ("randmem-60", ["randmem", "--random-pct", "60", "--accesses", "4000000"], "256M"),
-    ("randmem-80", ["randmem", "--random-pct", "80", "--accesses", "4000000"], "256M"),
-    ("randmem-100", ["randmem", "--random-pct", "100", "--accesses", "4000000"], "256M"),
-    ("chase", ["chase", "--accesses", "2000000"], "256M"),
-    ("gups", ["gups", "--accesses", "4000000"], "256M"),
-    ("stream", ["stream", "--iters", "2"], "256M"),
-    ("cg", ["cg", "--iters", "2"], "128M"),
+    ("randmem-0", ["randmem", "--random-pct", "0", "--accesses", "16000000"], "256M"),
+    ("randmem-20", ["randmem", "--random-pct", "20", "--accesses", "16000000"], "256M"),
+    ("randmem-40", ["randmem", "--random-pct", "40", "--accesses", "16000000"], "256M"),
+    ("randmem-60", ["randmem", "--random-pct", "60", "--accesses", "16000000"], "256M"),
+    ("randmem-80", ["randmem", "--random-pct", "80", "--accesses", "16000000"], "256M"),
+    ("randmem-100", ["randmem", "--random-pct", "100", "--accesses", "16000000"], "256M"),
+    ("chase", ["chase", "--accesses", "4000000"], "256M"),
+    ("gups", ["gups", "--accesses", "16000000"], "256M"),
+    ("stream", ["stream", "--iters", "4"], "256M"),
+    ("cg", ["cg", "--iters", "4"], "128M"),
 ]
 PLACES = ["heap-large", "static", "heap-small"]
 # 1 GB pages only exist for blocks of at least 1 GiB: three heap-large workloads
 # at 1 GiB add heap-large:hugetlb-1g to the mappings compared.
 GIGANTIC = [
-    ("chase-1g", ["chase", "--accesses", "2000000"], "1G"),
-    ("gups-1g", ["gups", "--accesses", "4000000"], "1G"),
-    ("randmem-100-1g", ["randmem", "--random-pct", "100", "--accesses", "4000000"], "1G"),
+    ("chase-1g", ["chase", "--accesses", "4000000"], "1G"),
+    ("gups-1g", ["gups", "--accesses", "16000000"], "1G"),
+    ("randmem-100-1g", ["randmem", "--random-pct", "100", "--accesses", "16000000"], "1G"),
 ]
 
 

@@ -1573,16 +1573,22 @@ pub struct Machine {
     pub mem_total_kb: u64,
 }
 
+/// A `/proc/meminfo` field in kB.
+fn meminfo_kb(field: &str) -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/meminfo").ok()?;
+    t.lines()
+        .find(|l| l.split(':').next() == Some(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+}
+
+/// Memory available for new allocations without swapping (`MemAvailable`).
+pub fn mem_available_kb() -> Option<u64> {
+    meminfo_kb("MemAvailable")
+}
+
 pub fn machine(tlb_override: Option<&Path>) -> Result<Machine> {
     let thp_root = Path::new(THP_SYSFS);
-    let mem_total_kb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0);
+    let mem_total_kb = meminfo_kb("MemTotal").unwrap_or(0);
     Ok(Machine {
         hostname: read_trimmed(Path::new("/proc/sys/kernel/hostname")).unwrap_or_default(),
         cpu: cpu_ident(),

@@ -861,6 +861,42 @@ pub fn applied_spec(
     Ok(Applied { dir, spec })
 }
 
+/// Touches and frees `bytes` of anonymous memory (untimed, before a timed run). On a
+/// VM that hands free memory back to its host (free page reporting), a process that
+/// happens to get memory the host took back pays for it on first touch, several
+/// times the fault cost (docs/model.md §4), and which run gets such memory is chance.
+/// Freed just before the run, this memory is what the kernel hands out next, so
+/// every configuration starts on memory the host backs.
+pub fn warm_memory(bytes: u64) {
+    // Never more than half of what is available: warming must not push anything out.
+    let bytes = bytes.min(machine::mem_available_kb().unwrap_or(0) * 1024 / 2);
+    if bytes == 0 {
+        return;
+    }
+    let len = bytes as usize;
+    // SAFETY: a fresh private anonymous mapping, written only within its length
+    // and unmapped before returning; nothing else refers to it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return;
+        }
+        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+        let base = p as *mut u8;
+        for off in (0..len).step_by(4096) {
+            base.add(off).write_volatile(1);
+        }
+        libc::munmap(p, len);
+    }
+}
+
 /// Collects (and removes) the runtime library summaries written in `dir`.
 pub fn take_summaries(dir: &Path) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
@@ -1017,6 +1053,34 @@ pub fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A calibration replaces the figures it has and leaves the others at their
+    /// defaults; names it does not know are ignored, not guessed.
+    #[test]
+    fn calibration_becomes_the_cost_model() {
+        let c: Calibration = serde_json::from_value(serde_json::json!({
+            "l2_hit_ns": [1.5, 1.6, 1.7],
+            "walk_curve": [[[262144.0, 20.0], [1048576.0, 40.0]], [], []],
+            "fault_ns": [["4k", 1500.0], ["hugetlb-1g", 46e6], ["thp-3m", 1.0]],
+            "sources": [],
+            "machine": "test",
+            "created": "2026-11-22T00:00:00Z"
+        }))
+        .unwrap();
+        let m = cost_from_calibration(&c);
+        m.validate().unwrap();
+        let d = CostModel::default();
+        assert_eq!(m.l2_hit_ns, [1.5, 1.6, 1.7]);
+        assert_eq!(m.walk_curve[0], vec![(262144.0, 20.0), (1048576.0, 40.0)]);
+        assert_eq!(
+            m.walk_curve[1], d.walk_curve[1],
+            "no 2 MB curve: default kept"
+        );
+        assert_eq!(m.fault(Backing::Base4k), 1500.0);
+        assert_eq!(m.fault(Backing::Hugetlb1g), 46e6);
+        assert_eq!(m.fault(Backing::Thp2m), d.fault(Backing::Thp2m));
+        assert!(m.source.contains("calibrate"));
+    }
 
     #[test]
     fn auto_prefers_perf_then_qemu_then_valgrind() {

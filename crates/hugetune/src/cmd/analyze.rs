@@ -79,4 +79,18 @@ pub fn print_analysis(an: &pipeline::Analysis) {
     );
     println!("\npredicted (on the profiled input; * = combined mapping, computed exactly)");
     println!("{}", super::predictions_table(&an.predictions));
+    println!("costs      {}", an.cost.source);
+    // Seed 001 assumes category benefits add up; every combination is computed
+    // exactly here, so say how far off that assumption would have been.
+    for p in &an.predictions {
+        if let Some(e) = hugetune_model::rank::additivity_error(&an.predictions, p) {
+            println!(
+                "additivity {}: exact saving {:.1} ms, sum of its categories alone {:.1} ms ({:+.1}%)",
+                p.label,
+                p.saving_ns / 1e6,
+                p.saving_ns * (1.0 - e) / 1e6,
+                e * 100.0
+            );
+        }
+    }
 }

@@ -228,6 +228,7 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         }
     }
     let n = set.len();
+    let mut warm_bytes = 0u64;
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut huge: Vec<Vec<f64>> = vec![Vec::new(); n];
     let runs = a.runs as usize;
@@ -236,6 +237,9 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     for round in 0..=runs {
         for k in 0..n {
             let i = (k + round) % n;
+            if round > 0 {
+                pipeline::warm_memory(warm_bytes);
+            }
             let st = runner::run(&specs[i])
                 .with_context(|| format!("running the mapping {}", set[i].label))?;
             if st.exit_code != 0 {
@@ -248,6 +252,12 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             let bytes = applied[i].as_ref().map_or(0, |ap| {
                 pipeline::summary_huge_bytes(&pipeline::take_summaries(ap.dir.path()))
             });
+            // The footprint, from the all-small run's 4 KB faults (not its maximum
+            // RSS: a child's counts what it inherited from us at fork).
+            if set[i].is_all_small() && round == 0 {
+                let cap = machine::mem_available_kb().unwrap_or(0) * 1024 / 2;
+                warm_bytes = (st.minor_faults * 4096 * 5 / 4).min(cap);
+            }
             if round > 0 {
                 times[i].push(st.wall_s);
                 huge[i].push(bytes as f64);

@@ -1,0 +1,97 @@
+//! `hugetune rank`: one small workload end to end (profile with the QEMU plugin,
+//! predictions, interleaved runs of every base mapping). Checks the report's
+//! structure and its arithmetic, never its timings. Skipped (with a message) where
+//! qemu-x86_64 is not installed; scripts/setup.sh installs it.
+
+use serde_json::Value;
+use std::process::Command;
+
+const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
+const WORK: &str = env!("HUGETUNE_BUILT_WORK");
+
+fn qemu_installed() -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("qemu-x86_64").is_file()))
+}
+
+#[test]
+fn rank_reports_predicted_and_measured_pmb_for_every_base_mapping() {
+    if !qemu_installed() {
+        eprintln!("SKIPPED: qemu-x86_64 is not installed (scripts/setup.sh does)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("h.db");
+    let o = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(&db)
+        .args([
+            "rank",
+            "--runs",
+            "2",
+            "--simulate",
+            "--json",
+            "--name",
+            "t",
+            "--",
+        ])
+        .arg(WORK)
+        .args(["randmem", "--size", "16M", "--accesses", "200000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["name"], "t");
+    assert_eq!(r["runs"], 2);
+    let maps = r["mappings"].as_array().unwrap();
+    assert_eq!(maps[0]["label"], "all-small", "all-small comes first");
+    assert!(
+        maps.iter()
+            .any(|m| m["label"] == "heap-large:hugetlb" || m["label"] == "heap-large:thp"),
+        "{maps:?}"
+    );
+    let mut pairs = Vec::new();
+    for m in maps {
+        for k in ["predicted_pmb", "measured_pmb"] {
+            let v = m[k].as_f64().unwrap();
+            assert!((0.0..=100.0).contains(&v), "{k} = {v}");
+        }
+        let (lo, med, hi) = (
+            m["measured_min_s"].as_f64().unwrap(),
+            m["measured_median_s"].as_f64().unwrap(),
+            m["measured_max_s"].as_f64().unwrap(),
+        );
+        assert!(lo > 0.0 && lo <= med && med <= hi, "{lo} {med} {hi}");
+        // The exact simulation ran and sees the same references.
+        assert!(m["sim_walks"].as_u64().is_some(), "{m}");
+        pairs.push((
+            m["predicted_pmb"].as_f64().unwrap(),
+            m["measured_pmb"].as_f64().unwrap(),
+        ));
+    }
+    assert_eq!(maps[0]["predicted_pmb"], 0.0);
+    assert_eq!(maps[0]["measured_pmb"], 0.0);
+    assert!(maps.iter().any(|m| m["predicted_pmb"] == 100.0));
+    let mean = pairs.iter().map(|(p, m)| (p - m).abs()).sum::<f64>() / pairs.len() as f64;
+    let err = r["ranking_error"].as_f64().unwrap();
+    assert!((err - mean).abs() < 1e-9, "{err} vs {mean}");
+}
+
+#[test]
+fn rank_refuses_a_program_without_mappable_data() {
+    if !qemu_installed() {
+        eprintln!("SKIPPED: qemu-x86_64 is not installed (scripts/setup.sh does)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(dir.path().join("h.db"))
+        .args(["rank", "--runs", "1", "--"])
+        .arg("/bin/true")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("hugetune: error:"), "{e}");
+}
