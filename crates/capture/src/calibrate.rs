@@ -580,11 +580,11 @@ impl Options {
         };
         Options {
             quick,
-            reps: if quick { 5 } else { 7 },
+            reps: if quick { 5 } else { 9 },
             tlb: TlbParams::from_geometry(&m.tlb.geometry),
             budget_bytes: mem_available / 2,
             walk_footprints,
-            steps: if quick { 1_000_000 } else { 2_000_000 },
+            steps: if quick { 1_000_000 } else { 1_500_000 },
             l2_steps: if quick { 5_000_000 } else { 20_000_000 },
             fault_bytes: if quick { 64 * MIB } else { 256 * MIB },
             fault_gb_pages: if quick { 1 } else { 2 },
@@ -1153,14 +1153,38 @@ impl Drop for Pinned {
     }
 }
 
-/// The 1-minute load average.
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
+/// CPU time of the whole machine and of this process, in clock ticks: (busy,
+/// total, ours). Busy counts steal too (the host running something else).
+fn cpu_ticks() -> Option<(u64, u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let f: Vec<u64> = stat
+        .lines()
         .next()?
-        .parse()
-        .ok()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    if f.len() < 8 {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal
+    let total: u64 = f[..8].iter().sum();
+    let busy = total - f[3] - f[4];
+    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces), from field 3 (state):
+    // utime is field 14, stime 15.
+    let rest: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
+    let field = |n: usize| rest.get(n - 3)?.parse::<u64>().ok();
+    Some((busy, total, field(14)? + field(15)?))
+}
+
+/// The share of the machine's CPU time that other work took between two
+/// `cpu_ticks` readings.
+pub fn others_share(before: (u64, u64, u64), after: (u64, u64, u64)) -> f64 {
+    let total = after.1.saturating_sub(before.1).max(1);
+    let busy = after.0.saturating_sub(before.0);
+    let ours = after.2.saturating_sub(before.2);
+    busy.saturating_sub(ours) as f64 / total as f64
 }
 
 fn mem_available() -> u64 {
@@ -1517,7 +1541,7 @@ pub fn calibrate(
         }
         Err(e) => return Err(e),
     };
-    let load_before = load_average();
+    let ticks_before = cpu_ticks();
     let pin = pin_to_this_cpu();
     let t0 = Instant::now();
     let mut timed = |msg: &str| progress(&format!("[{:5.1} s] {msg}", t0.elapsed().as_secs_f64()));
@@ -1738,13 +1762,14 @@ pub fn calibrate(
         .collect();
     sources.extend(walk_lines);
     sources.extend(figures.iter().filter(|f| f.kind == "fault").map(line));
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    if let (Some(a), Some(b)) = (load_before, load_average()) {
-        if a.max(b) > 0.5 * cores {
+    if let (Some(a), Some(b)) = (ticks_before, cpu_ticks()) {
+        let share = others_share(a, b);
+        if share > 0.1 {
             let msg = format!(
-                "machine busy: load average {a:.1} at the start, {b:.1} at the end, on {cores} cores; \
-                 other work shares the caches and memory, so walk figures come out high and widely spread: \
-                 calibrate an idle machine"
+                "machine busy: other work took {:.0}% of the CPU time while calibrate ran; it shares \
+                 the caches, the memory and (SMT) the TLBs, so walk figures come out high and widely \
+                 spread: calibrate an idle machine",
+                share * 100.0
             );
             (s.progress)(&msg);
             sources.push(msg);
@@ -2021,6 +2046,23 @@ mod tests {
         assert!(t.disabled[0].1.contains("never"));
         assert_eq!(kb_text(1024), "1m");
         assert_eq!(kb_text(16), "16k");
+    }
+
+    #[test]
+    fn cpu_share_of_other_work() {
+        // 2 cores, 10 s: 2000 ticks; 1200 busy, 1000 of them ours.
+        assert!((others_share((0, 0, 0), (1200, 2000, 1000)) - 0.1).abs() < 1e-12);
+        assert_eq!(others_share((5, 5, 5), (5, 5, 5)), 0.0);
+        assert_eq!(others_share((0, 0, 0), (100, 2000, 300)), 0.0);
+        let (busy, total, _) = cpu_ticks().unwrap();
+        assert!(busy <= total);
+        // Our own time shows up once we spend some.
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed().as_millis() < 50 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(cpu_ticks().unwrap().2 > 0);
     }
 
     #[test]
