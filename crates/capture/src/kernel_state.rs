@@ -338,6 +338,63 @@ pub fn set_thp_enabled_holding(lock: &KernelStateLock, mode: &str) -> Result<Thp
     change_thp(lock.try_clone()?, path, mode)
 }
 
+/// A plain sysfs value changed for as long as the value lives (restored on drop
+/// and on interrupt), while holding the kernel-state lock.
+pub struct SysfsChange {
+    pub path: PathBuf,
+    pub previous: String,
+    _restore: Restore,
+    _lock: KernelStateLock,
+}
+
+fn change_sysfs(lock: &KernelStateLock, path: &Path, value: &str) -> Result<SysfsChange> {
+    check_root(path)?;
+    let previous = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .trim()
+        .to_string();
+    let restore_path = path.to_path_buf();
+    let old = previous.clone();
+    let restore = on_restore(move || {
+        if let Err(e) = std::fs::write(&restore_path, &old) {
+            eprintln!(
+                "hugetune: could not restore {} to {old}: {e}",
+                restore_path.display()
+            );
+        }
+    });
+    std::fs::write(path, value).with_context(|| format!("writing {value} to {}", path.display()))?;
+    Ok(SysfsChange {
+        path: path.to_path_buf(),
+        previous,
+        _restore: restore,
+        _lock: lock.try_clone()?,
+    })
+}
+
+const PAGE_REPORTING: &str = "/sys/module/page_reporting/parameters";
+
+/// Holds off free page reporting (virtio-balloon: the guest hands free memory back
+/// to its host, and the next first touch of such memory costs several times a
+/// fault) for as long as the value lives, so that timed runs of different
+/// configurations all start on memory the host backs. Where the kernel has a
+/// minimum free time before reporting (`min_free_ms`), it is raised to a minute;
+/// otherwise only the largest free blocks are reported (`page_reporting_order` at
+/// the largest order). `Ok(None)`: the kernel does not report free pages.
+pub fn hold_page_reporting(lock: &KernelStateLock) -> Result<Option<SysfsChange>> {
+    let dir = Path::new(PAGE_REPORTING);
+    let min_free = dir.join("min_free_ms");
+    if min_free.exists() {
+        return change_sysfs(lock, &min_free, "60000").map(Some);
+    }
+    let order = dir.join("page_reporting_order");
+    if order.exists() {
+        // MAX_PAGE_ORDER: 10 on x86-64 with 4 KB pages; the kernel refuses more.
+        return change_sysfs(lock, &order, "10").map(Some);
+    }
+    Ok(None)
+}
+
 /// Reads a pool's size under the lock: the resting value, not a test's temporary one.
 pub fn resting_pool_size(page_kb: u64) -> Result<u64> {
     let _lock = lock_kernel_state()?;

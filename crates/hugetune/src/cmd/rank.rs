@@ -7,7 +7,9 @@ use crate::pipeline::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use hugetune_capture::ab::median;
-use hugetune_capture::kernel_state::{lock_kernel_state, set_hugetlb_pool_holding, PoolChange};
+use hugetune_capture::kernel_state::{
+    hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, PoolChange, SysfsChange,
+};
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_capture::runner::{self, Output, RunSpec};
@@ -112,14 +114,37 @@ fn measured_set(preds: &[Prediction]) -> Vec<Prediction> {
     out
 }
 
-/// Pools the measured mappings need, grown under one lock for the whole experiment.
-fn reserve_pools(set: &[Prediction]) -> Result<Vec<PoolChange>> {
+/// Kernel state held for the whole experiment, restored on drop and on interrupt.
+struct Held {
+    _pools: Vec<PoolChange>,
+    _reporting: Option<SysfsChange>,
+}
+
+/// Pools the measured mappings need, grown under one lock for the whole
+/// experiment; free page reporting held off meanwhile (hugetlb pool pages stay
+/// backed by the host, and so must the memory of the other configurations).
+fn hold_kernel_state(set: &[Prediction]) -> Result<Held> {
+    let lock = lock_kernel_state()?;
+    let reporting = hold_page_reporting(&lock)?;
+    if let Some(r) = &reporting {
+        pipeline::note(format!(
+            "free page reporting held off for the runs ({} was {}; restored afterwards)",
+            r.path.display(),
+            r.previous
+        ));
+    }
+    Ok(Held {
+        _pools: reserve_pools(&lock, set)?,
+        _reporting: reporting,
+    })
+}
+
+fn reserve_pools(
+    lock: &hugetune_capture::kernel_state::KernelStateLock,
+    set: &[Prediction],
+) -> Result<Vec<PoolChange>> {
     let need_2m = set.iter().map(|p| p.hugetlb_pages).max().unwrap_or(0);
     let need_1g = set.iter().map(|p| p.hugetlb_1g_pages).max().unwrap_or(0);
-    if need_2m == 0 && need_1g == 0 {
-        return Ok(vec![]);
-    }
-    let lock = lock_kernel_state()?;
     let mut changes = Vec::new();
     for (kb, need) in [(2048u64, need_2m), (1 << 20, need_1g)] {
         if need == 0 {
@@ -132,7 +157,7 @@ fn reserve_pools(set: &[Prediction]) -> Result<Vec<PoolChange>> {
         // A page or two of slack: the library's tail and alignment never need
         // more, and a short pool would silently measure a fallback.
         let want = pool.nr + need + 2;
-        let c = set_hugetlb_pool_holding(&lock, kb, want)?;
+        let c = set_hugetlb_pool_holding(lock, kb, want)?;
         if c.now < want {
             pipeline::note(format!(
                 "the {kb} kB pool grew to {} of {want} pages (fragmentation): mappings \
@@ -204,28 +229,23 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    let _pools = reserve_pools(&set)?;
+    let _held = hold_kernel_state(&set)?;
     let plan_options = PlanOptions::for_program(&an.program);
     let mut applied = Vec::new();
     let mut specs: Vec<RunSpec> = Vec::new();
+    // Every mapping runs with the runtime library loaded, all-small with an empty
+    // plan: the runs differ only in what the plan places on huge pages.
     for p in &set {
-        if p.assignments.is_empty() {
-            let mut s = RunSpec::new(a.command.clone());
-            s.stdout = Output::Null;
-            specs.push(s);
-            applied.push(None);
-        } else {
-            let ap = pipeline::applied_spec(
-                &art,
-                &a.command,
-                &p.assignments,
-                an.threshold,
-                &plan_options,
-                Output::Null,
-            )?;
-            specs.push(ap.spec.clone());
-            applied.push(Some(ap));
-        }
+        let ap = pipeline::applied_spec(
+            &art,
+            &a.command,
+            &p.assignments,
+            an.threshold,
+            &plan_options,
+            Output::Null,
+        )?;
+        specs.push(ap.spec.clone());
+        applied.push(ap);
     }
     let n = set.len();
     let mut warm_bytes = 0u64;
@@ -249,9 +269,8 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
                     set[i].label
                 );
             }
-            let bytes = applied[i].as_ref().map_or(0, |ap| {
-                pipeline::summary_huge_bytes(&pipeline::take_summaries(ap.dir.path()))
-            });
+            let bytes =
+                pipeline::summary_huge_bytes(&pipeline::take_summaries(applied[i].dir.path()));
             // The footprint, from the all-small run's 4 KB faults (not its maximum
             // RSS: a child's counts what it inherited from us at fork).
             if set[i].is_all_small() && round == 0 {
