@@ -363,7 +363,8 @@ fn change_sysfs(lock: &KernelStateLock, path: &Path, value: &str) -> Result<Sysf
             );
         }
     });
-    std::fs::write(path, value).with_context(|| format!("writing {value} to {}", path.display()))?;
+    std::fs::write(path, value)
+        .with_context(|| format!("writing {value} to {}", path.display()))?;
     Ok(SysfsChange {
         path: path.to_path_buf(),
         previous,
