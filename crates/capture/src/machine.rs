@@ -1109,25 +1109,7 @@ pub fn intel_tlb(dump: &CpuidDump) -> CpuidTlb {
 /// A conservative geometry when nothing better is known (Skylake-like).
 pub fn generic_geometry() -> TlbGeometry {
     TlbGeometry {
-        levels: vec![
-            TlbLevel::new(
-                "L1 DTLB",
-                vec![
-                    TlbArray::new(&[P4k], 64, 4),
-                    TlbArray::new(&[P2m], 32, 4),
-                    TlbArray::new(&[P1g], 4, 4),
-                ],
-                None,
-            ),
-            TlbLevel::new(
-                "STLB",
-                vec![
-                    TlbArray::new(&[P4k, P2m], 1536, 12),
-                    TlbArray::new(&[P1g], 16, 4),
-                ],
-                None,
-            ),
-        ],
+        levels: tlb_presets::skylake(),
         source: "generic (Skylake-like) default".into(),
     }
 }

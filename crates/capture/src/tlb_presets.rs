@@ -115,7 +115,7 @@ fn zen5() -> Vec<TlbLevel> {
     zen(96, None, 4096, 8, None)
 }
 
-fn skylake() -> Vec<TlbLevel> {
+pub(crate) fn skylake() -> Vec<TlbLevel> {
     vec![
         TlbLevel::new(
             "L1 DTLB",
