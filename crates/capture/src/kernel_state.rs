@@ -288,28 +288,27 @@ fn check_thp_request(mode: &str) -> Result<PathBuf> {
         bail!("unknown THP mode {mode:?} (always, madvise or never)");
     }
     let path = thp_enabled_path();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!(
-            "changing the THP mode needs root (writing {})",
-            path.display()
-        );
-    }
+    check_root(&path)?;
     Ok(path)
+}
+
+/// Writes `old` back to the sysfs file `path` on drop and on interrupt.
+fn restore_value(path: &Path, old: &str) -> Restore {
+    let path = path.to_path_buf();
+    let old = old.to_string();
+    on_restore(move || {
+        if let Err(e) = std::fs::write(&path, &old) {
+            eprintln!(
+                "hugetune: could not restore {} to {old}: {e}",
+                path.display()
+            );
+        }
+    })
 }
 
 fn change_thp(lock: KernelStateLock, path: PathBuf, mode: &str) -> Result<ThpChange> {
     let previous = read_thp_enabled(&path)?;
-    let restore_path = path.clone();
-    let old = previous.clone();
-    let restore = on_restore(move || {
-        if let Err(e) = std::fs::write(&restore_path, &old) {
-            eprintln!(
-                "hugetune: could not restore {} to {old}: {e}",
-                restore_path.display()
-            );
-        }
-    });
+    let restore = restore_value(&path, &previous);
     std::fs::write(&path, mode).with_context(|| format!("writing {mode} to {}", path.display()))?;
     let now = read_thp_enabled(&path)?;
     if now != mode {
@@ -353,16 +352,7 @@ fn change_sysfs(lock: &KernelStateLock, path: &Path, value: &str) -> Result<Sysf
         .with_context(|| format!("reading {}", path.display()))?
         .trim()
         .to_string();
-    let restore_path = path.to_path_buf();
-    let old = previous.clone();
-    let restore = on_restore(move || {
-        if let Err(e) = std::fs::write(&restore_path, &old) {
-            eprintln!(
-                "hugetune: could not restore {} to {old}: {e}",
-                restore_path.display()
-            );
-        }
-    });
+    let restore = restore_value(path, &previous);
     std::fs::write(path, value)
         .with_context(|| format!("writing {value} to {}", path.display()))?;
     Ok(SysfsChange {

@@ -12,7 +12,7 @@ use hugetune_capture::kernel_state::{
 };
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
-use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_capture::runner::{self, Output};
 use hugetune_model::rank::{default_backing, pmb, ranking_error, Prediction};
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::Backing;
@@ -232,7 +232,6 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     let _held = hold_kernel_state(&set)?;
     let plan_options = PlanOptions::for_program(&an.program);
     let mut applied = Vec::new();
-    let mut specs: Vec<RunSpec> = Vec::new();
     // Every mapping runs with the runtime library loaded, all-small with an empty
     // plan: the runs differ only in what the plan places on huge pages.
     for p in &set {
@@ -244,7 +243,6 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             &plan_options,
             Output::Null,
         )?;
-        specs.push(ap.spec.clone());
         applied.push(ap);
     }
     let n = set.len();
@@ -260,7 +258,7 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             if round > 0 {
                 pipeline::warm_memory(warm_bytes);
             }
-            let st = runner::run(&specs[i])
+            let st = runner::run(&applied[i].spec)
                 .with_context(|| format!("running the mapping {}", set[i].label))?;
             if st.exit_code != 0 {
                 bail!(
