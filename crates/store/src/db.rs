@@ -81,7 +81,8 @@ CREATE INDEX calibrations_machine ON calibrations(machine_id);
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 pub struct Db {
-    conn: Connection,
+    /// Crate-visible so that read-only queries can live in their own modules.
+    pub(crate) conn: Connection,
     path: PathBuf,
 }
 
