@@ -46,6 +46,8 @@ enum Command {
     Run(cmd::run::Args),
     /// Interleaved A/B runs of a command with and without its plan
     Validate(cmd::validate::Args),
+    /// How many huge pages a program should get: the knee of its PMB-vs-pages curve
+    Size(cmd::size::Args),
     /// TLB geometry, page sizes, THP and hugetlb settings, PMU availability
     Machine(cmd::machine::Args),
     /// Measure this machine's TLB-miss and page-fault costs per page size
@@ -86,6 +88,7 @@ fn main() {
         Command::Plan(a) => cmd::plan::run(&ctx, a),
         Command::Run(a) => cmd::run::run(&ctx, a),
         Command::Validate(a) => cmd::validate::run(&ctx, a),
+        Command::Size(a) => cmd::size::run(&ctx, a),
         Command::Machine(a) => cmd::machine::run(&ctx, a),
         Command::Calibrate(a) => cmd::calibrate::run(&ctx, a),
         Command::Bench(a) => cmd::bench::run(&ctx, a),

@@ -11,9 +11,39 @@ pub mod plan;
 pub mod rank;
 pub mod record;
 pub mod run;
+pub mod size;
 pub mod validate;
 
+use hugetune_capture::ab::RunCount;
 use hugetune_model::rank::Prediction;
+
+/// How many interleaved A/B pairs a validation runs (`optimize`, `validate`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct RunCountArgs {
+    /// Fewest A/B pairs (a baseline and an optimized run each, interleaved)
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub runs: u32,
+    /// Most A/B pairs: more pairs run while the speedup's 95 % confidence interval is wider than --ci-width
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_runs: u32,
+    /// Width of the speedup's 95 % bootstrap confidence interval that is enough (0.05: about ±2.5 %)
+    #[arg(long, default_value_t = 0.05)]
+    pub ci_width: f64,
+}
+
+impl RunCountArgs {
+    pub fn count(&self) -> anyhow::Result<RunCount> {
+        anyhow::ensure!(
+            self.ci_width > 0.0 && self.ci_width.is_finite(),
+            "--ci-width must be a positive number"
+        );
+        Ok(RunCount {
+            min: self.runs as usize,
+            max: self.max_runs.max(self.runs) as usize,
+            ci_width: self.ci_width,
+        })
+    }
+}
 use hugetune_report::{count, table};
 
 /// The prediction table shared by `analyze` and `optimize`.
