@@ -3,3 +3,4 @@
 
 pub mod bundle;
 pub mod db;
+pub mod query;
