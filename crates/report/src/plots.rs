@@ -10,10 +10,15 @@ use std::fmt::Write;
 const W: u32 = 760;
 const H: u32 = 380;
 
+/// How far above the straight line (in the unit square) a knee must be: below
+/// it the benefit grows about in proportion to the pages and no mapping stands out.
+pub const KNEE_MIN_LIFT: f64 = 0.05;
+
 /// The knee of the PMB-against-pages frontier: among the mappings no cheaper one
 /// beats, the one farthest above the straight line from no pages (0 %) to the
 /// best (both axes scaled to 1), as Kneedle does. `None` with fewer than two
-/// frontier mappings that need pages, or no benefit at all.
+/// frontier mappings that need pages, no benefit at all, or no point at least
+/// `KNEE_MIN_LIFT` above the line.
 pub fn knee(mappings: &[MappingView]) -> Option<Knee> {
     let mut pts: Vec<&MappingView> = mappings.iter().filter(|m| m.pmb.is_finite()).collect();
     pts.sort_by(|a, b| {
@@ -32,13 +37,14 @@ pub fn knee(mappings: &[MappingView]) -> Option<Knee> {
     if frontier.len() < 2 || ymax <= 0.0 {
         return None;
     }
+    let lift = |m: &MappingView| m.pmb / ymax - m.huge_pages() as f64 / xmax;
     let best = frontier
         .iter()
-        .max_by(|a, b| {
-            let d = |m: &MappingView| m.pmb / ymax - m.huge_pages() as f64 / xmax;
-            d(a).total_cmp(&d(b))
-        })
+        .max_by(|a, b| lift(a).total_cmp(&lift(b)))
         .copied()?;
+    if lift(best) < KNEE_MIN_LIFT {
+        return None;
+    }
     Some(Knee {
         mapping: best.label.clone(),
         huge_pages: best.huge_pages(),
@@ -307,6 +313,8 @@ mod tests {
         // One mapping with pages: no curve, no knee; no benefit: no knee.
         assert!(knee(&ms[..2]).is_none());
         assert!(knee(&[mapping("x", 0.0, 5), mapping("y", 0.0, 9)]).is_none());
+        // Benefit in proportion to pages: no knee.
+        assert!(knee(&[mapping("x", 50.0, 50), mapping("y", 100.0, 100)]).is_none());
         assert!(knee(&[]).is_none());
     }
 

@@ -402,7 +402,7 @@ impl Report {
         for n in &self.notes {
             s += &format!("note: {n}\n");
         }
-        s
+        s.trim_start_matches('\n').to_string()
     }
 
     fn run_rows(&self) -> Vec<Vec<String>> {
@@ -432,9 +432,8 @@ impl Report {
             page.push_heading("Profile");
             let opt = |v: Option<String>| v.unwrap_or_else(|| "not recorded".into());
             page.push_table(
-                &["", ""],
+                &["profile", &p.id.to_string()],
                 &[
-                    vec!["profile".into(), p.id.to_string()],
                     vec!["program".into(), p.program.clone()],
                     vec!["build-id".into(), opt(p.build_id.clone())],
                     vec!["command".into(), p.command.join(" ")],
@@ -508,7 +507,11 @@ impl Report {
             }
             page.push_svg(plots::pmb_chart(&self.mappings, self.knee.as_ref()));
         }
-        page.push_heading("Miss-ratio curves");
+        // A report of ranking experiments alone has no profile and no runs.
+        let stored = self.profile.is_some() || !self.runs.is_empty();
+        if stored {
+            page.push_heading("Miss-ratio curves");
+        }
         match &self.mrc {
             Some(curves) => {
                 page.push_paragraph(
@@ -517,7 +520,8 @@ impl Report {
                 );
                 page.push_svg(plots::mrc_chart(curves));
             }
-            None => page.push_paragraph("Not recorded for this profile."),
+            None if stored => page.push_paragraph("Not recorded for this profile."),
+            None => {}
         }
         page.push_heading("Predicted against measured time per mapping");
         if self.compared.is_empty() {
@@ -535,9 +539,13 @@ impl Report {
             page.push_svg(plots::compared_chart(set));
             page.push_table(&COMPARED_HEADERS, &compared_rows(set));
         }
-        page.push_heading("Distribution of A/B runs");
+        if stored {
+            page.push_heading("Distribution of A/B runs");
+        }
         if self.runs.is_empty() {
-            page.push_paragraph("No runs recorded.");
+            if stored {
+                page.push_paragraph("No runs recorded.");
+            }
         } else {
             page.push_paragraph(
                 "Every timed run: baseline (all small pages) and optimized (the plan applied), \
@@ -799,6 +807,20 @@ pub(crate) mod tests {
         ] {
             assert!(h.contains(&format!("<h2>{heading}</h2>")), "{heading}");
         }
+    }
+
+    #[test]
+    fn a_ranking_alone_shows_only_its_comparisons() {
+        let mut r = Report::assemble(None, &[], &[]);
+        r.compared.push(ComparedSet {
+            source: "rank: w".into(),
+            mappings: vec![Compared::new("all-small".into(), 1.0, 1.0, 1.0)],
+        });
+        let h = r.html();
+        assert_eq!(h.matches("<svg").count(), 1);
+        assert!(!h.contains("Miss-ratio") && !h.contains("A/B runs"));
+        let t = r.terminal();
+        assert!(t.starts_with("predicted vs measured (rank: w)"), "{t}");
     }
 
     #[test]
