@@ -28,7 +28,7 @@ pub fn knee(mappings: &[MappingView]) -> Option<Knee> {
     });
     let mut frontier: Vec<&MappingView> = Vec::new();
     for m in pts {
-        if m.huge_pages() > 0 && frontier.last().is_none_or(|f| m.pmb > f.pmb) {
+        if m.huge_pages() > 0 && m.pmb > frontier.last().map_or(0.0, |f| f.pmb) {
             frontier.push(m);
         }
     }

@@ -228,6 +228,23 @@ fn run_view(r: &RunRow) -> RunView {
     }
 }
 
+/// The directive a run applied: the one named by `plan.mapping`; where several
+/// share the name (the same categories on hugetlb and on THP), the one whose
+/// assignments are the plan's, else the best predicted of them.
+fn applied(directives: &[DirectiveRow], r: &RunRow) -> Option<usize> {
+    let name = r.plan["mapping"].as_str()?;
+    let named = || {
+        directives
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.mapping == name)
+    };
+    named()
+        .find(|(_, d)| r.plan.get("assignments") == Some(&d.assignments))
+        .or_else(|| named().next())
+        .map(|(i, _)| i)
+}
+
 impl Report {
     /// The report of a profile (if any), its directives and runs.
     pub fn assemble(
@@ -236,6 +253,7 @@ impl Report {
         runs: &[RunRow],
     ) -> Report {
         let mut notes = Vec::new();
+        let applied: Vec<Option<usize>> = runs.iter().map(|r| applied(directives, r)).collect();
         let runs: Vec<RunView> = runs.iter().map(run_view).collect();
         let mut mappings: Vec<MappingView> = directives
             .iter()
@@ -258,30 +276,27 @@ impl Report {
                 run_id: None,
             })
             .collect();
-        // The newest compared run of each mapping (runs are oldest first).
-        for r in runs.iter().filter(|r| !r.baseline_s.is_empty()) {
-            let Some(name) = &r.mapping else { continue };
-            if let Some(m) = mappings.iter_mut().find(|m| &m.mapping == name) {
-                m.measured_speedup = r.speedup;
-                m.verdict = Some(r.verdict.clone());
-                m.run_id = Some(r.id);
-            }
-        }
         let mut compared = Vec::new();
-        for r in &runs {
-            let (Some(b), Some(o)) = (r.baseline_median_s, r.optimized_median_s) else {
+        // Runs are oldest first: each mapping keeps its newest compared run.
+        for (r, i) in runs.iter().zip(&applied) {
+            if let (Some(name), None) = (&r.mapping, i) {
+                notes.push(format!(
+                    "run {} applied the mapping '{name}', which has no directive here",
+                    r.id
+                ));
+            }
+            let (Some(i), Some(b), Some(o)) = (*i, r.baseline_median_s, r.optimized_median_s)
+            else {
                 continue;
             };
-            let Some(name) = &r.mapping else { continue };
-            // Several directives share a name when the backings differ (hugetlb and
-            // THP); the best predicted one is what the planner would have applied.
-            let Some(d) = mappings.iter().find(|m| &m.mapping == name) else {
-                continue;
-            };
+            let m = &mut mappings[i];
+            m.measured_speedup = r.speedup;
+            m.verdict = Some(r.verdict.clone());
+            m.run_id = Some(r.id);
             compared.push(Compared::new(
-                format!("{} (run {})", d.label, r.id),
+                format!("{} (run {})", m.label, r.id),
                 b,
-                d.predicted_speedup,
+                m.predicted_speedup,
                 o,
             ));
         }
@@ -307,7 +322,7 @@ impl Report {
         if let Some(p) = profile {
             if mrc.is_none() {
                 notes.push(format!(
-                    "miss-ratio curves: not recorded in profile {} (analysed before hugetune stored them)",
+                    "miss-ratio curves: not recorded in profile {}",
                     p.id
                 ));
             }
@@ -715,6 +730,56 @@ pub(crate) mod tests {
         assert!(r.notes.iter().any(|n| n.contains("run(s) 21")));
         // heap-large has 95 % for 512 pages, all-large 100 % for 610: the knee.
         assert_eq!(r.knee.as_ref().unwrap().mapping, "heap-large:label");
+    }
+
+    #[test]
+    fn a_run_is_matched_to_the_backing_it_applied() {
+        let mut thp = directive(14, "heap-large", 90.0, 1.8, 0, 512);
+        thp.assignments = serde_json::json!([["heap-large", "thp-2m"]]);
+        thp.details["label"] = "heap-large:thp".into();
+        let mut hugetlb = directive(11, "heap-large", 95.0, 1.9, 512, 0);
+        hugetlb.assignments = serde_json::json!([["heap-large", "hugetlb-2m"]]);
+        let ds = [hugetlb, thp];
+        let plan =
+            |a: serde_json::Value| serde_json::json!({"mapping": "heap-large", "assignments": a});
+        let r = Report::assemble(
+            None,
+            &ds,
+            &[run(
+                1,
+                plan(serde_json::json!([["heap-large", "thp-2m"]])),
+                serde_json::json!({}),
+            )],
+        );
+        assert_eq!(r.mappings[0].run_id, None);
+        assert_eq!(r.mappings[1].run_id, Some(1));
+        assert_eq!(r.compared[0].mappings[0].predicted_speedup, 1.8);
+        // Without assignments: the best predicted of the name.
+        let r = Report::assemble(
+            None,
+            &ds,
+            &[run(
+                2,
+                serde_json::json!({"mapping": "heap-large"}),
+                serde_json::json!({}),
+            )],
+        );
+        assert_eq!(r.mappings[0].run_id, Some(2));
+        // A name no directive has: not compared, not attributed.
+        let r = Report::assemble(
+            None,
+            &ds,
+            &[run(
+                3,
+                serde_json::json!({"mapping": "gone"}),
+                serde_json::json!({}),
+            )],
+        );
+        assert!(r.compared.is_empty() && r.mappings.iter().all(|m| m.run_id.is_none()));
+        assert!(r
+            .notes
+            .iter()
+            .any(|n| n.contains("run 3 applied the mapping 'gone'")));
     }
 
     #[test]
