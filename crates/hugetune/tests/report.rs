@@ -219,14 +219,17 @@ fn terminal_json_and_errors() {
     assert!(!missing.exists());
 }
 
-/// Chromium's headless binary, or a failure saying how to install it.
+/// Chromium's headless binary (the headless shell first: it starts faster), or a
+/// failure saying how to install it: CI runs scripts/setup.sh first, so a missing
+/// Chromium is a broken setup, not a reason to skip.
 fn chromium() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .chain(["/usr/bin".into()])
+        .collect();
     for name in ["chromium-headless-shell", "chromium", "chromium-browser"] {
-        for dir in ["/usr/bin", "/usr/local/bin"] {
-            let p = Path::new(dir).join(name);
-            if p.is_file() {
-                return p;
-            }
+        if let Some(p) = dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()) {
+            return p;
         }
     }
     panic!("Chromium is not installed: run scripts/setup.sh (it installs chromium-headless-shell)");
