@@ -58,6 +58,8 @@ enum Command {
     Db(cmd::db::Args),
     /// Predicted vs measured ranking of every base mapping of a command (seed 001 §5.3.2)
     Rank(cmd::rank::Args),
+    /// A profile's predictions and its runs: terminal summary, JSON, or HTML with plots
+    Report(cmd::report::Args),
 }
 
 pub struct Ctx {
@@ -94,6 +96,7 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(&ctx, a),
         Command::Db(a) => cmd::db::run(&ctx, a),
         Command::Rank(a) => cmd::rank::run(&ctx, a),
+        Command::Report(a) => cmd::report::run(&ctx, a),
     };
     match r {
         Ok(code) => std::process::exit(code),

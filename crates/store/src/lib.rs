@@ -4,3 +4,4 @@
 pub mod bundle;
 pub mod db;
 pub mod exchange;
+pub mod query;

@@ -10,6 +10,7 @@ pub mod optimize;
 pub mod plan;
 pub mod rank;
 pub mod record;
+pub mod report;
 pub mod run;
 pub mod size;
 pub mod validate;
