@@ -21,6 +21,7 @@ use hugetune_model::analysis::AnalysisResult;
 use hugetune_model::categorize::Categorizer;
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
+use hugetune_model::mrc::PageSizeMrcs;
 use hugetune_model::page::Backing;
 use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits, ThpMode};
 use hugetune_model::rank::{self, Prediction, Significance};
@@ -419,6 +420,9 @@ pub struct Analysis {
     pub sites: Vec<SiteSummary>,
     /// Whether the profiled program forks (it keeps the planner off private hugetlb).
     pub program: ProgramTraits,
+    /// Miss-ratio curves of the whole stream per page size: (size, [(entries, ratio)]).
+    #[serde(default)]
+    pub mrc: Vec<(String, Vec<(u64, f64)>)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -529,7 +533,9 @@ pub fn analyze_with(
             }
         }))
     };
-    let (present, _, top) = present_categories(&spec, refs_iter()?);
+    // The first pass also measures the whole stream's miss-ratio curves per page size.
+    let mut mrcs = PageSizeMrcs::new();
+    let (present, _, top) = present_categories(&spec, refs_iter()?.inspect(|&a| mrcs.feed(a)));
     let opts = &AnalysisOptions {
         sites: top,
         ..opts.clone()
@@ -580,6 +586,11 @@ pub fn analyze_with(
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
         },
+        mrc: mrcs
+            .curves()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect(),
     })
 }
 
@@ -604,6 +615,7 @@ pub fn store_analysis(
         "tlb": a.result.geometry,
         "cost": a.cost,
         "program": a.program,
+        "mrc": a.mrc.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     });
     let directives: Vec<NewDirective> = a
         .predictions
