@@ -1,0 +1,1 @@
+//! Terminal, JSON and HTML views of a snapshot.
