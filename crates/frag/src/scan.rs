@@ -189,6 +189,7 @@ pub struct ZoneScan {
     pub gb_ranges: u64,
     pub gb_ranges_clean: u64,
     pub gb_ranges_free: u64,
+    pub buddy_marking: BuddyMarking,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -222,9 +223,137 @@ impl ZoneScan {
     }
 }
 
+/// How the kernel marks free buddy blocks in kpageflags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuddyMarking {
+    /// Only the head page has `KPF_BUDDY`; the others have no flag (older kernels).
+    HeadOnly,
+    /// Every page of a free block has `KPF_BUDDY` (seen on 6.18).
+    EveryPage,
+}
+
+/// Decides the marking from the flags: with head-only marking, an even PFN and
+/// the next one cannot both be `BUDDY` heads (they would have merged), so many
+/// such pairs mean every page is marked.
+pub fn buddy_marking(start_pfn: u64, flags: &[u64]) -> BuddyMarking {
+    let b = bit(kpf::BUDDY);
+    let (mut buddies, mut pairs) = (0u64, 0u64);
+    for (i, w) in flags.windows(2).enumerate() {
+        if w[0] & b != 0 {
+            buddies += 1;
+            if (start_pfn + i as u64) & 1 == 0 && w[1] & b != 0 {
+                pairs += 1;
+            }
+        }
+    }
+    if pairs * 10 > buddies {
+        BuddyMarking::EveryPage
+    } else {
+        BuddyMarking::HeadOnly
+    }
+}
+
+/// Classes of every page of `[start_pfn, start_pfn + flags.len())`. Pages outside
+/// `ram` (PFN ranges of "System RAM" in /proc/iomem, when known) are holes.
+pub fn classify_pages(
+    start_pfn: u64,
+    flags: &[u64],
+    max_order: u32,
+    ram: Option<&[(u64, u64)]>,
+) -> Vec<PageClass> {
+    let n = flags.len();
+    let marking = buddy_marking(start_pfn, flags);
+    let mut class = vec![PageClass::Hole; n];
+    let mut i = 0usize;
+    while i < n {
+        let f = flags[i];
+        let pfn = start_pfn + i as u64;
+        if f & bit(kpf::BUDDY) != 0 && f & bit(kpf::NOPAGE) == 0 {
+            let mut k = 0u32;
+            if marking == BuddyMarking::HeadOnly {
+                while k < max_order {
+                    let size = 1usize << (k + 1);
+                    if pfn & (size as u64 - 1) != 0 || i + size > n {
+                        break;
+                    }
+                    let half = 1usize << k;
+                    if flags[i + half..i + size].iter().any(|&g| g != 0) {
+                        break;
+                    }
+                    k += 1;
+                }
+            }
+            let size = 1usize << k;
+            for c in &mut class[i..i + size] {
+                *c = PageClass::Free;
+            }
+            i += size;
+        } else {
+            class[i] = classify(f);
+            i += 1;
+        }
+    }
+    if let Some(ram) = ram {
+        let end = start_pfn + n as u64;
+        let mut p = start_pfn;
+        let mut sorted: Vec<(u64, u64)> = ram.to_vec();
+        sorted.sort();
+        for &(a, b) in &sorted {
+            let (a, b) = (a.max(start_pfn), b.min(end));
+            if a >= b {
+                continue;
+            }
+            if a > p {
+                for c in &mut class[(p - start_pfn) as usize..(a - start_pfn) as usize] {
+                    *c = PageClass::Hole;
+                }
+            }
+            p = p.max(b);
+        }
+        if p < end {
+            for c in &mut class[(p - start_pfn) as usize..] {
+                *c = PageClass::Hole;
+            }
+        }
+    }
+    class
+}
+
+/// PFN ranges `[start, end)` of top-level "System RAM" in `/proc/iomem`; None
+/// when the addresses are hidden (not root: all zeros) or there is none.
+pub fn parse_iomem_ram(text: &str) -> Option<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for l in text.lines() {
+        if l.starts_with(' ') {
+            continue;
+        }
+        let Some((range, name)) = l.split_once(" : ") else {
+            continue;
+        };
+        if name.trim() != "System RAM" {
+            continue;
+        }
+        let (a, b) = range.trim().split_once('-')?;
+        let a = u64::from_str_radix(a, 16).ok()?;
+        let b = u64::from_str_radix(b, 16).ok()?;
+        if b <= a {
+            continue;
+        }
+        out.push((a.div_ceil(4096), (b.saturating_add(1)) / 4096));
+    }
+    if out.is_empty() || out.iter().all(|&(a, b)| a == 0 && b == 0) {
+        None
+    } else {
+        Some(out)
+    }
+}
+
 /// Analyses the flags of the zone `[start_pfn, start_pfn + flags.len())`.
+/// `ram`: System RAM PFN ranges (pages outside are holes), when known.
 /// `block_order` is `pageblock_order` (9), `max_order` is `MAX_PAGE_ORDER` (10),
 /// `gb_order` the gigantic page order (18 for 1 GB on x86-64).
+#[allow(clippy::too_many_arguments)]
 pub fn analyse_zone(
     node: u32,
     zone: &str,
@@ -233,6 +362,7 @@ pub fn analyse_zone(
     block_order: u32,
     max_order: u32,
     gb_order: u32,
+    ram: Option<&[(u64, u64)]>,
 ) -> ZoneScan {
     let n = flags.len();
     let end_pfn = start_pfn + n as u64;
@@ -251,37 +381,38 @@ pub fn analyse_zone(
         blocks[nblocks - 1].hole += tail as u32;
     }
     let mut pages = Counts::default();
+    let mut class = classify_pages(start_pfn, flags, max_order, ram);
+    let marking = buddy_marking(start_pfn, flags);
+    // Free buddy blocks per order: maximal runs of free pages cut into naturally
+    // aligned blocks, as the buddy allocator merges them.
     let mut by_order = vec![0u64; max_order as usize + 1];
-    // Per page class, for the 1 GB pass (one byte per page).
-    let mut class = vec![PageClass::Hole; n];
     let mut i = 0usize;
     while i < n {
-        let f = flags[i];
-        let pfn = start_pfn + i as u64;
-        if f & bit(kpf::BUDDY) != 0 && f & bit(kpf::NOPAGE) == 0 {
+        if class[i] != PageClass::Free {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < n && class[j] == PageClass::Free {
+            j += 1;
+        }
+        let mut p = i;
+        while p < j {
+            let pfn = start_pfn + p as u64;
             let mut k = 0u32;
             while k < max_order {
-                let size = 1usize << (k + 1);
-                if pfn & (size as u64 - 1) != 0 || i + size > n {
-                    break;
-                }
-                let half = 1usize << k;
-                if flags[i + half..i + size].iter().any(|&g| g != 0) {
+                let size = 1u64 << (k + 1);
+                if pfn & (size - 1) != 0 || p as u64 + size > j as u64 {
                     break;
                 }
                 k += 1;
             }
-            let size = 1usize << k;
             by_order[k as usize] += 1;
-            for c in &mut class[i..i + size] {
-                *c = PageClass::Free;
-            }
-            i += size;
-        } else {
-            class[i] = classify(f);
-            i += 1;
+            p += 1usize << k;
         }
+        i = j;
     }
+    let class = std::mem::take(&mut class);
     for (j, &c) in class.iter().enumerate() {
         let b = ((start_pfn + j as u64 - first_block_pfn) / ppb) as usize;
         blocks[b].add(c, 1);
@@ -324,6 +455,7 @@ pub fn analyse_zone(
         gb_ranges: gb_total,
         gb_ranges_clean: gb_clean,
         gb_ranges_free: gb_free,
+        buddy_marking: marking,
     }
 }
 
@@ -391,6 +523,9 @@ pub fn scan_kpageflags(
     use anyhow::Context;
     let t0 = Instant::now();
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let ram = std::fs::read_to_string(path.with_file_name("iomem"))
+        .ok()
+        .and_then(|t| parse_iomem_ram(&t));
     let mut zones = Vec::new();
     let mut pfns = 0;
     for (node, name, s, e) in spans {
@@ -404,6 +539,7 @@ pub fn scan_kpageflags(
             block_order,
             max_order,
             18,
+            ram.as_deref(),
         ));
     }
     Ok(Scan {
@@ -434,7 +570,7 @@ mod tests {
         f[6] = SLAB;
         f[7] = 0; // allocated, flagless: unmovable
         f[8] = BUDDY;
-        let z = analyse_zone(0, "T", 0, &f, 3, 10, 4);
+        let z = analyse_zone(0, "T", 0, &f, 3, 10, 4, None);
         assert_eq!(z.free_blocks_by_order[..4], [1, 0, 1, 1]);
         assert_eq!(z.pages.free, 4 + 1 + 8);
         assert_eq!(z.pages.movable, 1);
@@ -454,7 +590,7 @@ mod tests {
         f[2] = BUDDY; // PFN 4
         f[4] = LRU; // PFN 6
         f[5] = LRU;
-        let z = analyse_zone(0, "T", 2, &f, 2, 10, 20);
+        let z = analyse_zone(0, "T", 2, &f, 2, 10, 20, None);
         assert_eq!(z.free_blocks_by_order[..3], [0, 2, 0]);
         assert_eq!(z.first_block_pfn, 0);
         assert_eq!(z.blocks.len(), 2);
@@ -462,6 +598,41 @@ mod tests {
         assert_eq!(block_state(&z.blocks[0], 4), BlockState::Hole);
         assert_eq!(block_state(&z.blocks[1], 4), BlockState::Clean);
         assert_eq!(z.gb_ranges, 0);
+    }
+
+    #[test]
+    fn every_page_marking_uses_runs() {
+        // 6.18 marks every page of a free block: a run of 6 free pages at PFN 8..14
+        // is an order-2 block (8..12) and an order-1 block (12..14); the flagless
+        // page at 14 is not absorbed.
+        let mut f = vec![LRU; 32];
+        f[8..14].fill(BUDDY);
+        f[14] = 0;
+        f[16..32].fill(BUDDY);
+        assert_eq!(buddy_marking(0, &f), BuddyMarking::EveryPage);
+        let z = analyse_zone(0, "T", 0, &f, 3, 10, 5, None);
+        assert_eq!(z.free_blocks_by_order[..5], [0, 1, 1, 0, 1]);
+        assert_eq!(z.pages.free, 6 + 16);
+        assert_eq!(z.pages.unmovable, 1);
+        assert_eq!(
+            buddy_marking(0, &[BUDDY, 0, BUDDY, 0]),
+            BuddyMarking::HeadOnly
+        );
+    }
+
+    #[test]
+    fn iomem_holes() {
+        let t = "00000000-00000fff : Reserved\n00001000-0009fbff : System RAM\n  00100000-001fffff : Kernel code\n00100000-bfffffff : System RAM\n100000000-63fffffff : System RAM\n";
+        let r = parse_iomem_ram(t).unwrap();
+        assert_eq!(r, vec![(1, 0x9f), (0x100, 0xc0000), (0x100000, 0x640000)]);
+        assert!(parse_iomem_ram("00000000-00000000 : System RAM\n").is_none());
+        // PFNs 0x9f..0x100 of a zone from PFN 1 are holes.
+        let f = vec![LRU; 0x200];
+        let c = classify_pages(1, &f, 10, Some(&r));
+        assert_eq!(c[0x9e - 1], PageClass::Movable);
+        assert_eq!(c[0x9f - 1], PageClass::Hole);
+        assert_eq!(c[0xff - 1], PageClass::Hole);
+        assert_eq!(c[0x100 - 1], PageClass::Movable);
     }
 
     #[test]
@@ -484,7 +655,7 @@ mod tests {
         // with a slab page; order-2 "pageblocks".
         let mut f = vec![LRU; 32];
         f[20] = SLAB;
-        let z = analyse_zone(0, "T", 0, &f, 2, 2, 4);
+        let z = analyse_zone(0, "T", 0, &f, 2, 2, 4, None);
         assert_eq!(
             (z.gb_ranges, z.gb_ranges_clean, z.gb_ranges_free),
             (2, 1, 0)

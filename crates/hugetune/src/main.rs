@@ -56,6 +56,8 @@ enum Command {
     Db(cmd::db::Args),
     /// Predicted vs measured ranking of every base mapping of a command (seed 001 §5.3.2)
     Rank(cmd::rank::Args),
+    /// Live huge page availability: fragmentation indices, pageblocks, --try, events
+    Frag(cmd::frag::Args),
 }
 
 pub struct Ctx {
@@ -91,6 +93,7 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(&ctx, a),
         Command::Db(a) => cmd::db::run(&ctx, a),
         Command::Rank(a) => cmd::rank::run(&ctx, a),
+        Command::Frag(a) => cmd::frag::run(&ctx, a),
     };
     match r {
         Ok(code) => std::process::exit(code),
