@@ -275,18 +275,24 @@ fn mono_ns() -> u64 {
 }
 
 fn teardown(dir: &Path, fd: &AtomicI32, events: &[String], unmount: bool) {
-    let f = fd.swap(-1, Ordering::SeqCst);
-    if f >= 0 {
-        // SAFETY: the descriptor was opened by the session and is closed once.
-        unsafe { libc::close(f) };
-    }
+    // The session's thread may be opening trace_pipe while an interrupt tears the
+    // session down: close whatever descriptor it has stored, on every attempt.
+    let close_fd = || {
+        let f = fd.swap(-1, Ordering::SeqCst);
+        if f >= 0 {
+            // SAFETY: the descriptor was opened by the session and is closed once.
+            unsafe { libc::close(f) };
+        }
+    };
+    close_fd();
     for e in events {
         let _ = std::fs::write(dir.join("events/kmem").join(e).join("enable"), "0");
     }
     if dir.exists() {
         let mut ok = false;
-        for _ in 0..50 {
-            if std::fs::remove_dir(dir).is_ok() {
+        for _ in 0..100 {
+            close_fd();
+            if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
                 ok = true;
                 break;
             }
