@@ -62,6 +62,10 @@ pub fn try_pool(page_kb: u64, n: u64) -> Result<TrialResult> {
     if n == 0 {
         bail!("--try needs at least one page");
     }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("--try changes the hugetlb pool (nr_hugepages), which needs root");
+    }
     let lock = kernel_state::lock_kernel_state()?;
     let before = vmstat()?;
     let t0 = Instant::now();
