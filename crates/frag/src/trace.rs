@@ -174,11 +174,21 @@ pub fn zone_header_lines(zoneinfo: &str) -> Result<Vec<String>> {
 /// Turns trace lines into `hugetune-pagealloc v1` event lines.
 #[derive(Debug, Default)]
 pub struct Recorder {
-    pub start_ns: u64,
+    /// Trace time of the start; None: taken from the first event (when the
+    /// instance could not use the `mono` clock).
+    pub start_ns: Option<u64>,
+    /// Events the kernel reported lost in the stream (`CPU:n [LOST k EVENTS]`).
+    pub lost: u64,
     pub allocs: u64,
     pub frees: u64,
     pub failed: u64,
     pub unparsed: u64,
+}
+
+/// `CPU:1 [LOST 123 EVENTS]`, which trace_pipe prints where the ring buffer overflowed.
+pub fn lost_events(line: &str) -> Option<u64> {
+    let r = line.split_once("[LOST ")?.1;
+    r.split_once(" EVENTS]")?.0.trim().parse().ok()
 }
 
 const RECORD_EVENTS: [&str; 2] = ["mm_page_alloc", "mm_page_free"];
@@ -187,12 +197,15 @@ impl Recorder {
     /// Writes the event line for one trace line (if it is an alloc/free event).
     pub fn line(&mut self, line: &str, out: &mut dyn Write) -> std::io::Result<()> {
         let Some(e) = parse_line(line, &RECORD_EVENTS) else {
-            if line.contains(" mm_page_alloc: ") || line.contains(" mm_page_free: ") {
+            if let Some(n) = lost_events(line) {
+                self.lost += n;
+            } else if line.contains(" mm_page_alloc: ") || line.contains(" mm_page_free: ") {
                 self.unparsed += 1;
             }
             return Ok(());
         };
-        let t = e.ts_ns.saturating_sub(self.start_ns);
+        let start = *self.start_ns.get_or_insert(e.ts_ns);
+        let t = e.ts_ns.saturating_sub(start);
         let (pfn, order) = (e.int("pfn"), e.int("order"));
         match (e.name, pfn, order) {
             ("mm_page_alloc", Some(pfn), Some(order)) => {
@@ -259,6 +272,8 @@ pub struct Session {
     fd: Arc<AtomicI32>,
     /// Monotonic time (ns, CLOCK_MONOTONIC = trace clock "mono") when enabled.
     pub start_ns: u64,
+    /// The instance's trace clock is `mono` (timestamps comparable with start_ns).
+    pub mono: bool,
     events: Vec<String>,
     _restore: Restore,
     _lock: KernelStateLock,
@@ -354,6 +369,7 @@ impl Session {
             dir: dir.clone(),
             fd,
             start_ns: 0,
+            mono: false,
             events,
             _restore: restore,
             _lock: lock,
@@ -365,7 +381,7 @@ impl Session {
                 bail!("this kernel has no kmem:{e} tracepoint");
             }
         }
-        let _ = write_file(&dir.join("trace_clock"), "mono");
+        let mono = write_file(&dir.join("trace_clock"), "mono").is_ok();
         write_file(&dir.join("buffer_size_kb"), &buffer_kb.to_string())?;
         let pipe = dir.join("trace_pipe");
         let c = CString::new(pipe.as_os_str().as_encoded_bytes())?;
@@ -382,6 +398,7 @@ impl Session {
         }
         s.fd.store(f, Ordering::SeqCst);
         let mut s = s;
+        s.mono = mono;
         s.start_ns = mono_ns();
         for e in &s.events {
             write_file(&dir.join("events/kmem").join(e).join("enable"), "1")?;
@@ -483,7 +500,9 @@ pub fn count_extfrag(duration: Duration) -> Result<ExtfragCounts> {
     let s = Session::start(&["mm_page_alloc_extfrag"], 4096)?;
     let mut c = ExtfragCounts::default();
     let mut unparsed = 0;
+    let mut lost_lines = 0;
     let secs = s.pump(duration, |l| {
+        lost_lines += lost_events(l).unwrap_or(0);
         let counted = match parse_line(l, &["mm_page_alloc_extfrag"]) {
             Some(e) => c.add(&e),
             None => !l.contains("mm_page_alloc_extfrag"),
@@ -493,7 +512,7 @@ pub fn count_extfrag(duration: Duration) -> Result<ExtfragCounts> {
     })?;
     c.seconds = secs;
     c.unparsed = unparsed;
-    c.lost = s.lost();
+    c.lost = s.lost().max(lost_lines);
     Ok(c)
 }
 
@@ -551,14 +570,15 @@ pub fn record(path: &Path, duration: Duration) -> Result<RecordSummary> {
     // Big buffers: alloc/free events come at hundreds of thousands per second.
     let s = Session::start(&RECORD_EVENTS, 65536)?;
     let mut rec = Recorder {
-        start_ns: s.start_ns,
+        start_ns: s.mono.then_some(s.start_ns),
         ..Default::default()
     };
     let secs = s.pump(duration, |l| {
         rec.line(l, out.w())
             .with_context(|| format!("writing {}", path.display()))
     })?;
-    let lost = s.lost();
+    // The per-CPU overrun counters and the LOST markers count the same events.
+    let lost = s.lost().max(rec.lost);
     drop(s);
     let dropped = lost + rec.unparsed;
     writeln!(out.w(), "# dropped={dropped} failed={}", rec.failed)?;
@@ -642,7 +662,7 @@ mod tests {
     #[test]
     fn recorder_writes_the_v1_lines() {
         let mut r = Recorder {
-            start_ns: 15_331_000_000_000,
+            start_ns: Some(15_331_000_000_000),
             ..Default::default()
         };
         let mut out = Vec::new();
@@ -655,6 +675,15 @@ mod tests {
             format!("2000 A {} 0 1\n10000 F {} 2\n", 0x13f2a1, 0x1a0b7c)
         );
         assert_eq!((r.allocs, r.frees, r.failed, r.unparsed), (1, 1, 1, 0));
+        // Without a known start, times count from the first event.
+        let mut r = Recorder::default();
+        let mut out = Vec::new();
+        for l in [FREE, "CPU:1 [LOST 17 EVENTS]", ALLOC] {
+            r.line(l, &mut out).unwrap();
+        }
+        assert!(String::from_utf8(out).unwrap().starts_with("0 F "));
+        assert_eq!(r.lost, 17);
+        assert_eq!(lost_events("CPU:0 [LOST 3 EVENTS]"), Some(3));
     }
 
     #[test]
