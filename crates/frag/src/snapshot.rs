@@ -587,6 +587,48 @@ mod tests {
         assert_eq!(watermark_allocations(511, 0, 0, 9), 0);
     }
 
+    fn fixture(name: &str) -> Texts {
+        let d = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        let r = |f: &str| std::fs::read_to_string(d.join(f)).ok();
+        Texts {
+            buddyinfo: r("buddyinfo").unwrap(),
+            zoneinfo: r("zoneinfo").unwrap(),
+            vmstat: "thp_fault_alloc 1\n".into(),
+            pagetypeinfo: r("pagetypeinfo"),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn highatomic_blocks_and_lowmem_reserve_are_not_allocatable() {
+        // 5.10 fixture, Normal: the only order >= 9 blocks are two HighAtomic
+        // order-9 blocks: free_blocks 2, usable 0, and their 1024 pages are
+        // discounted from the watermark check.
+        let s = build(&fixture("5.10-nocma-pageowner"), None).unwrap();
+        let n = &s.zones[2].now_2m;
+        assert_eq!((n.free_blocks, n.usable_blocks, n.allocatable), (2, 0, 0));
+        assert_eq!(n.unusable_free_pages, 1024);
+        // DMA: 7 free 2 MB blocks (1 order-9 + 3 order-10), but the lowmem reserve
+        // for ZONE_MOVABLE (31831 pages) exceeds the zone: none for user pages.
+        let d = &s.zones[0];
+        assert_eq!(d.watermarks.lowmem_reserve, 31831);
+        assert_eq!((d.now_2m.free_blocks, d.now_2m.allocatable), (7, 0));
+        // DMA32: 3 + 2·661 = 1325 free 2 MB blocks; the watermark allows
+        // (free + 1 − 0 − low − reserve − 1) / 512 allocations (low 2000,
+        // reserve 28878).
+        let z = &s.zones[1];
+        let want = (z.free_pages - 2000 - 28878) / 512;
+        assert_eq!(z.now_2m.by_low_watermark, want);
+        assert_eq!(z.now_2m.allocatable, want.min(1325));
+        // 4.4 fixture (zoneinfo lists populated zones only): the reserve is the
+        // last protection entry.
+        let s4 = build(&fixture("4.4-numa-cma"), None).unwrap();
+        assert_eq!(s4.zones[1].watermarks.lowmem_reserve, 13005);
+        assert_eq!(s4.zones[3].node, 1);
+    }
+
     #[test]
     fn rates() {
         let mut m = BTreeMap::new();
