@@ -258,3 +258,61 @@ fn record_writes_the_v1_format() {
         );
     }
 }
+
+/// Unmovable allocation pressure (pipe buffers) while counting fallback events:
+/// on this machine the Unmovable free lists run dry and allocations claim Movable
+/// pageblocks. The count depends on the machine's state, so it is printed and only
+/// its consistency is checked.
+#[test]
+fn extfrag_events_under_unmovable_pressure() {
+    if !root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let pressure = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
+        unsafe {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            lim.rlim_cur = lim.rlim_max.min(8192);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+        let n = ((lim.rlim_cur as usize).saturating_sub(200) / 2).min(3000);
+        let buf = vec![b'x'; 65536];
+        let mut fds = Vec::new();
+        for _ in 0..n {
+            let mut p = [0i32; 2];
+            // SAFETY: pipe2 fills the two-element array; writes from our buffer.
+            unsafe {
+                if libc::pipe2(p.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) != 0 {
+                    break;
+                }
+                libc::write(p[1], buf.as_ptr().cast(), buf.len());
+            }
+            fds.push(p);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        for p in fds {
+            // SAFETY: closing the descriptors we opened.
+            unsafe {
+                libc::close(p[0]);
+                libc::close(p[1]);
+            }
+        }
+        n
+    });
+    let c = trace::count_extfrag(Duration::from_secs(2)).unwrap();
+    let pipes = pressure.join().unwrap();
+    eprintln!(
+        "{pipes} pipes x 64 KiB: {} fallback events ({} fragmenting, {} took the block), by type {:?}",
+        c.events, c.fragmenting, c.change_ownership, c.by_migratetype
+    );
+    assert_eq!(c.unparsed, 0);
+    let sum: u64 = c.by_migratetype.values().map(|p| p.events).sum();
+    assert_eq!(sum, c.events);
+    assert!(c.fragmenting <= c.events && c.change_ownership <= c.events);
+}
