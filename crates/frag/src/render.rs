@@ -244,10 +244,12 @@ pub fn text(s: &Snapshot, delta: Option<&BTreeMap<String, i64>>) -> String {
     if let Some(i) = &s.scan {
         let _ = writeln!(
             o,
-            "\nkpageflags scan: {} PFNs ({}) in {:.3} s",
+            "\nkpageflags scan: {} PFNs ({}) in {:.3} s ({:.3} s reading, {:.3} s classifying)",
             i.pfns,
             bytes(i.bytes_read),
-            i.seconds
+            i.seconds,
+            i.read_seconds,
+            i.seconds - i.read_seconds
         );
     }
     for sk in &s.skipped {
@@ -583,6 +585,7 @@ mod tests {
             pfns_scanned: 4096,
             bytes_read: 4096 * 8,
             seconds: 0.0,
+            read_seconds: 0.0,
         };
         let m = pageblock_map(&sc, 800);
         assert!(m.starts_with("<svg") && m.ends_with("</svg>"));

@@ -509,6 +509,8 @@ pub struct Scan {
     pub bytes_read: u64,
     /// Wall time of the whole scan (reading and classifying).
     pub seconds: f64,
+    /// Of which reading /proc/kpageflags (the kernel's work).
+    pub read_seconds: f64,
 }
 
 /// Zone spans to scan: (node, name, start_pfn, end_pfn).
@@ -528,8 +530,11 @@ pub fn scan_kpageflags(
         .and_then(|t| parse_iomem_ram(&t));
     let mut zones = Vec::new();
     let mut pfns = 0;
+    let mut read_seconds = 0.0;
     for (node, name, s, e) in spans {
+        let tr = Instant::now();
         let flags = read_flags(&f, *s, *e, path)?;
+        read_seconds += tr.elapsed().as_secs_f64();
         pfns += flags.len() as u64;
         zones.push(analyse_zone(
             *node,
@@ -548,6 +553,7 @@ pub fn scan_kpageflags(
         pfns_scanned: pfns,
         bytes_read: pfns * 8,
         seconds: t0.elapsed().as_secs_f64(),
+        read_seconds,
     })
 }
 

@@ -189,6 +189,7 @@ pub struct Totals {
 #[derive(Debug, Clone, Serialize)]
 pub struct ScanInfo {
     pub seconds: f64,
+    pub read_seconds: f64,
     pub pfns: u64,
     pub bytes_read: u64,
     pub pages_per_block: u32,
@@ -438,6 +439,7 @@ pub fn build(t: &Texts, scan: Option<Scan>) -> Result<Snapshot> {
         totals,
         scan: scan.as_ref().map(|s| ScanInfo {
             seconds: s.seconds,
+            read_seconds: s.read_seconds,
             pfns: s.pfns_scanned,
             bytes_read: s.bytes_read,
             pages_per_block: s.pages_per_block,
