@@ -60,6 +60,8 @@ enum Command {
     Rank(cmd::rank::Args),
     /// A profile's predictions and its runs: terminal summary, JSON, or HTML with plots
     Report(cmd::report::Args),
+    /// Live huge page availability: fragmentation indices, pageblocks, --try, events
+    Frag(cmd::frag::Args),
 }
 
 pub struct Ctx {
@@ -97,6 +99,7 @@ fn main() {
         Command::Db(a) => cmd::db::run(&ctx, a),
         Command::Rank(a) => cmd::rank::run(&ctx, a),
         Command::Report(a) => cmd::report::run(&ctx, a),
+        Command::Frag(a) => cmd::frag::run(&ctx, a),
     };
     match r {
         Ok(code) => std::process::exit(code),
