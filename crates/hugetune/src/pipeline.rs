@@ -1078,6 +1078,11 @@ pub struct Validation {
     /// proof that mTHP and THP sizes were really used.
     #[serde(default)]
     pub folio_faults_per_run: Vec<(u64, u64)>,
+    /// Bytes of the process in large folios, per folio size in kB, at the
+    /// largest census of a run (median over optimized runs; pagemap +
+    /// kpageflags, root only): mTHP sizes that smaps_rollup does not show.
+    #[serde(default)]
+    pub folio_bytes: Vec<(u64, u64)>,
 }
 
 impl Validation {
@@ -1119,7 +1124,9 @@ pub fn validate(
     options: &PlanOptions,
     count: RunCount,
 ) -> Result<Validation> {
-    let applied = applied_spec(art, argv, assignments, threshold, options, Output::Null)?;
+    let mut applied = applied_spec(art, argv, assignments, threshold, options, Output::Null)?;
+    // SAFETY: geteuid has no preconditions.
+    applied.spec.folio_census = unsafe { libc::geteuid() } == 0;
     let mut baseline = RunSpec::new(argv.to_vec());
     baseline.stdout = Output::Null;
     let dir = applied.dir.path().to_path_buf();
@@ -1197,6 +1204,27 @@ pub fn validate(
         runs,
         run_count: count,
         speedup_ci: ab::speedup_ci(&b, &o),
+        folio_bytes: {
+            let mut sizes: Vec<u64> = r
+                .optimized
+                .iter()
+                .flat_map(|s| s.peak_folios.iter().map(|&(kb, _)| kb))
+                .collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            sizes
+                .into_iter()
+                .map(|kb| {
+                    let per_run = r.optimized.iter().map(|s| {
+                        s.peak_folios
+                            .iter()
+                            .find(|(k, _)| *k == kb)
+                            .map_or(0, |&(_, b)| b)
+                    });
+                    (kb, median_u64(per_run))
+                })
+                .collect()
+        },
         folio_faults_per_run: folio_faults
             .into_iter()
             .filter(|&(_, n)| n > 0)

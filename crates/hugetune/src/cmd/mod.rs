@@ -103,3 +103,28 @@ pub fn decision_text(d: &hugetune_model::plan::PlanDecision) -> String {
         hugetune_model::rank::site_label(&d.sites)
     }
 }
+
+/// The backing proof beyond smaps_rollup: large folios per size seen in the
+/// process (pagemap + kpageflags) and faulted in per run (the kernel's counters).
+pub fn folio_proof(v: &crate::pipeline::Validation) -> Option<String> {
+    let list = |x: &[(u64, u64)], f: &dyn Fn(u64) -> String| {
+        x.iter()
+            .map(|&(kb, n)| format!("{} in {kb} kB folios", f(n)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = Vec::new();
+    if !v.folio_bytes.is_empty() {
+        parts.push(format!(
+            "mapped {} (pagemap + kpageflags)",
+            list(&v.folio_bytes, &|b| hugetune_report::bytes(b))
+        ));
+    }
+    if !v.folio_faults_per_run.is_empty() {
+        parts.push(format!(
+            "faulted per run {} (anon_fault_alloc)",
+            list(&v.folio_faults_per_run, &|n| n.to_string())
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}

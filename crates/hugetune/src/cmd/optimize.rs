@@ -436,6 +436,9 @@ pub fn render(r: &Report) -> String {
         bytes(v.baseline_huge_bytes_proc),
         bytes(v.huge_bytes_runtime)
     );
+    if let Some(p) = super::folio_proof(v) {
+        s += &format!("             {p}\n");
+    }
     for f in fallbacks(&v.runtime_summaries) {
         s += &format!("             fallback: {f}\n");
     }

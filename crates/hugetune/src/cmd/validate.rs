@@ -84,22 +84,13 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         v.verdict.name(),
     );
     println!(
-        "backing: {} huge at peak (/proc smaps_rollup), {} reported by the runtime library{}",
+        "backing: {} huge at peak (/proc smaps_rollup), {} reported by the runtime library",
         hugetune_report::bytes(v.huge_bytes_proc),
         hugetune_report::bytes(v.huge_bytes_runtime),
-        if v.folio_faults_per_run.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; folios faulted per run: {}",
-                v.folio_faults_per_run
-                    .iter()
-                    .map(|(kb, n)| format!("{n} x {kb} kB"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        }
     );
+    if let Some(p) = super::folio_proof(&v) {
+        println!("         {p}");
+    }
     if let Some(c) = confidence {
         println!("directive confidence now {c:.2} (run #{run_id})");
     }
