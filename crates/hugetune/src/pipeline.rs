@@ -851,6 +851,11 @@ pub fn availability_now() -> Availability {
         hugetlb_1g_free: machine::pool(1 << 20).map_or(0, |p| p.available()),
         thp: machine::thp_mode(Path::new(machine::THP_SYSFS)).unwrap_or(ThpMode::Never),
         mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
+        // Free 2 MB blocks within the watermarks (/proc/buddyinfo, zoneinfo): no
+        // scan, no root; unknown when the files cannot be read.
+        thp_2m_allocatable: frag::snapshot::take(&Default::default(), false)
+            .ok()
+            .map(|s| s.totals.allocatable_2m_now),
     }
 }
 

@@ -33,6 +33,22 @@ pub struct Availability {
     /// mTHP folio sizes (shifts 14..=20) whose control lets `MADV_HUGEPAGE` use them.
     #[serde(default)]
     pub mthp: Vec<u8>,
+    /// 2 MB blocks the buddy allocator can hand out now (free order >= 9 blocks
+    /// within the watermarks; `hugetune frag`): how many THP folios a fault can
+    /// get without compaction. None: unknown (not limited).
+    #[serde(default)]
+    pub thp_2m_allocatable: Option<u64>,
+}
+
+/// The share of a mapping's 2 MB THP folios that the free 2 MB blocks can back
+/// now (fragmentation); the rest fault in as 4 KB pages unless compaction helps.
+pub fn thp_coverage(p: &Prediction, avail: &Availability) -> f64 {
+    let uses_thp2m = p.assignments.iter().any(|&(_, b)| b == Backing::Thp2m)
+        || p.sites.iter().any(|s| s.backing == Backing::Thp2m);
+    match avail.thp_2m_allocatable {
+        Some(n) if uses_thp2m && p.thp_pages > n => n as f64 / p.thp_pages as f64,
+        _ => 1.0,
+    }
 }
 
 /// What the profile says about the program beyond its references.
@@ -202,7 +218,7 @@ pub fn choose_with(
             .find(|(l, _)| *l == p.label)
             .map_or(1.0, |&(_, c)| c)
     };
-    let expected = |p: &Prediction| p.saving_ns * confidence(p);
+    let expected = |p: &Prediction| p.saving_ns * confidence(p) * thp_coverage(p, avail);
     // A lost plan stays out, and so does every mapping that contains it.
     let lost: Vec<&Prediction> = preds
         .iter()
@@ -230,6 +246,16 @@ pub fn choose_with(
         match allowed(p) {
             Err(why) => reasons.push(format!("{}: ruled out: {}", p.label, why)),
             Ok(()) => {
+                let cover = thp_coverage(p, avail);
+                if cover < 1.0 {
+                    reasons.push(format!(
+                        "{}: only {} free 2 MB blocks for its {} THP folios (fragmentation): counts {:.0}% of its saving",
+                        p.label,
+                        avail.thp_2m_allocatable.unwrap_or(0),
+                        p.thp_pages,
+                        cover * 100.0
+                    ));
+                }
                 let c = confidence(p);
                 if c < 1.0 {
                     reasons.push(format!(
@@ -802,5 +828,45 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(go(&doubted), thp);
+    }
+
+    /// A fragmented machine: THP folios beyond the free 2 MB blocks fault in as
+    /// 4 KB pages, so hugetlb (reserved ahead) wins where the pool has pages.
+    #[test]
+    fn fragmentation_discounts_thp() {
+        let mut v = preds();
+        for p in &mut v {
+            if p.label.contains("thp") {
+                p.thp_pages = 100;
+            }
+        }
+        let avail = |free_blocks| Availability {
+            hugetlb_2m_free: 0,
+            thp: ThpMode::Madvise,
+            thp_2m_allocatable: free_blocks,
+            ..Default::default()
+        };
+        let thp = vec![(Category::HeapLarge, Backing::Thp2m)];
+        let go = |a: &Availability| choose(&v, &sig(true), a, &ProgramTraits::default(), 1.0, 0.01);
+        assert_eq!(go(&avail(None)).assignments, thp);
+        assert_eq!(go(&avail(Some(1000))).assignments, thp);
+        // 10 blocks for 100 folios: 25 ms of 250 expected, still above the 10 ms bar.
+        let d = go(&avail(Some(10)));
+        assert_eq!(d.assignments, thp);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("only 10 free 2 MB blocks")),
+            "{:?}",
+            d.reasons
+        );
+        // With a pool, hugetlb (300 ms, reserved ahead) now wins over THP's 25 ms.
+        let mut a = avail(Some(10));
+        a.hugetlb_2m_free = 100;
+        assert_eq!(
+            go(&a).assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)]
+        );
+        assert_eq!(thp_coverage(&v[2], &avail(Some(50))), 0.5);
     }
 }

@@ -64,8 +64,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         return Ok(0);
     }
     println!(
-        "profile #{}; {} free hugetlb 2 MB pages, {} free 1 GB pages, THP {:?}",
-        st.profile_id, avail.hugetlb_2m_free, avail.hugetlb_1g_free, avail.thp
+        "profile #{}; {} free hugetlb 2 MB pages, {} free 1 GB pages, THP {:?}, {} 2 MB blocks free for THP",
+        st.profile_id,
+        avail.hugetlb_2m_free,
+        avail.hugetlb_1g_free,
+        avail.thp,
+        avail
+            .thp_2m_allocatable
+            .map_or("unknown".into(), |n| n.to_string())
     );
     println!("plan: {}", super::decision_text(&d));
     if let Some(p) = &d.prediction {
