@@ -116,7 +116,20 @@ fn optimize_once_then_the_agent_plans_runs_validates_and_sizes_from_the_database
     assert_eq!(learned["confidence"].as_f64(), c);
 
     // size: the predicted curve from the stored profile, its knee and the commands.
-    let s = ok_json(&db, &with_cmd(&["size", "--steps", "4", "--json"]));
+    let page = d.path().join("size.html");
+    let s = ok_json(
+        &db,
+        &with_cmd(&[
+            "size",
+            "--steps",
+            "4",
+            "--json",
+            "--html",
+            page.to_str().unwrap(),
+        ]),
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<svg") && html.contains("predicted") && html.contains("nr_hugepages"));
     assert_eq!(s["pages_needed"], 16, "32 MiB of heap-large data: {s}");
     assert_eq!(s["predicted"].as_array().unwrap().len(), 5);
     let rec = s["recommended"].as_u64().unwrap();

@@ -4,7 +4,7 @@
 //! real curve measured by running the program with growing pool budgets.
 
 use crate::{pipeline, Ctx};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use hugetune_capture::ab;
 use hugetune_capture::kernel_state::{lock_kernel_state, set_hugetlb_pool_holding};
 use hugetune_capture::launch::PlanOptions;
@@ -36,6 +36,9 @@ pub struct Args {
     min_gain: f64,
     #[arg(long)]
     json: bool,
+    /// Also write a self-contained HTML page: both curves in one plot, the commands
+    #[arg(long, value_name = "FILE")]
+    html: Option<std::path::PathBuf>,
     /// The program and its (reference) arguments
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -143,12 +146,53 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     if a.sweep {
         sweep(&art, &a, &st, &mut report)?;
     }
+    if let Some(f) = &a.html {
+        std::fs::write(f, html(&report, &pipeline::display_cmd(&a.command)))
+            .with_context(|| format!("writing {}", f.display()))?;
+        pipeline::note(format!("wrote {}", f.display()));
+    }
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(0);
     }
     print!("{}", render(&report));
     Ok(0)
+}
+
+/// The sizing page: the predicted curve and, after `--sweep`, the measured one
+/// in one plot (seed 001 fig. 3, seed 004 experiment 1), then the commands.
+fn html(r: &SizeReport, cmd: &str) -> String {
+    use hugetune_report::{html::Page, svg};
+    let unit = if r.pool == Pool::P2m { "2 MB" } else { "1 GB" };
+    let mut series = vec![svg::Series::new(
+        "predicted",
+        r.predicted
+            .iter()
+            .map(|p| (p.pages as f64, p.pmb))
+            .collect(),
+    )];
+    if !r.measured.is_empty() {
+        series.push(svg::Series::new(
+            "measured",
+            r.measured.iter().map(|m| (m.pages as f64, m.pmb)).collect(),
+        ));
+    }
+    let chart = svg::Chart {
+        title: format!("PMB against {unit} hugetlb pages"),
+        x_label: format!("{unit} pages the program may take"),
+        y_label: "% of maximal benefit".into(),
+        kind: svg::ChartKind::Line,
+        series,
+        ..Default::default()
+    };
+    let mut page = Page::new(&format!("hugetune size: {cmd}"));
+    page.push_paragraph(&format!(
+        "Profile #{}; a full mapping needs {} {unit} pages. Recommended: {} pages (the knee of the predicted curve).",
+        r.profile_id, r.pages_needed, r.recommended
+    ));
+    page.push_svg(svg::render(&chart, 720, 400));
+    page.push_preformatted(&render(r));
+    page.render()
 }
 
 /// Measures the curve: at each measured budget the pool is set so that exactly
