@@ -616,21 +616,26 @@ fn compared_rows(set: &ComparedSet) -> Vec<Vec<String>> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use hugetune_store::db::{NewDirective, NewRun};
     use hugetune_store::query::MachineRow;
 
     pub fn directive(id: i64, mapping: &str, pmb: f64, sp: f64, h: u64, t: u64) -> DirectiveRow {
         DirectiveRow {
             id,
-            mapping: mapping.into(),
-            assignments: serde_json::json!([]),
-            base: true,
-            saving_ns: pmb * 1e6,
-            pmb,
-            predicted_speedup: sp,
-            hugetlb_pages: h,
-            thp_pages: t,
-            confidence: 1.0,
-            details: serde_json::json!({"label": format!("{mapping}:label")}),
+            directive: NewDirective {
+                mapping: mapping.into(),
+                assignments: serde_json::json!([]),
+                base: true,
+                saving_ns: pmb * 1e6,
+                pmb,
+                predicted_speedup: sp,
+                hugetlb_pages: h,
+                thp_pages: t,
+                confidence: 1.0,
+                validations: 0,
+                lost: false,
+                details: serde_json::json!({"label": format!("{mapping}:label")}),
+            },
         }
     }
 
@@ -656,19 +661,22 @@ pub(crate) mod tests {
     pub fn run(id: i64, plan: serde_json::Value, details: serde_json::Value) -> RunRow {
         RunRow {
             id,
-            program_id: 1,
             program_path: "/bin/app".into(),
-            profile_id: Some(3),
-            machine_id: None,
-            args: vec!["app".into()],
-            plan,
-            baseline_s: vec![2.0, 2.2, 2.1],
-            optimized_s: vec![1.0, 1.1, 1.05],
-            speedup: Some(2.0),
-            huge_bytes_backed: 1 << 30,
-            verdict: "gain".into(),
-            details,
             created: "2026-11-22T12:10:00Z".into(),
+            run: NewRun {
+                program_id: 1,
+                mapping: plan["mapping"].as_str().unwrap_or_default().into(),
+                profile_id: Some(3),
+                machine_id: None,
+                args: vec!["app".into()],
+                plan,
+                baseline_s: vec![2.0, 2.2, 2.1],
+                optimized_s: vec![1.0, 1.1, 1.05],
+                speedup: Some(2.0),
+                huge_bytes_backed: 1 << 30,
+                verdict: "gain".into(),
+                details,
+            },
         }
     }
 
@@ -735,10 +743,10 @@ pub(crate) mod tests {
     #[test]
     fn a_run_is_matched_to_the_backing_it_applied() {
         let mut thp = directive(14, "heap-large", 90.0, 1.8, 0, 512);
-        thp.assignments = serde_json::json!([["heap-large", "thp-2m"]]);
-        thp.details["label"] = "heap-large:thp".into();
+        thp.directive.assignments = serde_json::json!([["heap-large", "thp-2m"]]);
+        thp.directive.details["label"] = "heap-large:thp".into();
         let mut hugetlb = directive(11, "heap-large", 95.0, 1.9, 512, 0);
-        hugetlb.assignments = serde_json::json!([["heap-large", "hugetlb-2m"]]);
+        hugetlb.directive.assignments = serde_json::json!([["heap-large", "hugetlb-2m"]]);
         let ds = [hugetlb, thp];
         let plan =
             |a: serde_json::Value| serde_json::json!({"mapping": "heap-large", "assignments": a});

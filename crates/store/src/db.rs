@@ -309,50 +309,69 @@ impl Db {
         Ok(pid)
     }
 
+    /// A profile's directives, best saving first.
     pub fn directives(&self, profile_id: i64) -> Result<Vec<NewDirective>> {
+        Ok(self
+            .directives_by_id(profile_id)?
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect())
+    }
+
+    /// A profile's directives with their row ids, best saving first.
+    pub fn directives_by_id(&self, profile_id: i64) -> Result<Vec<(i64, NewDirective)>> {
         let mut st = self.conn.prepare(
-            "SELECT mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages, details,
-                    confidence, validations, lost
-             FROM directives WHERE profile_id = ?1 ORDER BY saving_ns DESC",
+            "SELECT id, mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages,
+                    details, confidence, validations, lost
+             FROM directives WHERE profile_id = ?1 ORDER BY saving_ns DESC, id",
         )?;
         let rows = st.query_map([profile_id], |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, bool>(2)?,
-                r.get::<_, f64>(3)?,
-                r.get::<_, f64>(4)?,
-                r.get::<_, f64>(5)?,
-                r.get::<_, i64>(6)?,
-                r.get::<_, i64>(7)?,
-                r.get::<_, String>(8)?,
                 (
-                    r.get::<_, f64>(9)?,
-                    r.get::<_, i64>(10)?,
-                    r.get::<_, bool>(11)?,
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, bool>(3)?,
+                ),
+                (
+                    r.get::<_, f64>(4)?,
+                    r.get::<_, f64>(5)?,
+                    r.get::<_, f64>(6)?,
+                    r.get::<_, i64>(7)?,
+                    r.get::<_, i64>(8)?,
+                ),
+                (
+                    r.get::<_, String>(9)?,
+                    r.get::<_, f64>(10)?,
+                    r.get::<_, i64>(11)?,
+                    r.get::<_, bool>(12)?,
                 ),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (mapping, a, base, saving_ns, pmb, sp, h, t, d, (confidence, validations, lost)) =
+            let ((id, mapping, a, base), (saving_ns, pmb, sp, h, t), (d, confidence, n, lost)) =
                 row?;
-            out.push(NewDirective {
-                mapping,
-                assignments: serde_json::from_str(&a)
-                    .context("directive assignments in the database are corrupt")?,
-                base,
-                saving_ns,
-                pmb,
-                predicted_speedup: sp,
-                hugetlb_pages: h.max(0) as u64,
-                thp_pages: t.max(0) as u64,
-                details: serde_json::from_str(&d)
-                    .context("directive details in the database are corrupt")?,
-                confidence,
-                validations: validations.max(0) as u64,
-                lost,
-            });
+            let corrupt =
+                |what: &str| format!("directive {id}'s {what} in the database are corrupt");
+            out.push((
+                id,
+                NewDirective {
+                    mapping,
+                    assignments: serde_json::from_str(&a)
+                        .with_context(|| corrupt("assignments"))?,
+                    base,
+                    saving_ns,
+                    pmb,
+                    predicted_speedup: sp,
+                    hugetlb_pages: h.max(0) as u64,
+                    thp_pages: t.max(0) as u64,
+                    details: serde_json::from_str(&d).with_context(|| corrupt("details"))?,
+                    confidence,
+                    validations: n.max(0) as u64,
+                    lost,
+                },
+            ));
         }
         Ok(out)
     }

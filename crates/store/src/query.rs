@@ -2,7 +2,7 @@
 //! and machine, its directives with their ids and confidence, the runs of a
 //! profile, a program looked up without being created. Nothing here writes.
 
-use crate::db::Db;
+use crate::db::{Db, NewDirective, NewRun};
 use anyhow::{Context, Result};
 use rusqlite::{OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
@@ -31,39 +31,37 @@ pub struct MachineRow {
     pub kernel: String,
 }
 
-/// A directive as stored, with its row id and confidence (which validation lowers).
+/// A directive as stored, with its row id (its fields read through `Deref`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DirectiveRow {
     pub id: i64,
-    pub mapping: String,
-    pub assignments: serde_json::Value,
-    pub base: bool,
-    pub saving_ns: f64,
-    pub pmb: f64,
-    pub predicted_speedup: f64,
-    pub hugetlb_pages: u64,
-    pub thp_pages: u64,
-    pub confidence: f64,
-    /// The model's `Prediction` as JSON.
-    pub details: serde_json::Value,
+    #[serde(flatten)]
+    pub directive: NewDirective,
 }
 
+impl std::ops::Deref for DirectiveRow {
+    type Target = NewDirective;
+    fn deref(&self) -> &NewDirective {
+        &self.directive
+    }
+}
+
+/// A run as stored, with its row id, program path and time (its fields read
+/// through `Deref`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
     pub id: i64,
-    pub program_id: i64,
     pub program_path: String,
-    pub profile_id: Option<i64>,
-    pub machine_id: Option<i64>,
-    pub args: Vec<String>,
-    pub plan: serde_json::Value,
-    pub baseline_s: Vec<f64>,
-    pub optimized_s: Vec<f64>,
-    pub speedup: Option<f64>,
-    pub huge_bytes_backed: u64,
-    pub verdict: String,
-    pub details: serde_json::Value,
     pub created: String,
+    #[serde(flatten)]
+    pub run: NewRun,
+}
+
+impl std::ops::Deref for RunRow {
+    type Target = NewRun;
+    fn deref(&self) -> &NewRun {
+        &self.run
+    }
 }
 
 fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
@@ -72,41 +70,51 @@ fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
 
 const RUN_COLUMNS: &str =
     "r.id, r.program_id, pr.path, r.profile_id, r.machine_id, r.args, r.plan, \
-     r.baseline_s, r.optimized_s, r.speedup, r.huge_bytes_backed, r.verdict, r.details, r.created";
+     r.baseline_s, r.optimized_s, r.speedup, r.huge_bytes_backed, r.verdict, r.details, r.created, r.mapping";
 
 type RawRun = (
     (i64, i64, String, Option<i64>, Option<i64>),
     (String, String, String, String),
-    (Option<f64>, i64, String, String, String),
+    (Option<f64>, i64, String, String, String, String),
 );
 
 fn raw_run(r: &Row) -> rusqlite::Result<RawRun> {
     Ok((
         (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?),
         (r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?),
-        (r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?, r.get(13)?),
+        (
+            r.get(9)?,
+            r.get(10)?,
+            r.get(11)?,
+            r.get(12)?,
+            r.get(13)?,
+            r.get(14)?,
+        ),
     ))
 }
 
 fn run_row(raw: RawRun) -> Result<RunRow> {
     let ((id, program_id, program_path, profile_id, machine_id), (args, plan, b, o), rest) = raw;
-    let (speedup, huge, verdict, details, created) = rest;
+    let (speedup, huge, verdict, details, created, mapping) = rest;
     let what = |field: &str| format!("run {id}'s {field}");
     Ok(RunRow {
         id,
-        program_id,
         program_path,
-        profile_id,
-        machine_id,
-        args: json(&args, &what("arguments"))?,
-        plan: json(&plan, &what("plan"))?,
-        baseline_s: json(&b, &what("baseline times"))?,
-        optimized_s: json(&o, &what("optimized times"))?,
-        speedup,
-        huge_bytes_backed: huge.max(0) as u64,
-        verdict,
-        details: json(&details, &what("details"))?,
         created,
+        run: NewRun {
+            program_id,
+            mapping,
+            profile_id,
+            machine_id,
+            args: json(&args, &what("arguments"))?,
+            plan: json(&plan, &what("plan"))?,
+            baseline_s: json(&b, &what("baseline times"))?,
+            optimized_s: json(&o, &what("optimized times"))?,
+            speedup,
+            huge_bytes_backed: huge.max(0) as u64,
+            verdict,
+            details: json(&details, &what("details"))?,
+        },
     })
 }
 
@@ -198,47 +206,11 @@ impl Db {
 
     /// A profile's directives, best saving first (as `directives`), with ids and confidence.
     pub fn directive_rows(&self, profile_id: i64) -> Result<Vec<DirectiveRow>> {
-        let mut st = self.conn.prepare(
-            "SELECT id, mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages,
-                    thp_pages, confidence, details
-             FROM directives WHERE profile_id = ?1 ORDER BY saving_ns DESC, id",
-        )?;
-        let rows = st.query_map([profile_id], |r| {
-            Ok((
-                (
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, bool>(3)?,
-                ),
-                (
-                    r.get::<_, f64>(4)?,
-                    r.get::<_, f64>(5)?,
-                    r.get::<_, f64>(6)?,
-                    r.get::<_, i64>(7)?,
-                    r.get::<_, i64>(8)?,
-                ),
-                (r.get::<_, f64>(9)?, r.get::<_, String>(10)?),
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let ((id, mapping, a, base), (saving_ns, pmb, sp, h, t), (confidence, d)) = row?;
-            out.push(DirectiveRow {
-                id,
-                assignments: json(&a, &format!("directive {id}'s assignments"))?,
-                details: json(&d, &format!("directive {id}'s details"))?,
-                mapping,
-                base,
-                saving_ns,
-                pmb,
-                predicted_speedup: sp,
-                hugetlb_pages: h.max(0) as u64,
-                thp_pages: t.max(0) as u64,
-                confidence,
-            });
-        }
-        Ok(out)
+        Ok(self
+            .directives_by_id(profile_id)?
+            .into_iter()
+            .map(|(id, directive)| DirectiveRow { id, directive })
+            .collect())
     }
 
     /// The run `id`; `None` if there is none.
