@@ -82,6 +82,13 @@ impl PlanDecision {
     pub fn hugetlb_pages(&self) -> u64 {
         self.prediction.as_ref().map_or(0, |p| p.hugetlb_pages)
     }
+
+    /// The applied mapping's label (a directive's `mapping`); empty when nothing is applied.
+    pub fn label(&self) -> String {
+        self.prediction
+            .as_ref()
+            .map_or(String::new(), |p| p.label.clone())
+    }
 }
 
 fn uses_hugetlb(p: &Prediction) -> bool {
@@ -464,10 +471,15 @@ fn site_knapsack(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pred(name: &str, a: Vec<(Category, Backing)>, saving_ms: f64, hugetlb: u64) -> Prediction {
+    pub(crate) fn pred(
+        name: &str,
+        a: Vec<(Category, Backing)>,
+        saving_ms: f64,
+        hugetlb: u64,
+    ) -> Prediction {
         Prediction {
             mapping: name.into(),
             label: name.into(),
@@ -487,7 +499,7 @@ mod tests {
         }
     }
 
-    fn sig(passes: bool) -> Significance {
+    pub(crate) fn sig(passes: bool) -> Significance {
         Significance {
             tlb_misses_per_s: 1e6,
             faults_per_s: 0.0,

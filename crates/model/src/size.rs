@@ -193,33 +193,10 @@ mod tests {
     use crate::category::Category;
     use crate::plan::ThpMode;
 
-    fn pred(label: &str, a: Vec<(Category, Backing)>, saving_ms: f64, hugetlb: u64) -> Prediction {
-        Prediction {
-            mapping: label.into(),
-            label: label.into(),
-            base: true,
-            assignments: a,
-            miss_time_ns: 0.0,
-            saving_ns: saving_ms * 1e6,
-            pmb: 0.0,
-            predicted_seconds: 1.0,
-            predicted_speedup: 1.0,
-            hugetlb_pages: hugetlb,
-            hugetlb_1g_pages: 0,
-            sites: vec![],
-            thp_pages: 0,
-            walks: 0,
-            faults: 0,
-        }
-    }
+    use crate::plan::tests::pred;
 
     fn sig() -> Significance {
-        Significance {
-            tlb_misses_per_s: 1e6,
-            faults_per_s: 0.0,
-            passes: true,
-            source: "model".into(),
-        }
+        crate::plan::tests::sig(true)
     }
 
     fn curve(thp: ThpMode) -> Vec<CurvePoint> {

@@ -268,10 +268,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let huge = validation
         .huge_bytes_proc
         .max(validation.huge_bytes_runtime);
-    let mapping = decision
-        .prediction
-        .as_ref()
-        .map_or(String::new(), |p| p.label.clone());
+    let mapping = decision.label();
     let confidence = pipeline::learn_from(&db, profile_id, &decision, &validation)?;
     let run_id = db.insert_run(&NewRun {
         program_id,

@@ -63,10 +63,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     for f in super::optimize::fallbacks(&[serde_json::Value::Array(summaries.clone())]) {
         pipeline::note(format!("fallback: {f}"));
     }
-    let mapping = d
-        .prediction
-        .as_ref()
-        .map_or(String::new(), |p| p.label.clone());
+    let mapping = d.label();
     db.insert_run(&NewRun {
         program_id: st.program_id,
         mapping: mapping.clone(),

@@ -44,10 +44,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         a.runs.count()?,
     )?;
     let confidence = pipeline::learn_from(&db, st.profile_id, &d, &v)?;
-    let mapping = d
-        .prediction
-        .as_ref()
-        .map_or(String::new(), |p| p.label.clone());
+    let mapping = d.label();
     let predicted = d.prediction.as_ref().map_or(1.0, |p| p.predicted_speedup);
     let run_id = db.insert_run(&NewRun {
         program_id: st.program_id,
