@@ -1,5 +1,8 @@
-//! Rendering helpers shared by the commands: aligned tables and human units.
-//! (HTML reports with plots arrive with `hugetune report`.)
+//! Rendering helpers shared by the commands: aligned tables and human units,
+//! standalone SVG charts (`svg`) and self-contained HTML pages (`html`).
+
+pub mod html;
+pub mod svg;
 
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 
