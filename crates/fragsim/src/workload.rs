@@ -51,6 +51,15 @@ impl KbuildParams {
         }
     }
 
+    /// Caps the per-process anonymous memory so that the processes together
+    /// use at most a quarter of `pages` (small simulated memories).
+    pub fn fit(mut self, pages: u64) -> KbuildParams {
+        self.anon_pages = self
+            .anon_pages
+            .min(pages as f64 / (4.0 * self.jobs.max(1) as f64));
+        self
+    }
+
     /// Events of one process, on average (allocations and frees).
     fn job_events(&self) -> f64 {
         2.0 * (self.anon_pages + self.slab_allocs + self.anon_pages / 512.0 + 1.0)

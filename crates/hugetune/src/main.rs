@@ -56,6 +56,8 @@ enum Command {
     Db(cmd::db::Args),
     /// Predicted vs measured ranking of every base mapping of a command (seed 001 §5.3.2)
     Rank(cmd::rank::Args),
+    /// Buddy allocator simulation with anti-fragmentation policies (seed 003)
+    Fragsim(cmd::fragsim::Args),
 }
 
 pub struct Ctx {
@@ -91,6 +93,7 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(&ctx, a),
         Command::Db(a) => cmd::db::run(&ctx, a),
         Command::Rank(a) => cmd::rank::run(&ctx, a),
+        Command::Fragsim(a) => cmd::fragsim::run(&ctx, a),
     };
     match r {
         Ok(code) => std::process::exit(code),

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod calibrate;
 pub mod db;
 pub mod demo;
+pub mod fragsim;
 pub mod machine;
 pub mod optimize;
 pub mod plan;
