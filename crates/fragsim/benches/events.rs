@@ -12,7 +12,7 @@ const EVENTS: u64 = 2_000_000;
 
 fn run(kind: PolicyKind) -> u64 {
     let mut sim = Sim::with_pages(PAGES, &SimConfig::new(kind, 1));
-    let mut kb = Kbuild::new(KbuildParams::new(EVENTS), 1);
+    let mut kb = Kbuild::new(KbuildParams::new(EVENTS), 1, PAGES);
     while kb.events < EVENTS {
         kb.step(&mut sim);
     }

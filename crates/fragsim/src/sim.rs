@@ -378,7 +378,12 @@ impl Sim {
         if req.mode == AllocMode::Thp {
             return None;
         }
-        let rounds = if req.order > COSTLY_ORDER { 4 } else { 16 };
+        // Costly orders retry only with __GFP_REPEAT (hugetlb-like).
+        let rounds = match (req.order > COSTLY_ORDER, req.mode) {
+            (false, _) => 16,
+            (true, AllocMode::Hugetlb) => 4,
+            (true, _) => 1,
+        };
         for _ in 0..rounds {
             self.stats.direct_reclaim += 1;
             let freed = self.reclaim(32u64.max(2 << req.order));

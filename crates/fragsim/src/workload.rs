@@ -22,12 +22,26 @@ pub struct KbuildParams {
     pub jobs: u32,
     /// Anonymous pages per process (16 MB).
     pub anon_pages: f64,
-    /// New page-cache pages per process: sources, headers, objects (2.4 MB).
+    /// Source and header pages each process reads (2.4 MB): uniform over the
+    /// tree; a page not in the page cache is allocated (movable, on the LRU).
     pub cache_pages: f64,
+    /// Size of the source tree, as a share of memory (distinct file pages).
+    pub tree: f64,
+    /// Object files written per build, as a share of memory (page cache,
+    /// freed by the `make clean` between builds).
+    pub objects: f64,
+    /// Successive builds.
+    pub builds: u32,
     /// Unmovable slab allocations per process (orders 0/1/2/3 at 50/20/10/20 %).
     pub slab_allocs: f64,
     /// Reclaimable slab allocations per process (dentries, inodes; orders 0/1/3 at 40/20/40 %).
     pub reclaimable_allocs: f64,
+    /// Reclaimable slab allocations (dentry, inode) per page-cache miss of
+    /// the tree (orders 0/1/3 at 40/20/40 %): one per ~30 file pages.
+    pub file_slab: f64,
+    /// Share of reclaimable slab pages that reclaim cannot free because
+    /// live objects hold them (slab internal fragmentation); kept off the LRU.
+    pub slab_held: f64,
     /// Unmovable slab lifetime, in process lifetimes.
     pub slab_life: f64,
     /// Share of unmovable slab allocations never freed (pinned).
@@ -43,8 +57,13 @@ impl KbuildParams {
             jobs: 8,
             anon_pages: 4096.0,
             cache_pages: 600.0,
+            tree: 1.0,
+            objects: 0.3,
+            builds: 2,
             slab_allocs: 8.0,
             reclaimable_allocs: 10.0,
+            file_slab: 0.03,
+            slab_held: 0.3,
             slab_life: 3.0,
             pinned: 0.05,
             thp: false,
@@ -72,6 +91,7 @@ impl KbuildParams {
 struct Job {
     anon_left: u64,
     cache_left: u64,
+    obj_left: u64,
     slab_left: u64,
     recl_left: u64,
     anon_done: u64,
@@ -83,6 +103,12 @@ pub struct Kbuild {
     pub p: KbuildParams,
     rng: Rng,
     jobs: Vec<Job>,
+    /// The source tree's pages: cached or not.
+    tree: Vec<Option<Handle>>,
+    /// Object file pages of the current build.
+    objects: Vec<Handle>,
+    obj_per_job: f64,
+    build: u32,
     timed: BinaryHeap<Reverse<(u64, u32, Handle)>>,
     seq: u32,
     pub events: u64,
@@ -101,9 +127,16 @@ fn pick_order(rng: &mut Rng, table: &[(u8, f64)]) -> u8 {
 }
 
 impl Kbuild {
-    pub fn new(p: KbuildParams, seed: u64) -> Kbuild {
+    /// The build on a memory of `pages` pages.
+    pub fn new(p: KbuildParams, seed: u64, pages: u64) -> Kbuild {
+        let per_build = p.events as f64 / p.builds.max(1) as f64;
+        let jobs_per_build = (per_build / p.job_events()).max(1.0);
         Kbuild {
             jobs: (0..p.jobs).map(|_| Job::default()).collect(),
+            tree: vec![None; ((pages as f64 * p.tree) as usize).max(1)],
+            objects: Vec::new(),
+            obj_per_job: pages as f64 * p.objects / jobs_per_build,
+            build: 0,
             p,
             rng: Rng::new(seed),
             timed: BinaryHeap::new(),
@@ -134,6 +167,7 @@ impl Kbuild {
         let job = Job {
             anon_left: self.rng.exp(p.anon_pages),
             cache_left: self.rng.exp(p.cache_pages),
+            obj_left: self.rng.exp(self.obj_per_job.max(1.0)),
             slab_left: self.rng.exp(p.slab_allocs),
             recl_left: self.rng.exp(p.reclaimable_allocs),
             anon_done: 0,
@@ -156,8 +190,18 @@ impl Kbuild {
         }
     }
 
-    /// One step: expired slab pages are freed, then one process acts.
+    /// One step: `make clean` between builds, expired slab pages are freed,
+    /// then one process acts.
     pub fn step(&mut self, sim: &mut Sim) {
+        let builds = self.p.builds.max(1) as u64;
+        if self.build + 1 < builds as u32
+            && self.events >= (self.build as u64 + 1) * self.p.events / builds
+        {
+            self.build += 1;
+            for h in std::mem::take(&mut self.objects) {
+                self.free(sim, h);
+            }
+        }
         while let Some(&Reverse((t, _, h))) = self.timed.peek() {
             if t > self.events {
                 break;
@@ -168,7 +212,12 @@ impl Kbuild {
         let j = self.rng.below(self.jobs.len() as u64) as usize;
         let (anon, cache, slab, recl) = {
             let job = &self.jobs[j];
-            (job.anon_left, job.cache_left, job.slab_left, job.recl_left)
+            (
+                job.anon_left,
+                job.cache_left + job.obj_left,
+                job.slab_left,
+                job.recl_left,
+            )
         };
         let left = anon + cache + slab + recl;
         if left == 0 {
@@ -208,8 +257,23 @@ impl Kbuild {
         }
         x -= anon;
         if x < cache {
+            if self.jobs[j].obj_left > 0
+                && (self.jobs[j].cache_left == 0 || self.rng.below(cache) < self.jobs[j].obj_left)
+            {
+                self.jobs[j].obj_left -= 1;
+                if let Some(h) = self.alloc(sim, Req::new(0, Mt::Movable).lru()) {
+                    self.objects.push(h);
+                }
+                return;
+            }
             self.jobs[j].cache_left -= 1;
-            self.alloc(sim, Req::new(0, Mt::Movable).lru());
+            let i = self.rng.below(self.tree.len() as u64) as usize;
+            if !self.tree[i].is_some_and(|h| sim.is_live(h)) {
+                self.tree[i] = self.alloc(sim, Req::new(0, Mt::Movable).lru());
+                if self.rng.chance(self.p.file_slab) {
+                    self.reclaimable_slab(sim);
+                }
+            }
             return;
         }
         x -= cache;
@@ -228,8 +292,18 @@ impl Kbuild {
             return;
         }
         self.jobs[j].recl_left -= 1;
+        self.reclaimable_slab(sim);
+    }
+
+    fn reclaimable_slab(&mut self, sim: &mut Sim) {
         let o = pick_order(&mut self.rng, &[(0, 0.4), (1, 0.2), (3, 0.4)]);
-        self.alloc(sim, Req::new(o, Mt::Reclaimable).lru());
+        let r = Req::new(o, Mt::Reclaimable);
+        let r = if self.rng.chance(self.p.slab_held) {
+            r
+        } else {
+            r.lru()
+        };
+        self.alloc(sim, r);
     }
 
     /// The build ends: every process exits (slab and page cache stay).
@@ -325,7 +399,7 @@ fn finish(
 /// The kernel-build workload: `p.events` events, then every process exits.
 pub fn run_kbuild(p: &KbuildParams, opts: &RunOpts) -> Summary {
     let mut sim = Sim::new(&opts.zones, &opts.sim);
-    let mut kb = Kbuild::new(p.clone(), opts.sim.seed);
+    let mut kb = Kbuild::new(p.clone(), opts.sim.seed, sim.managed_pages());
     let mut rec = Recorder::new(p.events / opts.samples.max(1));
     while kb.events < p.events {
         kb.step(&mut sim);
@@ -354,7 +428,13 @@ pub struct HighallocParams {
 impl HighallocParams {
     pub fn new(events: u64) -> HighallocParams {
         HighallocParams {
-            build: KbuildParams::new(events),
+            // MemTotal/400 MB kernel trees are built at once: their sources
+            // exceed memory, so the page cache is under constant reclaim.
+            build: KbuildParams {
+                tree: 2.0,
+                builds: 1,
+                ..KbuildParams::new(events)
+            },
             percent: 95.0,
             gap: 500,
             mode: AllocMode::Normal,
@@ -364,7 +444,7 @@ impl HighallocParams {
 
 pub fn run_highalloc(p: &HighallocParams, opts: &RunOpts) -> Summary {
     let mut sim = Sim::new(&opts.zones, &opts.sim);
-    let mut kb = Kbuild::new(p.build.clone(), opts.sim.seed);
+    let mut kb = Kbuild::new(p.build.clone(), opts.sim.seed, sim.managed_pages());
     let n = ((sim.managed_pages() as f64 * p.percent / 100.0) / PB_PAGES as f64) as u64;
     let total = p.build.events + n * p.gap;
     let mut rec = Recorder::new(total / opts.samples.max(1));

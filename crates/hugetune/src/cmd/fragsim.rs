@@ -33,6 +33,13 @@ pub struct Args {
     /// Concurrent compiler processes of the build
     #[arg(long, default_value_t = 8)]
     jobs: u32,
+    /// Source tree size as a share of memory (default 1 for kbuild, 2 for
+    /// highalloc, whose parallel trees exceed memory)
+    #[arg(long)]
+    tree: Option<f64>,
+    /// kbuild: successive builds, `make clean` in between
+    #[arg(long, default_value_t = 2)]
+    builds: u32,
     /// Anonymous memory as THP (order-9) attempts
     #[arg(long)]
     thp: bool,
@@ -134,6 +141,13 @@ pub fn run(_ctx: &Ctx, a: Args) -> Result<i32> {
     let mut build = KbuildParams::new(a.events);
     build.jobs = a.jobs;
     build.thp = a.thp;
+    build.builds = a.builds.max(1);
+    if let Some(t) = a.tree {
+        if !(t > 0.0 && t <= 16.0) {
+            bail!("--tree must be within (0, 16]");
+        }
+        build.tree = t;
+    }
     let build = build.fit(zones.iter().map(|z| z.managed).sum());
     let mut results = Vec::new();
     for kind in kinds {
@@ -150,7 +164,11 @@ pub fn run(_ctx: &Ctx, a: Args) -> Result<i32> {
             (Some(r), _) => replay::run_replay(r, &opts),
             (None, "highalloc") => {
                 let mut p = HighallocParams::new(a.events);
-                p.build = build.clone();
+                p.build = KbuildParams {
+                    tree: a.tree.unwrap_or(p.build.tree),
+                    builds: 1,
+                    ..build.clone()
+                };
                 p.percent = a.percent;
                 p.gap = a.gap;
                 p.mode = hp_mode;
