@@ -19,6 +19,34 @@ pub struct ZoneSpec {
 }
 
 impl ZoneSpec {
+    /// An x86-64 layout of `pages` pages: DMA32 below 4 GiB (from 16 MiB up
+    /// to 3 GiB, leaving the PCI hole) and Normal above, where that memory
+    /// reaches beyond 3 GiB. DMA (first 16 MiB) is left out.
+    pub fn x86(pages: u64) -> Vec<ZoneSpec> {
+        let (dma32_start, dma32_end) = (4096u64, 3u64 << 18);
+        let dma32 = pages.min(dma32_end - dma32_start);
+        let mut v = vec![ZoneSpec {
+            name: "DMA32".into(),
+            start_pfn: dma32_start,
+            spanned: dma32,
+            present: dma32,
+            managed: dma32,
+            node: 0,
+        }];
+        if pages > dma32 {
+            let n = pages - dma32;
+            v.push(ZoneSpec {
+                name: "Normal".into(),
+                start_pfn: 1 << 20,
+                spanned: n,
+                present: n,
+                managed: n,
+                node: 0,
+            });
+        }
+        v
+    }
+
     /// A single Normal zone of `pages` pages, all managed.
     pub fn normal(pages: u64) -> ZoneSpec {
         ZoneSpec {
@@ -677,4 +705,35 @@ pub(crate) enum Entry {
     Alloc(u8, Mt, u32),
     /// The pageblock lies inside a larger buddy or allocation.
     Covered,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x86_layout_splits_at_3_gib() {
+        let z = ZoneSpec::x86(1 << 20);
+        assert_eq!(
+            (z[0].name.as_str(), z[0].managed),
+            ("DMA32", (3 << 18) - 4096)
+        );
+        assert_eq!(
+            (z[1].name.as_str(), z[1].start_pfn, z[1].managed),
+            ("Normal", 1 << 20, (1 << 20) - (3 << 18) + 4096)
+        );
+        assert_eq!(ZoneSpec::x86(1 << 18).len(), 1);
+    }
+
+    #[test]
+    fn unmanaged_pages_are_reserved_at_the_start() {
+        let spec = ZoneSpec {
+            managed: 1000,
+            ..ZoneSpec::normal(2048)
+        };
+        let z = Zone::new(&spec, 0);
+        assert_eq!((z.pages, z.reserved, z.free_pages), (2048, 1048, 1000));
+        assert_eq!(z.blocks[0].mt, Mt::Unmovable);
+        z.check().unwrap();
+    }
 }

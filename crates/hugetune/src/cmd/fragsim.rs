@@ -24,6 +24,11 @@ pub struct Args {
     /// overrides the recorded zones
     #[arg(long)]
     mem: Option<String>,
+    /// Split --mem into x86-64 zones (DMA32 up to 3 GiB, Normal above) instead
+    /// of one Normal zone; Linux 6.15 then spreads across zones before it
+    /// fragments (ALLOC_NOFRAGMENT)
+    #[arg(long)]
+    x86_zones: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Build events (allocations + frees) before the workload ends or, for
@@ -133,9 +138,11 @@ pub fn run(_ctx: &Ctx, a: Args) -> Result<i32> {
         (w, _) => bail!("unknown workload {w:?}: kbuild, highalloc or replay FILE"),
     };
     let zones = match (&a.mem, &recording) {
+        (Some(m), _) if a.x86_zones => ZoneSpec::x86(parse_mem(m)?),
         (Some(m), _) => vec![ZoneSpec::normal(parse_mem(m)?)],
         (None, Some(r)) if !r.zones.is_empty() => r.zones.clone(),
         (None, Some(_)) => bail!("the recording has no `# zone` lines: give --mem"),
+        (None, None) if a.x86_zones => ZoneSpec::x86(parse_mem("1G")?),
         (None, None) => vec![ZoneSpec::normal(parse_mem("1G")?)],
     };
     let mut build = KbuildParams::new(a.events);
