@@ -188,13 +188,17 @@ pub fn read_file(path: &Path) -> Result<Recording, Box<dyn std::error::Error + S
 }
 
 /// Replays `rec`'s demand. Frees of pfns not allocated during the recording
-/// are counted in `ignored_frees`; frees whose order differs from the
+/// are counted in `ignored_frees` (frees of allocations the simulator failed
+/// to place are dropped silently; the failures are in `stats.alloc_fail`); frees whose order differs from the
 /// recorded allocation's still free that allocation and are counted in
 /// `unmatched_frees`. An allocation at a pfn that is still live in the map
 /// (its free was not recorded) first frees the old block.
 pub fn run_replay(rec: &Recording, opts: &RunOpts) -> Summary {
     let mut sim = Sim::new(&opts.zones, &opts.sim);
     let mut map: HashMap<u64, (Handle, u8)> = HashMap::new();
+    // Recorded allocations the simulator could not place: their frees are
+    // neither ignored nor unmatched.
+    let mut failed: std::collections::HashSet<u64> = Default::default();
     let total = rec.events.len() as u64;
     let mut recd = Recorder::new(total / opts.samples.max(1));
     let (mut ignored, mut unmatched, mut events) = (0u64, 0u64, 0u64);
@@ -204,8 +208,14 @@ pub fn run_replay(rec: &Recording, opts: &RunOpts) -> Summary {
                 if let Some((h, _)) = map.remove(&pfn) {
                     sim.free(h);
                 }
-                if let Some(h) = sim.alloc(Req::new(order, mt)) {
-                    map.insert(pfn, (h, order));
+                failed.remove(&pfn);
+                match sim.alloc(Req::new(order, mt)) {
+                    Some(h) => {
+                        map.insert(pfn, (h, order));
+                    }
+                    None => {
+                        failed.insert(pfn);
+                    }
                 }
             }
             Event::Free { pfn, order, .. } => match map.remove(&pfn) {
@@ -215,7 +225,11 @@ pub fn run_replay(rec: &Recording, opts: &RunOpts) -> Summary {
                     }
                     sim.free(h);
                 }
-                None => ignored += 1,
+                None => {
+                    if !failed.remove(&pfn) {
+                        ignored += 1;
+                    }
+                }
             },
         }
         events += 1;

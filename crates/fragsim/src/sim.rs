@@ -193,7 +193,9 @@ pub struct Sim {
 }
 
 impl Sim {
+    /// Zones without managed pages (empty Movable, DMA on some machines) are left out.
     pub fn new(specs: &[ZoneSpec], cfg: &SimConfig) -> Sim {
+        let specs: Vec<&ZoneSpec> = specs.iter().filter(|s| s.managed > 0).collect();
         let managed: u64 = specs.iter().map(|s| s.managed).sum();
         let min_kb = cfg
             .min_free_kbytes

@@ -179,6 +179,20 @@ fn replay_places_demand_by_policy() {
         assert_eq!(s.stats.frees, 2);
         assert_eq!(s.end.free_pages, 4096 - 512);
     }
+    // Empty zones are left out; frees of allocations that failed in the
+    // simulator are not "ignored".
+    let text = "# hugetune-pagealloc v1\n# zone node=0 name=Movable start_pfn=0 spanned=0 present=0 managed=0\n\
+                # zone node=0 name=Normal start_pfn=0 spanned=2048 present=2048 managed=2048\n\
+                1 A 0 10 1\n2 A 1024 10 1\n3 F 1024 10\n";
+    let rec = replay::parse(text.as_bytes()).unwrap();
+    let o = RunOpts {
+        sim: SimConfig::new(PolicyKind::Linux45, 1),
+        zones: rec.zones.clone(),
+        samples: 4,
+        final_compaction: true,
+    };
+    let s = replay::run_replay(&rec, &o);
+    assert_eq!((s.stats.alloc_fail, s.ignored_frees), (1, 0));
 }
 
 proptest! {

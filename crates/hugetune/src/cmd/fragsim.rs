@@ -95,8 +95,8 @@ fn parse_mem(s: &str) -> Result<u64> {
         .parse()
         .with_context(|| format!("--mem {s:?}: not a size like 512M or 4G"))?;
     let pages = (v * mul as f64 / 4096.0) as u64;
-    if !(2048..=(1u64 << 31)).contains(&pages) {
-        bail!("--mem {s:?}: between 8M and 8T, please");
+    if !(2048..=(1u64 << 28)).contains(&pages) {
+        bail!("--mem {s:?}: between 8M and 1T, please");
     }
     Ok(pages)
 }
