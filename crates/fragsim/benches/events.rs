@@ -1,7 +1,7 @@
 //! `cargo bench -p fragsim --bench events`: simulator throughput in
-//! allocation/free events per second on the kernel-build workload (64 K
-//! pages... 1 GiB, every policy). Prints events/s once per policy before the
-//! criterion timings.
+//! allocation/free events per second on the kernel-build workload over
+//! 1 GiB, for every policy, printed once per policy before the criterion
+//! timings (which cover linux-4.5 and Illuminator).
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fragsim::workload::{Kbuild, KbuildParams};
 use fragsim::{PolicyKind, Sim, SimConfig};
