@@ -676,10 +676,12 @@ impl Sim {
             // its first page that cannot be migrated (skip_on_failure).
             let mut sources = Vec::new();
             let mut abandon = false;
-            let scanned = self.zones[zi].walk_block(b, |pfn, e| {
+            let mut scanned = 0u64;
+            self.zones[zi].walk_block(b, |pfn, e| {
                 if abandon {
                     return;
                 }
+                scanned += 1;
                 match e {
                     Entry::Alloc(o, Mt::Movable, slot)
                         if slot != NIL && o < order.max(1) && o < PB_ORDER =>
@@ -690,7 +692,7 @@ impl Sim {
                     _ => {}
                 }
             });
-            self.stats.migrate_scanned += scanned as u64;
+            self.stats.migrate_scanned += scanned;
             if abandon {
                 if mode == CompactMode::Async {
                     self.zones[zi].blocks[b].skip = true;
