@@ -11,7 +11,11 @@ use std::collections::VecDeque;
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     pub allocs: u64,
+    /// Failed requests, THP attempts that fell back included.
     pub alloc_fail: u64,
+    /// THP-like attempts (`AllocMode::Thp`) and those that got their block.
+    pub thp_attempts: u64,
+    pub thp_success: u64,
     pub frees: u64,
     /// `mm_page_alloc_extfrag` events.
     pub fallbacks: u64,
@@ -306,6 +310,10 @@ impl Sim {
         });
         if h.is_none() {
             self.stats.alloc_fail += 1;
+        }
+        if req.mode == AllocMode::Thp {
+            self.stats.thp_attempts += 1;
+            self.stats.thp_success += h.is_some() as u64;
         }
         for w in self.policy.take_deferred() {
             self.aaf_work(w);

@@ -242,6 +242,7 @@ fn headers() -> Vec<&'static str> {
         "migrated",
         "final compaction",
         "pass success",
+        "THP success",
         "failed allocs",
     ]
 }
@@ -274,6 +275,14 @@ fn rows(results: &[Summary]) -> Vec<Vec<String>> {
                         .map(|p| format!("{:.0}%", p.rate() * 100.0))
                         .collect::<Vec<_>>()
                         .join(" ")
+                },
+                if r.stats.thp_attempts == 0 {
+                    "-".into()
+                } else {
+                    format!(
+                        "{:.1}%",
+                        r.stats.thp_success as f64 * 100.0 / r.stats.thp_attempts as f64
+                    )
                 },
                 r.stats.alloc_fail.to_string(),
             ]
