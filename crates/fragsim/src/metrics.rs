@@ -66,6 +66,9 @@ pub struct Sample {
     pub migrated: u64,
     pub reclaimed: u64,
     pub alloc_fail: u64,
+    /// THP-like attempts and successes so far.
+    pub thp_attempts: u64,
+    pub thp_success: u64,
 }
 
 impl Sample {
@@ -104,14 +107,16 @@ impl Sample {
             migrated: s.migrated + s.aaf_migrated,
             reclaimed: s.reclaimed,
             alloc_fail: s.alloc_fail,
+            thp_attempts: s.thp_attempts,
+            thp_success: s.thp_success,
         }
     }
 
-    pub const CSV_HEADER: &'static str = "policy,events,phase,free_pages,tainted,mixed,blocks_unmovable,blocks_movable,blocks_reclaimable,blocks_mixed,ufsi9,fragindex9,free_hp,potential_hp,fallbacks,fragmenting_fallbacks,migrate_scanned,free_scanned,migrated,reclaimed,alloc_fail";
+    pub const CSV_HEADER: &'static str = "policy,events,phase,free_pages,tainted,mixed,blocks_unmovable,blocks_movable,blocks_reclaimable,blocks_mixed,ufsi9,fragindex9,free_hp,potential_hp,fallbacks,fragmenting_fallbacks,migrate_scanned,free_scanned,migrated,reclaimed,alloc_fail,thp_attempts,thp_success";
 
     pub fn csv_row(&self, policy: &str) -> String {
         format!(
-            "{policy},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{policy},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             self.events,
             self.phase,
             self.free_pages,
@@ -131,7 +136,9 @@ impl Sample {
             self.free_scanned,
             self.migrated,
             self.reclaimed,
-            self.alloc_fail
+            self.alloc_fail,
+            self.thp_attempts,
+            self.thp_success
         )
     }
 }

@@ -40,7 +40,8 @@ pub struct KbuildParams {
     /// the tree (orders 0/1/3 at 40/20/40 %): one per ~30 file pages.
     pub file_slab: f64,
     /// Share of reclaimable slab pages that reclaim cannot free because
-    /// live objects hold them (slab internal fragmentation); kept off the LRU.
+    /// live objects hold them (slab internal fragmentation): kept off the LRU
+    /// and freed after a slab lifetime, as unmovable slab.
     pub slab_held: f64,
     /// Unmovable slab lifetime, in process lifetimes.
     pub slab_life: f64,
@@ -282,11 +283,7 @@ impl Kbuild {
             let o = pick_order(&mut self.rng, &[(0, 0.5), (1, 0.2), (2, 0.1), (3, 0.2)]);
             if let Some(h) = self.alloc(sim, Req::new(o, Mt::Unmovable)) {
                 if !self.rng.chance(self.p.pinned) {
-                    let life =
-                        (self.p.slab_life * self.p.job_events() * self.p.jobs as f64).max(1.0);
-                    let t = self.events + self.rng.exp(life);
-                    self.seq = self.seq.wrapping_add(1);
-                    self.timed.push(Reverse((t, self.seq, h)));
+                    self.expire(h);
                 }
             }
             return;
@@ -295,15 +292,26 @@ impl Kbuild {
         self.reclaimable_slab(sim);
     }
 
+    /// Frees `h` after a slab lifetime.
+    fn expire(&mut self, h: Handle) {
+        let life = (self.p.slab_life * self.p.job_events() * self.p.jobs as f64).max(1.0);
+        let t = self.events + self.rng.exp(life);
+        self.seq = self.seq.wrapping_add(1);
+        self.timed.push(Reverse((t, self.seq, h)));
+    }
+
+    /// A dentry/inode slab page: on the LRU, or held by live objects until
+    /// they go (a slab lifetime).
     fn reclaimable_slab(&mut self, sim: &mut Sim) {
         let o = pick_order(&mut self.rng, &[(0, 0.4), (1, 0.2), (3, 0.4)]);
         let r = Req::new(o, Mt::Reclaimable);
-        let r = if self.rng.chance(self.p.slab_held) {
-            r
+        if self.rng.chance(self.p.slab_held) {
+            if let Some(h) = self.alloc(sim, r) {
+                self.expire(h);
+            }
         } else {
-            r.lru()
-        };
-        self.alloc(sim, r);
+            self.alloc(sim, r.lru());
+        }
     }
 
     /// The build ends: every process exits (slab and page cache stay).

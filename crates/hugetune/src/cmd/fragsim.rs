@@ -360,6 +360,35 @@ fn charts(results: &[Summary]) -> Vec<(String, Chart)> {
             }),
         ),
     ];
+    if results.iter().any(|r| r.stats.thp_attempts > 0) {
+        // THP success between consecutive samples: decay shows as a falling line.
+        v.push((
+            format!("{wl}-thp"),
+            Chart {
+                title: "THP success between samples".into(),
+                x_label: "events (millions)".into(),
+                y_label: "% of THP attempts".into(),
+                kind: ChartKind::Line,
+                series: results
+                    .iter()
+                    .map(|r| {
+                        let pts = r
+                            .series
+                            .windows(2)
+                            .filter(|w| w[1].thp_attempts > w[0].thp_attempts)
+                            .map(|w| {
+                                let a = (w[1].thp_attempts - w[0].thp_attempts) as f64;
+                                let s = (w[1].thp_success - w[0].thp_success) as f64;
+                                (w[1].events as f64 / 1e6, 100.0 * s / a)
+                            })
+                            .collect();
+                        Series::new(r.policy.clone(), pts)
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        ));
+    }
     if results.iter().any(|r| !r.passes.is_empty()) {
         let names: Vec<String> = results[0].passes.iter().map(|p| p.name.clone()).collect();
         v.push((
