@@ -37,11 +37,13 @@ pub struct KbuildParams {
     /// Reclaimable slab allocations per process (dentries, inodes; orders 0/1/3 at 40/20/40 %).
     pub reclaimable_allocs: f64,
     /// Reclaimable slab allocations (dentry, inode) per page-cache miss of
-    /// the tree (orders 0/1/3 at 40/20/40 %): one per ~30 file pages.
+    /// the tree (orders 0/1/3 at 40/20/40 %): one per ~30 file pages. At most
+    /// one per tree page is live: a file's dentry and inode exist once.
     pub file_slab: f64,
     /// Share of reclaimable slab pages that reclaim cannot free because
-    /// live objects hold them (slab internal fragmentation): kept off the LRU
-    /// and freed after a slab lifetime, as unmovable slab.
+    /// live objects hold them (slab internal fragmentation): kept off the
+    /// LRU. The process slab ones are freed after a slab lifetime; the tree's
+    /// stay while the tree exists (bounded by its size).
     pub slab_held: f64,
     /// Unmovable slab lifetime, in process lifetimes.
     pub slab_life: f64,
@@ -106,6 +108,8 @@ pub struct Kbuild {
     jobs: Vec<Job>,
     /// The source tree's pages: cached or not.
     tree: Vec<Option<Handle>>,
+    /// The dentry/inode slab page of a tree page, if any.
+    tree_slab: Vec<Option<Handle>>,
     /// Object file pages of the current build.
     objects: Vec<Handle>,
     obj_per_job: f64,
@@ -135,6 +139,7 @@ impl Kbuild {
         Kbuild {
             jobs: (0..p.jobs).map(|_| Job::default()).collect(),
             tree: vec![None; ((pages as f64 * p.tree) as usize).max(1)],
+            tree_slab: vec![None; ((pages as f64 * p.tree) as usize).max(1)],
             objects: Vec::new(),
             obj_per_job: pages as f64 * p.objects / jobs_per_build,
             build: 0,
@@ -271,8 +276,10 @@ impl Kbuild {
             let i = self.rng.below(self.tree.len() as u64) as usize;
             if !self.tree[i].is_some_and(|h| sim.is_live(h)) {
                 self.tree[i] = self.alloc(sim, Req::new(0, Mt::Movable).lru());
-                if self.rng.chance(self.p.file_slab) {
-                    self.reclaimable_slab(sim);
+                if !self.tree_slab[i].is_some_and(|h| sim.is_live(h))
+                    && self.rng.chance(self.p.file_slab)
+                {
+                    self.tree_slab[i] = self.reclaimable_slab(sim, false);
                 }
             }
             return;
@@ -289,7 +296,7 @@ impl Kbuild {
             return;
         }
         self.jobs[j].recl_left -= 1;
-        self.reclaimable_slab(sim);
+        self.reclaimable_slab(sim, true);
     }
 
     /// Frees `h` after a slab lifetime.
@@ -300,17 +307,19 @@ impl Kbuild {
         self.timed.push(Reverse((t, self.seq, h)));
     }
 
-    /// A dentry/inode slab page: on the LRU, or held by live objects until
-    /// they go (a slab lifetime).
-    fn reclaimable_slab(&mut self, sim: &mut Sim) {
+    /// A dentry/inode slab page: on the LRU, or held by live objects (until
+    /// a slab lifetime has passed when `expires`, else for good).
+    fn reclaimable_slab(&mut self, sim: &mut Sim, expires: bool) -> Option<Handle> {
         let o = pick_order(&mut self.rng, &[(0, 0.4), (1, 0.2), (3, 0.4)]);
         let r = Req::new(o, Mt::Reclaimable);
         if self.rng.chance(self.p.slab_held) {
-            if let Some(h) = self.alloc(sim, r) {
+            let h = self.alloc(sim, r)?;
+            if expires {
                 self.expire(h);
             }
+            Some(h)
         } else {
-            self.alloc(sim, r.lru());
+            self.alloc(sim, r.lru())
         }
     }
 
