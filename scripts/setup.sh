@@ -11,10 +11,14 @@
 # redis-tools (redis-cli, redis-benchmark, redis-check-rdb), gzip, coreutils
 # (sort). The fuzzing of the runtime library's parsers (runtime/fuzz) needs clang
 # (libFuzzer); afl++ is there for longer campaigns with AFL++.
+# chromium-headless-shell (Chromium's headless-only build, lighter than the
+# chromium browser package) loads `hugetune report --html` pages in the tests
+# (crates/hugetune/tests/report.rs): DOM, console errors and a screenshot.
 set -euo pipefail
 
 packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
-  libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++)
+  libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
+  chromium-headless-shell)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" 2>/dev/null | grep '^Status: install ok installed' >/dev/null || missing+=("$p")

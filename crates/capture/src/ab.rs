@@ -143,12 +143,78 @@ pub fn verdict(baseline: &[f64], optimized: &[f64]) -> Verdict {
     }
 }
 
-/// Runs `runs` pairs, baseline first in each pair. `summary_of` reads the runtime
-/// library's summary after an optimized run (given that run's pid-less stats).
+/// How many A/B pairs to run: at least `min`, then more until the 95 %
+/// bootstrap confidence interval of the speedup is narrower than `ci_width`
+/// (in speedup units: 0.05 means ±2.5 %), at most `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunCount {
+    pub min: usize,
+    pub max: usize,
+    pub ci_width: f64,
+}
+
+impl RunCount {
+    pub fn fixed(n: usize) -> Self {
+        RunCount {
+            min: n,
+            max: n,
+            ci_width: f64::INFINITY,
+        }
+    }
+
+    /// Whether `b`/`o` (one entry per pair so far) are enough.
+    pub fn enough(&self, b: &[f64], o: &[f64]) -> bool {
+        let n = b.len().min(o.len());
+        if n >= self.max {
+            return true;
+        }
+        if n < self.min.max(2) {
+            return false;
+        }
+        let (lo, hi) = speedup_ci(b, o);
+        hi - lo < self.ci_width
+    }
+}
+
+/// 95 % percentile-bootstrap confidence interval of the speedup
+/// median(baseline) / median(optimized), each side resampled on its own
+/// (2000 resamples, fixed seed: the same runs give the same interval).
+pub fn speedup_ci(baseline: &[f64], optimized: &[f64]) -> (f64, f64) {
+    if baseline.is_empty() || optimized.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        // splitmix64
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) % n as u64) as usize
+    };
+    const RESAMPLES: usize = 2000;
+    let mut ratios = Vec::with_capacity(RESAMPLES);
+    let (mut rb, mut ro) = (vec![0.0; baseline.len()], vec![0.0; optimized.len()]);
+    for _ in 0..RESAMPLES {
+        for x in rb.iter_mut() {
+            *x = baseline[next(baseline.len())];
+        }
+        for x in ro.iter_mut() {
+            *x = optimized[next(optimized.len())];
+        }
+        ratios.push(median(&rb) / median(&ro));
+    }
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: f64| ratios[((q * (RESAMPLES - 1) as f64).round() as usize).min(RESAMPLES - 1)];
+    (at(0.025), at(0.975))
+}
+
+/// Runs pairs, baseline first in each pair, until `count` says they are enough.
+/// `after_optimized` reads the runtime library's summary after an optimized run.
 pub fn interleaved(
     baseline: &RunSpec,
     optimized: &RunSpec,
-    runs: usize,
+    count: RunCount,
     mut after_optimized: impl FnMut() -> Option<serde_json::Value>,
     mut progress: impl FnMut(&str, usize, &RunStats),
 ) -> Result<AbResult> {
@@ -157,16 +223,21 @@ pub fn interleaved(
         optimized: vec![],
         summaries: vec![],
     };
-    for i in 0..runs {
-        let b = run(baseline)?;
-        progress("baseline", i, &b);
-        r.baseline.push(b);
-        let o = run(optimized)?;
-        progress("optimized", i, &o);
-        r.optimized.push(o);
+    let (mut b, mut o) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while !count.enough(&b, &o) {
+        let s = run(baseline)?;
+        progress("baseline", i, &s);
+        b.push(s.wall_s);
+        r.baseline.push(s);
+        let s = run(optimized)?;
+        progress("optimized", i, &s);
+        o.push(s.wall_s);
+        r.optimized.push(s);
         if let Some(s) = after_optimized() {
             r.summaries.push(s);
         }
+        i += 1;
     }
     Ok(r)
 }
@@ -196,6 +267,37 @@ mod tests {
             verdict(&[5.9, 5.4, 6.6, 5.8, 6.0], &[3.8, 3.7, 6.0, 3.9, 3.6]),
             Verdict::Gain
         );
+    }
+
+    #[test]
+    fn bootstrap_interval_and_adaptive_count() {
+        let b = [10.0, 10.2, 9.9, 10.1, 10.0];
+        let o = [7.0, 7.1, 6.9, 7.05, 7.0];
+        let (lo, hi) = speedup_ci(&b, &o);
+        let point = median(&b) / median(&o);
+        assert!(lo <= point && point <= hi, "{lo} {point} {hi}");
+        assert!(lo > 1.35 && hi < 1.5, "{lo} {hi}");
+        // Deterministic.
+        assert_eq!(speedup_ci(&b, &o), (lo, hi));
+        // Noisy runs give a wider interval than tight ones.
+        let noisy_o = [5.0, 9.0, 7.0, 6.0, 8.5];
+        let (nlo, nhi) = speedup_ci(&b, &noisy_o);
+        assert!(nhi - nlo > 3.0 * (hi - lo));
+        let c = RunCount {
+            min: 3,
+            max: 10,
+            ci_width: 0.2,
+        };
+        assert!(!c.enough(&b[..2], &o[..2]), "below the minimum");
+        assert!(c.enough(&b, &o), "tight runs: enough at 5");
+        assert!(!c.enough(&b, &noisy_o), "noisy runs: more");
+        assert!(
+            c.enough(&[b, b].concat(), &[noisy_o, noisy_o].concat()),
+            "the maximum ends it"
+        );
+        assert!(RunCount::fixed(3).enough(&b[..3], &o[..3]));
+        assert!(!RunCount::fixed(3).enough(&b[..2], &o[..2]));
+        assert!(speedup_ci(&[], &o).0.is_nan());
     }
 
     #[test]

@@ -1482,6 +1482,16 @@ pub fn mthp_sizes(root: &Path) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// Anonymous folios the kernel allocated at fault time so far, per folio size
+/// in kB (`hugepages-<size>kB/stats/anon_fault_alloc`, Linux 6.9+; empty before).
+/// The difference around a run proves which folio sizes it really got.
+pub fn folio_fault_counts(root: &Path) -> Vec<(u64, u64)> {
+    page_size_dirs(root)
+        .into_iter()
+        .filter_map(|(kb, dir)| Some((kb, read_u64(&dir.join("stats/anon_fault_alloc"))?)))
+        .collect()
+}
+
 /// Folio shifts (14..=20) of the mTHP sizes `MADV_HUGEPAGE` may use now: the
 /// size's control is `always` or `madvise`, or `inherit` with the top level not
 /// `never` (docs/formats.md §3).

@@ -161,3 +161,231 @@ mod tests {
         assert_eq!(selected_choice("no brackets"), None);
     }
 }
+
+// ---------------------------------------------------------------- folio census
+
+const KPF_COMPOUND_HEAD: u64 = 1 << 15;
+const KPF_COMPOUND_TAIL: u64 = 1 << 16;
+const KPF_HUGE: u64 = 1 << 17;
+const KPF_THP: u64 = 1 << 22;
+
+/// Bytes mapped in large folios, per folio size in kB, from the PFNs of
+/// consecutive virtual pages (`0`: not present) and a reader of
+/// `/proc/kpageflags` for a PFN range. A folio is a head page followed by its
+/// tail pages, physically contiguous; only runs of four or more contiguous pages
+/// (a 16 kB folio at least) are looked up. Tails whose head lies outside the
+/// mapping (a folio mapped in part) and hugetlb pages (counted by the hugetlb
+/// counters) are left out.
+pub fn count_folios(
+    pfns: &[u64],
+    mut flags: impl FnMut(u64, usize) -> Option<Vec<u64>>,
+) -> std::collections::BTreeMap<u64, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut i = 0;
+    while i < pfns.len() {
+        let mut j = i + 1;
+        while j < pfns.len() && pfns[i] != 0 && pfns[j] == pfns[j - 1] + 1 {
+            j += 1;
+        }
+        if pfns[i] != 0 && j - i >= 4 {
+            if let Some(f) = flags(pfns[i], j - i) {
+                let mut k = 0;
+                while k < f.len() {
+                    if f[k] & KPF_COMPOUND_HEAD != 0 && f[k] & KPF_HUGE == 0 && f[k] & KPF_THP != 0
+                    {
+                        let mut n = 1;
+                        while k + n < f.len() && f[k + n] & KPF_COMPOUND_TAIL != 0 {
+                            n += 1;
+                        }
+                        let kb = 4 * (1u64 << (63 - (n as u64).leading_zeros()));
+                        *out.entry(kb).or_insert(0) += n as u64 * 4096;
+                        k += n;
+                    } else {
+                        k += 1;
+                    }
+                }
+            }
+        }
+        i = j;
+    }
+    out
+}
+
+/// The large folios process `pid` maps now, per folio size in kB (bytes), read
+/// from its pagemap and `/proc/kpageflags`: the proof that mTHP sizes, which
+/// smaps_rollup does not show, were really used. Needs root (PFNs are hidden
+/// otherwise: the census is then empty).
+pub fn folio_census(pid: u32) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::FileExt;
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return vec![];
+    };
+    let (Ok(pagemap), Ok(kpf)) = (
+        std::fs::File::open(format!("/proc/{pid}/pagemap")),
+        std::fs::File::open("/proc/kpageflags"),
+    ) else {
+        return vec![];
+    };
+    let mut total = std::collections::BTreeMap::new();
+    for m in parse_maps(&maps) {
+        // Anonymous and private writable mappings: where the library places data.
+        if !m.perms.starts_with("rw") || m.path.starts_with("[v") {
+            continue;
+        }
+        let pages = ((m.end - m.start) / 4096) as usize;
+        let mut pfns = Vec::with_capacity(pages.min(1 << 20));
+        let mut buf = vec![0u8; 8 * 8192];
+        let mut done = 0;
+        while done < pages {
+            let n = (pages - done).min(8192);
+            let off = (m.start / 4096 + done as u64) * 8;
+            if pagemap.read_exact_at(&mut buf[..n * 8], off).is_err() {
+                break;
+            }
+            for e in buf[..n * 8].chunks_exact(8) {
+                let v = u64::from_le_bytes(e.try_into().unwrap_or([0; 8]));
+                let present = v >> 63 == 1;
+                pfns.push(if present { v & ((1 << 55) - 1) } else { 0 });
+            }
+            done += n;
+        }
+        let counts = count_folios(&pfns, |start, n| {
+            let mut b = vec![0u8; n * 8];
+            kpf.read_exact_at(&mut b, start * 8).ok()?;
+            Some(
+                b.chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect(),
+            )
+        });
+        for (kb, bytes) in counts {
+            *total.entry(kb).or_insert(0) += bytes;
+        }
+    }
+    total.into_iter().collect()
+}
+
+#[cfg(test)]
+mod folio_tests {
+    use super::*;
+
+    const H: u64 = KPF_COMPOUND_HEAD | KPF_THP;
+    const T: u64 = KPF_COMPOUND_TAIL | KPF_THP;
+
+    #[test]
+    fn folios_are_counted_by_size() {
+        // pfns 100..116: a 64 kB folio (16 pages); then 200..204: a 16 kB folio;
+        // then two 4 kB pages (300, 302): never looked up; then a partial folio
+        // (tails only) at 400..404; a hugetlb head at 500..504.
+        let mut pfns: Vec<u64> = (100..116).collect();
+        pfns.extend(200..204);
+        pfns.extend([300, 0, 302]);
+        pfns.extend(400..404);
+        pfns.extend(500..504);
+        let mut looked = vec![];
+        let c = count_folios(&pfns, |start, n| {
+            looked.push((start, n));
+            Some(
+                (start..start + n as u64)
+                    .map(|p| match p {
+                        100 | 200 => H,
+                        400..=403 => T,
+                        500 => KPF_COMPOUND_HEAD | KPF_HUGE,
+                        501..=503 => KPF_COMPOUND_TAIL | KPF_HUGE,
+                        _ => T,
+                    })
+                    .collect(),
+            )
+        });
+        assert_eq!(
+            c.into_iter().collect::<Vec<_>>(),
+            vec![(16, 16384), (64, 65536)]
+        );
+        assert_eq!(looked, vec![(100, 16), (200, 4), (400, 4), (500, 4)]);
+    }
+
+    /// With 64 kB mTHP enabled (for the test, under the kernel-state lock,
+    /// restored after), a 1 MB madvised buffer is seen in 64 kB folios.
+    #[test]
+    fn mthp_folios_are_seen_by_size() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0
+            || !Path::new("/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled").exists()
+        {
+            eprintln!("skipped: needs root and a kernel with 64 kB mTHP");
+            return;
+        }
+        let lock = crate::kernel_state::lock_kernel_state().unwrap();
+        let _m = crate::kernel_state::set_mthp_enabled_holding(&lock, 64, "always").unwrap();
+        let len = 1usize << 20;
+        // SAFETY: a fresh private anonymous mapping, unmapped below; 1 MB cannot
+        // hold a 2 MB folio, so the fault path picks 64 kB folios.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: writes inside the mapping.
+        unsafe {
+            libc::madvise(p, len, libc::MADV_HUGEPAGE);
+            for i in (0..len).step_by(4096) {
+                *(p as *mut u8).add(i) = 1;
+            }
+        }
+        let c = folio_census(std::process::id());
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p, len) };
+        let k64 = c.iter().find(|(kb, _)| *kb == 64).map_or(0, |&(_, b)| b);
+        assert!(k64 >= 64 << 10, "census {c:?}");
+    }
+
+    /// This process's own THP-backed buffer shows up as 2 MB folios (root, THP
+    /// not `never`; otherwise it says why and checks nothing).
+    #[test]
+    fn a_madvised_buffer_is_seen_in_2mb_folios() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: pagemap PFNs need root");
+            return;
+        }
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if mode.contains("[never]") {
+            eprintln!("skipped: THP is never");
+            return;
+        }
+        let len = 8usize << 20;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len + (2 << 20),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let aligned = ((p as usize + (2 << 20) - 1) & !((2 << 20) - 1)) as *mut u8;
+        // SAFETY: inside the mapping; madvise and writes on memory we own.
+        unsafe {
+            assert_eq!(libc::madvise(aligned.cast(), len, libc::MADV_HUGEPAGE), 0);
+            for i in (0..len).step_by(4096) {
+                *aligned.add(i) = 1;
+            }
+        }
+        let c = folio_census(std::process::id());
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p, len + (2 << 20)) };
+        let two_mb = c.iter().find(|(kb, _)| *kb == 2048).map_or(0, |&(_, b)| b);
+        // The machine may lack free 2 MB blocks for some of them: at least one.
+        assert!(two_mb >= 2 << 20, "census {c:?}");
+    }
+}

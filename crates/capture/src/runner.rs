@@ -38,7 +38,15 @@ pub struct RunSpec {
     /// Longest pause between /proc samples; sampling starts at 1 ms and backs off
     /// to this, so short runs are still seen.
     pub sample_every: Duration,
+    /// Also take a census of the large folios the process maps (pagemap +
+    /// kpageflags, root), at most every `FOLIO_CENSUS_EVERY`; the largest is kept.
+    pub folio_census: bool,
 }
+
+/// Pause between folio censuses: each reads the whole pagemap of the process.
+pub const FOLIO_CENSUS_EVERY: Duration = Duration::from_millis(250);
+/// Shortest pause between censuses while the process grows.
+pub const FOLIO_CENSUS_MIN_GAP: Duration = Duration::from_millis(20);
 
 impl RunSpec {
     pub fn new(argv: Vec<OsString>) -> Self {
@@ -49,6 +57,7 @@ impl RunSpec {
             stdout: Output::Null,
             stderr: Output::Inherit,
             sample_every: Duration::from_millis(25),
+            folio_census: false,
         }
     }
 }
@@ -66,6 +75,10 @@ pub struct RunStats {
     pub max_rss_kb: u64,
     /// Peak huge page usage seen while it ran (sampled).
     pub peak: HugeUsage,
+    /// The largest census of large folios seen (bytes per folio size in kB),
+    /// when asked for (`RunSpec::folio_census`).
+    #[serde(default)]
+    pub peak_folios: Vec<(u64, u64)>,
     #[serde(skip)]
     pub stdout: Vec<u8>,
     #[serde(skip)]
@@ -135,6 +148,8 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
             .map(|s| Box::new(s) as Box<dyn Read + Send>),
     );
     let mut peak = HugeUsage::default();
+    let mut peak_folios: Vec<(u64, u64)> = Vec::new();
+    let mut last_census: Option<(Instant, u64)> = None;
     let mut pause = Duration::from_millis(1);
     let mut status: i32 = 0;
     // SAFETY: an all-zero rusage is a valid value to be overwritten by wait4.
@@ -152,7 +167,22 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
             }
             return Err(e).context("waiting for the child");
         }
-        peak = peak.max(tree_usage(pid));
+        let now = tree_usage(pid);
+        peak = peak.max(now);
+        // A census when the resident set grew by a tenth since the last one (the
+        // program is still placing data), else now and then.
+        let due = last_census.is_none_or(|(t, rss): (Instant, u64)| {
+            t.elapsed() >= FOLIO_CENSUS_EVERY
+                || (t.elapsed() >= FOLIO_CENSUS_MIN_GAP && now.rss > rss + rss / 10)
+        });
+        if spec.folio_census && due {
+            last_census = Some((Instant::now(), now.rss));
+            let c = crate::procfs::folio_census(pid);
+            let sum = |v: &[(u64, u64)]| v.iter().map(|&(_, b)| b).sum::<u64>();
+            if sum(&c) > sum(&peak_folios) {
+                peak_folios = c;
+            }
+        }
         std::thread::sleep(pause);
         pause = (pause * 2).min(spec.sample_every);
     }
@@ -176,6 +206,7 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
         major_faults: ru.ru_majflt as u64,
         max_rss_kb: ru.ru_maxrss as u64,
         peak,
+        peak_folios,
         stdout: out_t
             .map(|t| t.join().unwrap_or_default())
             .unwrap_or_default(),

@@ -46,6 +46,8 @@ enum Command {
     Run(cmd::run::Args),
     /// Interleaved A/B runs of a command with and without its plan
     Validate(cmd::validate::Args),
+    /// How many huge pages a program should get: the knee of its PMB-vs-pages curve
+    Size(cmd::size::Args),
     /// TLB geometry, page sizes, THP and hugetlb settings, PMU availability
     Machine(cmd::machine::Args),
     /// Measure this machine's TLB-miss and page-fault costs per page size
@@ -56,6 +58,10 @@ enum Command {
     Db(cmd::db::Args),
     /// Predicted vs measured ranking of every base mapping of a command (seed 001 §5.3.2)
     Rank(cmd::rank::Args),
+    /// A profile's predictions and its runs: terminal summary, JSON, or HTML with plots
+    Report(cmd::report::Args),
+    /// Live huge page availability: fragmentation indices, pageblocks, --try, events
+    Frag(cmd::frag::Args),
     /// Buddy allocator simulation with anti-fragmentation policies (seed 003)
     Fragsim(cmd::fragsim::Args),
 }
@@ -88,11 +94,14 @@ fn main() {
         Command::Plan(a) => cmd::plan::run(&ctx, a),
         Command::Run(a) => cmd::run::run(&ctx, a),
         Command::Validate(a) => cmd::validate::run(&ctx, a),
+        Command::Size(a) => cmd::size::run(&ctx, a),
         Command::Machine(a) => cmd::machine::run(&ctx, a),
         Command::Calibrate(a) => cmd::calibrate::run(&ctx, a),
         Command::Bench(a) => cmd::bench::run(&ctx, a),
         Command::Db(a) => cmd::db::run(&ctx, a),
         Command::Rank(a) => cmd::rank::run(&ctx, a),
+        Command::Report(a) => cmd::report::run(&ctx, a),
+        Command::Frag(a) => cmd::frag::run(&ctx, a),
         Command::Fragsim(a) => cmd::fragsim::run(&ctx, a),
     };
     match r {

@@ -4,7 +4,7 @@
 use crate::artifacts::Artifacts;
 use crate::profile::{self, ProfileMeta, Program};
 use anyhow::{bail, Context, Result};
-use hugetune_capture::ab::{self, AbResult, Verdict};
+use hugetune_capture::ab::{self, AbResult, RunCount, Verdict};
 use hugetune_capture::alloclog::AllocLog;
 use hugetune_capture::calibrate::Calibration;
 use hugetune_capture::damon::DamonOptions;
@@ -21,8 +21,9 @@ use hugetune_model::analysis::AnalysisResult;
 use hugetune_model::categorize::Categorizer;
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
+use hugetune_model::mrc::PageSizeMrcs;
 use hugetune_model::page::Backing;
-use hugetune_model::plan::{Availability, ProgramTraits, ThpMode};
+use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits, ThpMode};
 use hugetune_model::rank::{self, Prediction, Significance};
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
@@ -419,6 +420,9 @@ pub struct Analysis {
     pub sites: Vec<SiteSummary>,
     /// Whether the profiled program forks (it keeps the planner off private hugetlb).
     pub program: ProgramTraits,
+    /// Miss-ratio curves of the whole stream per page size: (size, [(entries, ratio)]).
+    #[serde(default)]
+    pub mrc: Vec<(String, Vec<(u64, f64)>)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -529,7 +533,9 @@ pub fn analyze_with(
             }
         }))
     };
-    let (present, _, top) = present_categories(&spec, refs_iter()?);
+    // The first pass also measures the whole stream's miss-ratio curves per page size.
+    let mut mrcs = PageSizeMrcs::new();
+    let (present, _, top) = present_categories(&spec, refs_iter()?.inspect(|&a| mrcs.feed(a)));
     let opts = &AnalysisOptions {
         sites: top,
         ..opts.clone()
@@ -580,6 +586,11 @@ pub fn analyze_with(
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
         },
+        mrc: mrcs
+            .curves()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect(),
     })
 }
 
@@ -604,12 +615,15 @@ pub fn store_analysis(
         "tlb": a.result.geometry,
         "cost": a.cost,
         "program": a.program,
+        "mrc": a.mrc.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
     });
     let directives: Vec<NewDirective> = a
         .predictions
         .iter()
         .map(|p| NewDirective {
-            mapping: p.mapping.clone(),
+            // The label names the mapping with its backings: unique per profile,
+            // what validations and runs refer to.
+            mapping: p.label.clone(),
             assignments: serde_json::to_value(&p.assignments).unwrap_or_default(),
             base: p.base,
             saving_ns: p.saving_ns,
@@ -618,6 +632,9 @@ pub fn store_analysis(
             hugetlb_pages: p.hugetlb_pages,
             thp_pages: p.thp_pages,
             details: serde_json::to_value(p).unwrap_or_default(),
+            confidence: 1.0,
+            validations: 0,
+            lost: false,
         })
         .collect();
     let args = a.meta.command.clone();
@@ -698,26 +715,73 @@ pub fn category_map(v: &[u64; 5]) -> serde_json::Value {
     serde_json::Value::Object(m)
 }
 
-/// What the database holds about a program: its newest profile's predictions.
+/// What the database holds about a program: the predictions of the profile
+/// that serves this input, and what validations taught about them.
 pub struct Stored {
     pub program_id: i64,
     pub profile_id: i64,
+    /// The profile was taken with the same arguments (else a training input serves).
+    pub same_input: bool,
     pub predictions: Vec<Prediction>,
     pub significance: Significance,
     pub native_s: f64,
     pub threshold: u64,
     pub program: ProgramTraits,
+    /// Labels of plans that lost a validation (any profile of the program).
+    pub lost: Vec<String>,
+    /// Confidence per label, where validations moved it.
+    pub confidence: Vec<(String, f64)>,
 }
 
-/// Directives of the newest profile of the program `argv` runs, as predictions.
+impl Stored {
+    /// The planner's policy for this program.
+    pub fn policy(&self, min_gain: f64) -> Policy {
+        Policy {
+            min_gain,
+            lost: self.lost.clone(),
+            confidence: self.confidence.clone(),
+        }
+    }
+
+    /// Plans for what the machine offers in `avail`.
+    pub fn choose(&self, avail: &Availability, min_gain: f64) -> PlanDecision {
+        let mut d = plan::choose_with(
+            &self.predictions,
+            &self.significance,
+            avail,
+            &self.program,
+            self.native_s,
+            &self.policy(min_gain),
+        );
+        if !self.same_input {
+            d.reasons.insert(
+                0,
+                format!(
+                    "profile #{} was taken with other arguments: its ranking serves this input (seed 001 §5.3.3)",
+                    self.profile_id
+                ),
+            );
+        }
+        d
+    }
+}
+
+/// The directives of the profile that serves the input `argv` runs (the same
+/// arguments if profiled, else the program's newest profile), as predictions.
 pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> {
     let program = program_of(argv)?;
     let program_id = db.upsert_program(&program.path, program.build_id.as_deref())?;
-    let Some((profile_id, _, summary)) = db.latest_profile(program_id)? else {
+    let Some(sp) = db.profile_for_input(program_id, &strings(argv))? else {
         return Ok(None);
     };
-    let predictions: Vec<Prediction> = db
-        .directives(profile_id)?
+    let (profile_id, summary) = (sp.id, sp.summary);
+    let directives = db.directives(profile_id)?;
+    let confidence = directives
+        .iter()
+        .filter(|d| d.validations > 0)
+        .map(|d| (d.mapping.clone(), d.confidence))
+        .collect();
+    let predictions: Vec<Prediction> = directives
         .into_iter()
         .map(|d| {
             serde_json::from_value(d.details)
@@ -735,12 +799,47 @@ pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> 
     Ok(Some(Stored {
         program_id,
         profile_id,
+        same_input: sp.same_input,
         predictions,
         significance,
         native_s: summary["native_s"].as_f64().unwrap_or(0.0),
         threshold: summary["threshold"].as_u64().unwrap_or(128 * 1024),
         program,
+        lost: db.lost_mappings(program_id)?,
+        confidence,
     }))
+}
+
+/// Teaches the database what a validation of `decision` measured: the applied
+/// directive's confidence moves toward the agreement of predicted and measured
+/// gain, and a measured loss bars the plan from automatic use. Returns the new
+/// confidence, or None when the plan was no stored directive (a per-site
+/// combination, or nothing applied).
+pub fn learn_from(
+    db: &Db,
+    profile_id: i64,
+    decision: &PlanDecision,
+    v: &Validation,
+) -> Result<Option<f64>> {
+    let Some(p) = &decision.prediction else {
+        return Ok(None);
+    };
+    if db
+        .directives(profile_id)?
+        .iter()
+        .all(|d| d.mapping != p.label)
+    {
+        return Ok(None);
+    }
+    let lost = v.verdict == Verdict::Loss;
+    let c = db.record_validation(profile_id, &p.label, v.agreement(p.predicted_speedup), lost)?;
+    if lost {
+        note(format!(
+            "{} measured a loss: it will not be applied again automatically",
+            p.label
+        ));
+    }
+    Ok(Some(c))
 }
 
 // ---------------------------------------------------------------- plan
@@ -748,9 +847,15 @@ pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> 
 pub fn availability_now() -> Availability {
     Availability {
         hugetlb_2m_free: machine::pool(2048).map_or(0, |p| p.available()),
+        hugetlb_2m_total: machine::pool(2048).map_or(0, |p| p.nr),
         hugetlb_1g_free: machine::pool(1 << 20).map_or(0, |p| p.available()),
         thp: machine::thp_mode(Path::new(machine::THP_SYSFS)).unwrap_or(ThpMode::Never),
         mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
+        // Free 2 MB blocks within the watermarks (/proc/buddyinfo, zoneinfo): no
+        // scan, no root; unknown when the files cannot be read.
+        thp_2m_allocatable: frag::snapshot::take(&Default::default(), false)
+            .ok()
+            .map(|s| s.totals.allocatable_2m_now),
     }
 }
 
@@ -825,6 +930,14 @@ pub fn with_reference_pages(preds: &[Prediction], heap_large_pages: u64) -> Vec<
                 .contains(&(Category::HeapLarge, Backing::Hugetlb2m))
             {
                 p.hugetlb_pages = heap_large_pages;
+            }
+            // On 1 GB pages: whole gigabytes, the rest on 2 MB pages (the
+            // library's 1 GB layout), from the reference input's 2 MB count.
+            if p.assignments
+                .contains(&(Category::HeapLarge, Backing::Hugetlb1g))
+            {
+                p.hugetlb_1g_pages = heap_large_pages / 512;
+                p.hugetlb_pages = heap_large_pages % 512;
             }
             p
         })
@@ -943,7 +1056,11 @@ pub fn summary_huge_bytes(summaries: &[serde_json::Value]) -> u64 {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Validation {
+    /// Pairs run (each: one baseline, one optimized), as `RunCount` decided.
     pub runs: usize,
+    pub run_count: RunCount,
+    /// 95 % bootstrap confidence interval of the speedup.
+    pub speedup_ci: (f64, f64),
     pub baseline_s: Vec<f64>,
     pub optimized_s: Vec<f64>,
     pub baseline_median_s: f64,
@@ -961,6 +1078,37 @@ pub struct Validation {
     pub baseline_huge_bytes_proc: u64,
     pub runtime_summaries: Vec<serde_json::Value>,
     pub exit_codes_match: bool,
+    /// Anonymous folios faulted in per optimized run, per folio size in kB,
+    /// from the kernel's per-size counters (Linux 6.9+; empty before): the
+    /// proof that mTHP and THP sizes were really used.
+    #[serde(default)]
+    pub folio_faults_per_run: Vec<(u64, u64)>,
+    /// Bytes of the process in large folios, per folio size in kB, at the
+    /// largest census of a run (median over optimized runs; pagemap +
+    /// kpageflags, root only): mTHP sizes that smaps_rollup does not show.
+    #[serde(default)]
+    pub folio_bytes: Vec<(u64, u64)>,
+}
+
+impl Validation {
+    /// How well the measured gain bore out a predicted speedup, 0..=1: 1 when
+    /// the gains (fractions of time saved) agree, falling linearly to 0 when
+    /// they differ by as much as the predicted gain (at least 2 % of the time).
+    /// A prediction inside the measured confidence interval counts as agreeing.
+    pub fn agreement(&self, predicted_speedup: f64) -> f64 {
+        let (lo, hi) = self.speedup_ci;
+        if predicted_speedup >= lo && predicted_speedup <= hi {
+            return 1.0;
+        }
+        let gain = |s: f64| 1.0 - 1.0 / s;
+        let (gp, gm) = (gain(predicted_speedup), gain(self.speedup));
+        let a = 1.0 - (gm - gp).abs() / gp.abs().max(0.02);
+        if a.is_finite() {
+            a.clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    }
 }
 
 fn median_u64(v: impl Iterator<Item = u64>) -> u64 {
@@ -979,9 +1127,11 @@ pub fn validate(
     assignments: &[(Category, Backing)],
     threshold: u64,
     options: &PlanOptions,
-    runs: usize,
+    count: RunCount,
 ) -> Result<Validation> {
-    let applied = applied_spec(art, argv, assignments, threshold, options, Output::Null)?;
+    let mut applied = applied_spec(art, argv, assignments, threshold, options, Output::Null)?;
+    // SAFETY: geteuid has no preconditions.
+    applied.spec.folio_census = unsafe { libc::geteuid() } == 0;
     let mut baseline = RunSpec::new(argv.to_vec());
     baseline.stdout = Output::Null;
     let dir = applied.dir.path().to_path_buf();
@@ -1001,18 +1151,41 @@ pub fn validate(
         }
     }
     let mut per_run_runtime: Vec<u64> = Vec::new();
+    // Folio counters just before and after each optimized run.
+    let thp_root = Path::new(machine::THP_SYSFS);
+    let before = RefCell::new(Vec::new());
+    let mut folio_faults: Vec<(u64, u64)> = Vec::new();
+    let upto = if count.max > count.min {
+        format!("{}..{}", count.min, count.max)
+    } else {
+        count.max.to_string()
+    };
     let r: AbResult = ab::interleaved(
         &baseline,
         &applied.spec,
-        runs,
+        count,
         || {
+            for (kb, n) in machine::folio_fault_counts(thp_root) {
+                let was = before
+                    .borrow()
+                    .iter()
+                    .find(|(k, _)| *k == kb)
+                    .map_or(n, |&(_, c)| c);
+                match folio_faults.iter_mut().find(|(k, _)| *k == kb) {
+                    Some(e) => e.1 += n.saturating_sub(was),
+                    None => folio_faults.push((kb, n.saturating_sub(was))),
+                }
+            }
             let s = take_summaries(&dir);
             per_run_runtime.push(summary_huge_bytes(&s));
             Some(serde_json::Value::Array(s))
         },
         |which, i, s| {
+            if which == "baseline" {
+                *before.borrow_mut() = machine::folio_fault_counts(thp_root);
+            }
             note(format!(
-                "{which} run {}/{runs}: {:.3} s, {} minor faults, {} huge",
+                "{which} run {}/{upto}: {:.3} s, {} minor faults, {} huge",
                 i + 1,
                 s.wall_s,
                 s.minor_faults,
@@ -1020,6 +1193,7 @@ pub fn validate(
             ))
         },
     )?;
+    let runs = r.optimized.len();
     let codes_match = r
         .baseline
         .iter()
@@ -1033,6 +1207,34 @@ pub fn validate(
     let (bm, om) = (ab::median(&b), ab::median(&o));
     Ok(Validation {
         runs,
+        run_count: count,
+        speedup_ci: ab::speedup_ci(&b, &o),
+        folio_bytes: {
+            let mut sizes: Vec<u64> = r
+                .optimized
+                .iter()
+                .flat_map(|s| s.peak_folios.iter().map(|&(kb, _)| kb))
+                .collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            sizes
+                .into_iter()
+                .map(|kb| {
+                    let per_run = r.optimized.iter().map(|s| {
+                        s.peak_folios
+                            .iter()
+                            .find(|(k, _)| *k == kb)
+                            .map_or(0, |&(_, b)| b)
+                    });
+                    (kb, median_u64(per_run))
+                })
+                .collect()
+        },
+        folio_faults_per_run: folio_faults
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(kb, n)| (kb, n / runs.max(1) as u64))
+            .collect(),
         verdict: ab::verdict(&b, &o),
         p_gain: ab::mann_whitney_p(&o, &b),
         speedup: bm / om,

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod rank;
 pub mod reuse;
 pub mod shards;
+pub mod size;
 pub mod statstack;
 pub mod stream;
 pub mod tlb;

@@ -224,6 +224,51 @@ impl MissRatioCurve for Mrc {
     }
 }
 
+/// Miss-ratio curves of a whole reference stream at each page size: how many
+/// references would miss a fully associative LRU TLB of each capacity if every
+/// page were 4 KB, 2 MB or 1 GB (exact reuse distances per page-size key).
+pub struct PageSizeMrcs {
+    engines: [crate::reuse::ReuseEngine; 3],
+    hist: [crate::reuse::Histogram; 3],
+}
+
+impl Default for PageSizeMrcs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PageSizeMrcs {
+    pub fn new() -> Self {
+        PageSizeMrcs {
+            engines: Default::default(),
+            hist: Default::default(),
+        }
+    }
+
+    pub fn feed(&mut self, addr: u64) {
+        for (i, shift) in [12u32, 21, 30].into_iter().enumerate() {
+            let d = self.engines[i].access(addr >> shift);
+            self.hist[i].record(d);
+        }
+    }
+
+    /// `(page size name, [(entries, miss ratio)])` over `tlb_capacities()`.
+    pub fn curves(&self) -> Vec<(&'static str, Vec<(u64, f64)>)> {
+        ["4k", "2m", "1g"]
+            .into_iter()
+            .zip(&self.hist)
+            .map(|(name, h)| {
+                let pts = tlb_capacities()
+                    .into_iter()
+                    .map(|c| (c, h.miss_ratio(c)))
+                    .collect();
+                (name, pts)
+            })
+            .collect()
+    }
+}
+
 /// TLB-relevant capacities: every power of two from 16 to 65 536 and the
 /// midpoints (×1.5) between them — 25 sizes.
 pub fn tlb_capacities() -> Vec<u64> {
@@ -608,5 +653,28 @@ mod tests {
         );
         let l = synth::ref_loop(3);
         assert!(l.len() > 40 * 2400 && l.len() < 40 * 2800, "{}", l.len());
+    }
+
+    #[test]
+    fn page_size_curves_of_a_repeated_sweep() {
+        // 8 MiB swept twice at 4 KB steps: 2048 small pages, 4 huge ones, 1 gigantic.
+        let mut m = super::PageSizeMrcs::new();
+        for _ in 0..2 {
+            for i in 0..2048u64 {
+                m.feed(0x4000_0000 + i * 4096);
+            }
+        }
+        let c = m.curves();
+        let at = |k: usize, cap: u64| c[k].1.iter().find(|p| p.0 == cap).unwrap().1;
+        assert_eq!(c[0].0, "4k");
+        // 4 KB: every reference misses below 2048 entries, only the cold half at it.
+        assert_eq!(at(0, 1536), 1.0);
+        assert_eq!(at(0, 2048), 0.5);
+        // 2 MB: 4 pages fit in 16 entries; misses are the 4 first touches.
+        assert_eq!(at(1, 16), 4.0 / 4096.0);
+        assert_eq!(at(2, 16), 1.0 / 4096.0);
+        assert!(c
+            .iter()
+            .all(|(_, v)| v.len() == super::tlb_capacities().len()));
     }
 }

@@ -22,6 +22,10 @@ pub enum ThpMode {
 pub struct Availability {
     /// Free, unreserved 2 MB hugetlb pages (or the budget the user allows).
     pub hugetlb_2m_free: u64,
+    /// The 2 MB pool's size (0: unknown or a budget): with `hugetlb_2m_free`,
+    /// how much of it other programs hold (the multi-program PMB bar).
+    #[serde(default)]
+    pub hugetlb_2m_total: u64,
     /// Free, unreserved 1 GB hugetlb pages.
     #[serde(default)]
     pub hugetlb_1g_free: u64,
@@ -29,6 +33,22 @@ pub struct Availability {
     /// mTHP folio sizes (shifts 14..=20) whose control lets `MADV_HUGEPAGE` use them.
     #[serde(default)]
     pub mthp: Vec<u8>,
+    /// 2 MB blocks the buddy allocator can hand out now (free order >= 9 blocks
+    /// within the watermarks; `hugetune frag`): how many THP folios a fault can
+    /// get without compaction. None: unknown (not limited).
+    #[serde(default)]
+    pub thp_2m_allocatable: Option<u64>,
+}
+
+/// The share of a mapping's 2 MB THP folios that the free 2 MB blocks can back
+/// now (fragmentation); the rest fault in as 4 KB pages unless compaction helps.
+pub fn thp_coverage(p: &Prediction, avail: &Availability) -> f64 {
+    let uses_thp2m = p.assignments.iter().any(|&(_, b)| b == Backing::Thp2m)
+        || p.sites.iter().any(|s| s.backing == Backing::Thp2m);
+    match avail.thp_2m_allocatable {
+        Some(n) if uses_thp2m && p.thp_pages > n => n as f64 / p.thp_pages as f64,
+        _ => 1.0,
+    }
 }
 
 /// What the profile says about the program beyond its references.
@@ -110,6 +130,32 @@ fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Re
     Ok(())
 }
 
+/// What the planner weighs besides the predictions.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// Smallest predicted saving, as a fraction of the native run time, that
+    /// justifies placing a category on huge pages.
+    pub min_gain: f64,
+    /// Labels of mappings that lost a validation: never chosen automatically.
+    pub lost: Vec<String>,
+    /// How far validations bore each label's prediction out (absent: 1).
+    pub confidence: Vec<(String, f64)>,
+}
+
+/// The PMB a mapping that takes hugetlb pages must reach (seed 001 §4, the
+/// multi-program heuristic): as the pool empties, only the mappings with the
+/// most benefit per page still get pages. 0 with the whole pool free, rising
+/// linearly to `MAX_PMB_BAR` when other programs hold all of it.
+pub fn pmb_bar(avail: &Availability) -> f64 {
+    if avail.hugetlb_2m_total == 0 {
+        return 0.0;
+    }
+    let free = avail.hugetlb_2m_free.min(avail.hugetlb_2m_total) as f64;
+    MAX_PMB_BAR * (1.0 - free / avail.hugetlb_2m_total as f64)
+}
+
+pub const MAX_PMB_BAR: f64 = 90.0;
+
 /// Choose a plan. `min_gain` is the smallest predicted saving, as a fraction of the
 /// native run time, that justifies placing a category on huge pages.
 pub fn choose(
@@ -120,6 +166,25 @@ pub fn choose(
     native_seconds: f64,
     min_gain: f64,
 ) -> PlanDecision {
+    let policy = Policy {
+        min_gain,
+        ..Policy::default()
+    };
+    choose_with(preds, sig, avail, program, native_seconds, &policy)
+}
+
+/// `choose` with what validations taught: lost mappings are skipped and each
+/// saving counts times its confidence; per-site choices are combined within the
+/// pool (a multiple-choice knapsack) when that beats every analysed mapping.
+pub fn choose_with(
+    preds: &[Prediction],
+    sig: &Significance,
+    avail: &Availability,
+    program: &ProgramTraits,
+    native_seconds: f64,
+    policy: &Policy,
+) -> PlanDecision {
+    let min_gain = policy.min_gain;
     let mut reasons = Vec::new();
     let empty = |reasons| PlanDecision {
         assignments: vec![],
@@ -137,13 +202,71 @@ pub fn choose(
         ));
         return empty(reasons);
     }
+    let bar = pmb_bar(avail);
+    if bar > 0.0 {
+        reasons.push(format!(
+            "other programs hold {} of the {} pool pages: a hugetlb mapping needs PMB >= {:.0}%",
+            avail.hugetlb_2m_total.saturating_sub(avail.hugetlb_2m_free),
+            avail.hugetlb_2m_total,
+            bar
+        ));
+    }
+    let confidence = |p: &Prediction| {
+        policy
+            .confidence
+            .iter()
+            .find(|(l, _)| *l == p.label)
+            .map_or(1.0, |&(_, c)| c)
+    };
+    let expected = |p: &Prediction| p.saving_ns * confidence(p) * thp_coverage(p, avail);
+    // A lost plan stays out, and so does every mapping that contains it.
+    let lost: Vec<&Prediction> = preds
+        .iter()
+        .filter(|p| policy.lost.contains(&p.label) && !p.is_all_small())
+        .collect();
+    let allowed = |p: &Prediction| -> Result<(), String> {
+        if let Some(l) = lost.iter().find(|l| {
+            l.assignments.iter().all(|a| p.assignments.contains(a))
+                && l.sites.iter().all(|s| p.sites.contains(s))
+        }) {
+            return Err(if l.label == p.label {
+                "a validation measured a loss with it; not applied again automatically".into()
+            } else {
+                format!("contains {}, which lost a validation", l.label)
+            });
+        }
+        if uses_hugetlb(p) && p.pmb < bar {
+            return Err(format!("PMB {:.0}% is below the bar of {:.0}%", p.pmb, bar));
+        }
+        feasible(p, avail, program)
+    };
     let threshold_ns = min_gain * native_seconds * 1e9;
     let mut best: Option<&Prediction> = None;
     for p in preds.iter().filter(|p| !p.is_all_small()) {
-        match feasible(p, avail, program) {
+        match allowed(p) {
             Err(why) => reasons.push(format!("{}: ruled out: {}", p.label, why)),
             Ok(()) => {
-                if best.is_none_or(|b| p.saving_ns > b.saving_ns) {
+                let cover = thp_coverage(p, avail);
+                if cover < 1.0 {
+                    reasons.push(format!(
+                        "{}: only {} free 2 MB blocks for its {} THP folios (fragmentation): counts {:.0}% of its saving",
+                        p.label,
+                        avail.thp_2m_allocatable.unwrap_or(0),
+                        p.thp_pages,
+                        cover * 100.0
+                    ));
+                }
+                let c = confidence(p);
+                if c < 1.0 {
+                    reasons.push(format!(
+                        "{}: confidence {:.2} from earlier validations: counts {:.1} of its {:.1} ms",
+                        p.label,
+                        c,
+                        expected(p) / 1e6,
+                        p.saving_ns / 1e6
+                    ));
+                }
+                if best.is_none_or(|b| expected(p) > expected(b)) {
                     best = Some(p);
                 }
             }
@@ -164,11 +287,9 @@ pub fn choose(
                 .copied()
                 .filter(|&(ac, _)| ac != c)
                 .collect();
-            let alt = preds.iter().find(|p| {
-                p.assignments == without
-                    && p.sites.is_empty()
-                    && feasible(p, avail, program).is_ok()
-            });
+            let alt = preds
+                .iter()
+                .find(|p| p.assignments == without && p.sites.is_empty() && allowed(p).is_ok());
             let alt_saving = alt.map_or(0.0, |p| p.saving_ns);
             if best.saving_ns - alt_saving < threshold_ns {
                 reasons.push(format!(
@@ -198,6 +319,22 @@ pub fn choose(
         ));
         return empty(reasons);
     }
+    if let Some(k) = site_knapsack(preds, best, avail, native_seconds, &allowed, &expected) {
+        reasons.push(format!(
+            "per-site choice within {} free pool pages beats {} ({:.1} ms): {} (saving {:.1} ms, estimated by additivity)",
+            avail.hugetlb_2m_free,
+            best.label,
+            expected(best) / 1e6,
+            k.label,
+            k.saving_ns / 1e6
+        ));
+        return PlanDecision {
+            assignments: k.assignments.clone(),
+            sites: k.sites.clone(),
+            prediction: Some(k),
+            reasons,
+        };
+    }
     reasons.push(format!(
         "chose {}: predicted saving {:.1} ms ({:.2}x), PMB {:.0}%, {} hugetlb + {} THP pages",
         best.label,
@@ -213,6 +350,117 @@ pub fn choose(
         prediction: Some(best.clone()),
         reasons,
     }
+}
+
+/// The multiple-choice knapsack over allocation sites: each analysed site goes
+/// on 4 KB, THP or hugetlb pages, hugetlb pages within the pool, together with
+/// the best allowed mapping of the other categories; savings add (seed 001's
+/// additivity, checked by `rank::additivity_error`). Returned only when it is
+/// expected to beat `best` (an exact prediction) by more than 1 %.
+fn site_knapsack(
+    preds: &[Prediction],
+    best: &Prediction,
+    avail: &Availability,
+    native_seconds: f64,
+    allowed: &dyn Fn(&Prediction) -> Result<(), String>,
+    expected: &dyn Fn(&Prediction) -> f64,
+) -> Option<Prediction> {
+    // Options per site: (saving, hugetlb pages, prediction).
+    let mut groups: Vec<(crate::categorize::Site, Vec<&Prediction>)> = Vec::new();
+    for p in preds
+        .iter()
+        .filter(|p| p.sites.len() == 1 && p.assignments.is_empty())
+    {
+        if allowed(p).is_err() || expected(p) <= 0.0 {
+            continue;
+        }
+        match groups.iter_mut().find(|(s, _)| *s == p.sites[0].site) {
+            Some((_, v)) => v.push(p),
+            None => groups.push((p.sites[0].site, vec![p])),
+        }
+    }
+    if groups.len() < 2 {
+        return None;
+    }
+    let others = preds
+        .iter()
+        .filter(|p| {
+            p.sites.is_empty()
+                && !p.assignments.iter().any(|(c, _)| *c == Category::HeapLarge)
+                && allowed(p).is_ok()
+        })
+        .max_by(|a, b| expected(a).total_cmp(&expected(b)));
+    let budget = avail.hugetlb_2m_free.min(1 << 20) as usize;
+    // dp[b]: best saving with at most b pool pages; choice[g][b] the option taken.
+    let mut dp = vec![0.0f64; budget + 1];
+    let mut choice = vec![vec![usize::MAX; budget + 1]; groups.len()];
+    for (g, (_, opts)) in groups.iter().enumerate() {
+        let prev = dp.clone();
+        for b in 0..=budget {
+            for (k, p) in opts.iter().enumerate() {
+                let w = p.hugetlb_pages as usize;
+                if w <= b && prev[b - w] + expected(p) > dp[b] {
+                    dp[b] = prev[b - w] + expected(p);
+                    choice[g][b] = k;
+                }
+            }
+        }
+    }
+    let mut b = budget;
+    let mut sites = Vec::new();
+    let (mut saving, mut hugetlb, mut thp, mut walks, mut faults) = (0.0, 0, 0, 0, 0);
+    for g in (0..groups.len()).rev() {
+        let k = choice[g][b];
+        if k == usize::MAX {
+            continue;
+        }
+        let p = groups[g].1[k];
+        sites.push(p.sites[0].clone());
+        saving += p.saving_ns;
+        hugetlb += p.hugetlb_pages;
+        thp += p.thp_pages;
+        walks += p.walks;
+        faults += p.faults;
+        b -= p.hugetlb_pages as usize;
+    }
+    sites.reverse();
+    let mut assignments = vec![];
+    if let Some(o) = others.filter(|o| o.saving_ns > 0.0) {
+        assignments = o.assignments.clone();
+        saving += o.saving_ns;
+        hugetlb += o.hugetlb_pages;
+        thp += o.thp_pages;
+    }
+    let expected_total = dp[budget] + others.map_or(0.0, |o| expected(o).max(0.0));
+    if sites.len() < 2 || expected_total <= expected(best) * 1.01 {
+        return None;
+    }
+    let predicted_seconds = (native_seconds - saving / 1e9).max(native_seconds * 0.01);
+    let mut label = crate::rank::site_label(&sites);
+    if !assignments.is_empty() {
+        label = format!("{} {label}", crate::rank::label(&assignments));
+    }
+    Some(Prediction {
+        mapping: "per-site".into(),
+        label,
+        base: false,
+        assignments,
+        miss_time_ns: best.miss_time_ns + best.saving_ns - saving,
+        saving_ns: saving,
+        pmb: 100.0 * saving / best.saving_ns.max(saving).max(1e-9),
+        predicted_seconds,
+        predicted_speedup: if native_seconds > 0.0 {
+            native_seconds / predicted_seconds
+        } else {
+            1.0
+        },
+        hugetlb_pages: hugetlb,
+        hugetlb_1g_pages: 0,
+        thp_pages: thp,
+        sites,
+        walks,
+        faults,
+    })
 }
 
 #[cfg(test)]
@@ -396,5 +644,229 @@ mod tests {
         assert!(choose(&preds(), &sig(true), &no_thp, &forks, 1.0, 0.01)
             .assignments
             .is_empty());
+    }
+
+    fn site_pred(offset: u64, backing: Backing, saving_ms: f64, hugetlb: u64) -> Prediction {
+        let sites = vec![PlannedSite {
+            site: crate::categorize::Site { module: 0, offset },
+            module: String::new(),
+            backing,
+        }];
+        let mut p = pred(&crate::rank::site_label(&sites), vec![], saving_ms, hugetlb);
+        p.sites = sites;
+        p
+    }
+
+    /// Three sites, each better on hugetlb than on THP, and a pool too small for
+    /// all: the knapsack puts the two with the most saving per page on hugetlb and
+    /// the third on THP, which beats every single analysed mapping.
+    #[test]
+    fn a_short_pool_is_shared_out_among_sites() {
+        use Backing::*;
+        #[allow(non_upper_case_globals)]
+        const Thp2m: Backing = Backing::Thp2m;
+        let mut v = vec![
+            pred("all-small", vec![], 0.0, 0),
+            pred(
+                "heap-large",
+                vec![(Category::HeapLarge, Hugetlb2m)],
+                330.0,
+                300,
+            ),
+            pred(
+                "heap-large thp",
+                vec![(Category::HeapLarge, Thp2m)],
+                200.0,
+                0,
+            ),
+        ];
+        for (off, h, t, pages) in [
+            (1, 150.0, 90.0, 100),
+            (2, 120.0, 60.0, 100),
+            (3, 60.0, 50.0, 100),
+        ] {
+            v.push(site_pred(off, Hugetlb2m, h, pages));
+            v.push(site_pred(off, Thp2m, t, 0));
+        }
+        let avail = Availability {
+            hugetlb_2m_free: 200,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        let d = choose(
+            &v,
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            10.0,
+            0.001,
+        );
+        let got: Vec<(u64, Backing)> = d.sites.iter().map(|s| (s.site.offset, s.backing)).collect();
+        assert_eq!(
+            got,
+            vec![(1, Hugetlb2m), (2, Hugetlb2m), (3, Thp2m)],
+            "{:?}",
+            d.reasons
+        );
+        assert_eq!(d.hugetlb_pages(), 200);
+        let p = d.prediction.unwrap();
+        assert!((p.saving_ns - 320e6).abs() < 1.0);
+        // With the whole pool free, the exact whole-category mapping wins again.
+        let avail = Availability {
+            hugetlb_2m_free: 300,
+            ..avail
+        };
+        let d = choose(
+            &v,
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            10.0,
+            0.001,
+        );
+        assert_eq!(d.assignments, vec![(Category::HeapLarge, Hugetlb2m)]);
+        assert!(d.sites.is_empty());
+    }
+
+    /// Seed 001's multi-program heuristic: as other programs take the pool, a
+    /// mapping needs a higher PMB to get pages.
+    #[test]
+    fn the_pmb_bar_rises_as_the_pool_empties() {
+        let mut v = preds();
+        // heap-large:hugetlb is the best (PMB 100); make it modest to see the bar.
+        for p in &mut v {
+            p.pmb = 100.0 * p.saving_ns / 301e6;
+        }
+        let run = |v: &[Prediction], free, total| {
+            let avail = Availability {
+                hugetlb_2m_free: free,
+                hugetlb_2m_total: total,
+                thp: ThpMode::Madvise,
+                ..Default::default()
+            };
+            choose(v, &sig(true), &avail, &ProgramTraits::default(), 1.0, 0.01)
+        };
+        assert_eq!(
+            pmb_bar(&Availability {
+                hugetlb_2m_free: 500,
+                hugetlb_2m_total: 1000,
+                ..Default::default()
+            }),
+            45.0
+        );
+        assert_eq!(
+            pmb_bar(&Availability {
+                hugetlb_2m_free: 5,
+                hugetlb_2m_total: 0,
+                ..Default::default()
+            }),
+            0.0
+        );
+        // Pool mostly free: hugetlb.
+        assert_eq!(
+            run(&v, 900, 1000).assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)]
+        );
+        // Other programs hold 99.9 % of a huge pool: the bar (89.9 %) still lets a
+        // PMB of 99.7 % through...
+        assert_eq!(
+            run(&v, 100, 100_000).assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)]
+        );
+        // ...but not a mapping with PMB 60 %.
+        for p in &mut v {
+            if p.label == "heap-large" || p.label == "all" {
+                p.pmb = 60.0;
+            }
+        }
+        let d = run(&v, 100, 1000);
+        assert_eq!(d.assignments, vec![(Category::HeapLarge, Backing::Thp2m)]);
+        assert!(
+            d.reasons.iter().any(|r| r.contains("below the bar of 81%")),
+            "{:?}",
+            d.reasons
+        );
+    }
+
+    #[test]
+    fn lost_mappings_are_skipped_and_confidence_discounts() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        let go = |policy: &Policy| {
+            choose_with(
+                &preds(),
+                &sig(true),
+                &avail,
+                &ProgramTraits::default(),
+                1.0,
+                policy,
+            )
+            .assignments
+        };
+        let hugetlb = vec![(Category::HeapLarge, Backing::Hugetlb2m)];
+        let thp = vec![(Category::HeapLarge, Backing::Thp2m)];
+        assert_eq!(
+            go(&Policy {
+                min_gain: 0.01,
+                ..Policy::default()
+            }),
+            hugetlb
+        );
+        let lost = Policy {
+            min_gain: 0.01,
+            lost: vec!["heap-large".into()],
+            ..Policy::default()
+        };
+        assert_eq!(go(&lost), thp);
+        // 300 ms at confidence 0.5 counts less than 250 ms fully borne out.
+        let doubted = Policy {
+            min_gain: 0.01,
+            confidence: vec![("heap-large".into(), 0.5), ("all".into(), 0.5)],
+            ..Policy::default()
+        };
+        assert_eq!(go(&doubted), thp);
+    }
+
+    /// A fragmented machine: THP folios beyond the free 2 MB blocks fault in as
+    /// 4 KB pages, so hugetlb (reserved ahead) wins where the pool has pages.
+    #[test]
+    fn fragmentation_discounts_thp() {
+        let mut v = preds();
+        for p in &mut v {
+            if p.label.contains("thp") {
+                p.thp_pages = 100;
+            }
+        }
+        let avail = |free_blocks| Availability {
+            hugetlb_2m_free: 0,
+            thp: ThpMode::Madvise,
+            thp_2m_allocatable: free_blocks,
+            ..Default::default()
+        };
+        let thp = vec![(Category::HeapLarge, Backing::Thp2m)];
+        let go = |a: &Availability| choose(&v, &sig(true), a, &ProgramTraits::default(), 1.0, 0.01);
+        assert_eq!(go(&avail(None)).assignments, thp);
+        assert_eq!(go(&avail(Some(1000))).assignments, thp);
+        // 10 blocks for 100 folios: 25 ms of 250 expected, still above the 10 ms bar.
+        let d = go(&avail(Some(10)));
+        assert_eq!(d.assignments, thp);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("only 10 free 2 MB blocks")),
+            "{:?}",
+            d.reasons
+        );
+        // With a pool, hugetlb (300 ms, reserved ahead) now wins over THP's 25 ms.
+        let mut a = avail(Some(10));
+        a.hugetlb_2m_free = 100;
+        assert_eq!(
+            go(&a).assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)]
+        );
+        assert_eq!(thp_coverage(&v[2], &avail(Some(50))), 0.5);
     }
 }

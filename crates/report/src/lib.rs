@@ -1,8 +1,11 @@
 //! Rendering helpers shared by the commands: aligned tables and human units,
-//! standalone SVG charts (`svg`) and self-contained HTML pages (`html`).
+//! standalone SVG charts (`svg`) and self-contained HTML pages (`html`); the
+//! content of `hugetune report` (`view`) and its plots (`plots`).
 
 pub mod html;
+pub mod plots;
 pub mod svg;
+pub mod view;
 
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 

@@ -76,12 +76,24 @@ CREATE TABLE calibrations (
 );
 CREATE INDEX calibrations_machine ON calibrations(machine_id);
 "#,
+    // Version 3: profiles keyed by their input as well (a training input can serve
+    // a reference input, seed 001 §5.3.3, but the same input is preferred);
+    // directives learn from validations; runs name the mapping they applied.
+    r#"
+ALTER TABLE profiles ADD COLUMN input_signature TEXT NOT NULL DEFAULT '';
+ALTER TABLE directives ADD COLUMN validations INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE directives ADD COLUMN lost INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN mapping TEXT NOT NULL DEFAULT '';
+CREATE INDEX profiles_program ON profiles(program_id, input_signature);
+CREATE INDEX runs_program ON runs(program_id, mapping);
+"#,
 ];
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 pub struct Db {
-    conn: Connection,
+    /// Crate-visible so that read-only queries can live in their own modules.
+    pub(crate) conn: Connection,
     path: PathBuf,
 }
 
@@ -97,11 +109,27 @@ pub struct NewDirective {
     pub hugetlb_pages: u64,
     pub thp_pages: u64,
     pub details: serde_json::Value,
+    /// How far validations have borne the prediction out (1: fully; new directives start there).
+    #[serde(default = "full_confidence")]
+    pub confidence: f64,
+    /// Validations recorded against this directive.
+    #[serde(default)]
+    pub validations: u64,
+    /// A validation measured a loss: never applied again automatically.
+    #[serde(default)]
+    pub lost: bool,
+}
+
+fn full_confidence() -> f64 {
+    1.0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewRun {
     pub program_id: i64,
+    /// The applied mapping's name (a directive's `mapping`); empty when none.
+    #[serde(default)]
+    pub mapping: String,
     pub profile_id: Option<i64>,
     pub machine_id: Option<i64>,
     pub args: Vec<String>,
@@ -112,6 +140,29 @@ pub struct NewRun {
     pub huge_bytes_backed: u64,
     pub verdict: String,
     pub details: serde_json::Value,
+}
+
+/// A profile as the online agent reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredProfile {
+    pub id: i64,
+    pub args: Vec<String>,
+    pub summary: serde_json::Value,
+    /// Taken with the same arguments as the run being planned.
+    pub same_input: bool,
+}
+
+/// What identifies a program's input: its arguments after the program itself
+/// (FNV-1a over them, NUL-separated; stable across hugetune versions).
+pub fn input_signature(args: &[String]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for a in args.iter().skip(1) {
+        for b in a.bytes().chain(std::iter::once(0)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
 }
 
 /// One row for `hugetune db ls`.
@@ -222,20 +273,21 @@ impl Db {
     ) -> Result<i64> {
         let tx = self.conn.transaction()?;
         tx.execute(
-            "INSERT INTO profiles (program_id, machine_id, args, bundle, summary) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO profiles (program_id, machine_id, args, bundle, summary, input_signature) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 program_id,
                 machine_id,
                 serde_json::to_string(args)?,
                 bundle.map(|b| b.to_string_lossy().into_owned()),
-                summary.to_string()
+                summary.to_string(),
+                input_signature(args)
             ],
         )?;
         let pid = tx.last_insert_rowid();
         for d in directives {
             tx.execute(
-                "INSERT INTO directives (profile_id, mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages, details)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT INTO directives (profile_id, mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages, details, confidence, validations, lost)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     pid,
                     d.mapping,
@@ -246,7 +298,10 @@ impl Db {
                     d.predicted_speedup,
                     d.hugetlb_pages as i64,
                     d.thp_pages as i64,
-                    d.details.to_string()
+                    d.details.to_string(),
+                    d.confidence.clamp(0.0, 1.0),
+                    d.validations as i64,
+                    d.lost
                 ],
             )?;
         }
@@ -254,48 +309,77 @@ impl Db {
         Ok(pid)
     }
 
+    /// A profile's directives, best saving first.
     pub fn directives(&self, profile_id: i64) -> Result<Vec<NewDirective>> {
+        Ok(self
+            .directives_by_id(profile_id)?
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect())
+    }
+
+    /// A profile's directives with their row ids, best saving first.
+    pub fn directives_by_id(&self, profile_id: i64) -> Result<Vec<(i64, NewDirective)>> {
         let mut st = self.conn.prepare(
-            "SELECT mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages, details
-             FROM directives WHERE profile_id = ?1 ORDER BY saving_ns DESC",
+            "SELECT id, mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages,
+                    details, confidence, validations, lost
+             FROM directives WHERE profile_id = ?1 ORDER BY saving_ns DESC, id",
         )?;
         let rows = st.query_map([profile_id], |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, bool>(2)?,
-                r.get::<_, f64>(3)?,
-                r.get::<_, f64>(4)?,
-                r.get::<_, f64>(5)?,
-                r.get::<_, i64>(6)?,
-                r.get::<_, i64>(7)?,
-                r.get::<_, String>(8)?,
+                (
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, bool>(3)?,
+                ),
+                (
+                    r.get::<_, f64>(4)?,
+                    r.get::<_, f64>(5)?,
+                    r.get::<_, f64>(6)?,
+                    r.get::<_, i64>(7)?,
+                    r.get::<_, i64>(8)?,
+                ),
+                (
+                    r.get::<_, String>(9)?,
+                    r.get::<_, f64>(10)?,
+                    r.get::<_, i64>(11)?,
+                    r.get::<_, bool>(12)?,
+                ),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (mapping, a, base, saving_ns, pmb, sp, h, t, d) = row?;
-            out.push(NewDirective {
-                mapping,
-                assignments: serde_json::from_str(&a)
-                    .context("directive assignments in the database are corrupt")?,
-                base,
-                saving_ns,
-                pmb,
-                predicted_speedup: sp,
-                hugetlb_pages: h.max(0) as u64,
-                thp_pages: t.max(0) as u64,
-                details: serde_json::from_str(&d)
-                    .context("directive details in the database are corrupt")?,
-            });
+            let ((id, mapping, a, base), (saving_ns, pmb, sp, h, t), (d, confidence, n, lost)) =
+                row?;
+            let corrupt =
+                |what: &str| format!("directive {id}'s {what} in the database are corrupt");
+            out.push((
+                id,
+                NewDirective {
+                    mapping,
+                    assignments: serde_json::from_str(&a)
+                        .with_context(|| corrupt("assignments"))?,
+                    base,
+                    saving_ns,
+                    pmb,
+                    predicted_speedup: sp,
+                    hugetlb_pages: h.max(0) as u64,
+                    thp_pages: t.max(0) as u64,
+                    details: serde_json::from_str(&d).with_context(|| corrupt("details"))?,
+                    confidence,
+                    validations: n.max(0) as u64,
+                    lost,
+                },
+            ));
         }
         Ok(out)
     }
 
     pub fn insert_run(&self, r: &NewRun) -> Result<i64> {
         self.conn.execute(
-            "INSERT INTO runs (program_id, profile_id, machine_id, args, plan, baseline_s, optimized_s, speedup, huge_bytes_backed, verdict, details)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT INTO runs (program_id, profile_id, machine_id, args, plan, baseline_s, optimized_s, speedup, huge_bytes_backed, verdict, details, mapping)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 r.program_id,
                 r.profile_id,
@@ -307,10 +391,110 @@ impl Db {
                 r.speedup,
                 r.huge_bytes_backed as i64,
                 r.verdict,
-                r.details.to_string()
+                r.details.to_string(),
+                r.mapping
             ],
         )?;
         Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The profile to plan a run of `args` with: the newest one taken with the
+    /// same input if there is one, else the program's newest (a training input
+    /// serves a reference input, seed 001 §5.3.3).
+    pub fn profile_for_input(
+        &self,
+        program_id: i64,
+        args: &[String],
+    ) -> Result<Option<StoredProfile>> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT id, args, summary, input_signature = ?2 FROM profiles WHERE program_id = ?1
+                 ORDER BY input_signature = ?2 DESC, id DESC LIMIT 1",
+                params![program_id, input_signature(args)],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, bool>(3)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((id, a, summary, same_input)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(StoredProfile {
+            id,
+            args: serde_json::from_str(&a)
+                .with_context(|| format!("profile {id}: arguments in the database are corrupt"))?,
+            summary: serde_json::from_str(&summary)
+                .with_context(|| format!("profile {id}: summary in the database is corrupt"))?,
+            same_input,
+        }))
+    }
+
+    /// Records a validation of a directive: `agreement` (0..=1) is how well the
+    /// measured gain matched the predicted one; the confidence moves halfway to
+    /// it. A measured loss marks the directive lost (confidence 0): it is never
+    /// applied again automatically. Returns the new confidence.
+    pub fn record_validation(
+        &self,
+        profile_id: i64,
+        mapping: &str,
+        agreement: f64,
+        lost: bool,
+    ) -> Result<f64> {
+        let a = if agreement.is_finite() {
+            agreement.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let n = self.conn.execute(
+            "UPDATE directives SET validations = validations + 1,
+                    lost = lost OR ?3,
+                    confidence = CASE WHEN ?3 THEN 0.0 ELSE 0.5 * confidence + 0.5 * ?4 END
+             WHERE profile_id = ?1 AND mapping = ?2",
+            params![profile_id, mapping, lost, a],
+        )?;
+        if n == 0 {
+            bail!("profile {profile_id} has no directive for mapping '{mapping}'");
+        }
+        Ok(self.conn.query_row(
+            "SELECT confidence FROM directives WHERE profile_id = ?1 AND mapping = ?2",
+            params![profile_id, mapping],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Mappings that lost in a validation of any profile of the program.
+    pub fn lost_mappings(&self, program_id: i64) -> Result<Vec<String>> {
+        let mut st = self.conn.prepare(
+            "SELECT DISTINCT d.mapping FROM directives d JOIN profiles p ON p.id = d.profile_id
+             WHERE p.program_id = ?1 AND d.lost ORDER BY 1",
+        )?;
+        let v = st
+            .query_map([program_id], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(v)
+    }
+
+    /// Removes one entry; a program or profile takes what hangs off it along.
+    pub fn remove(&self, kind: &str, id: i64) -> Result<()> {
+        let sql = match kind {
+            "program" => "DELETE FROM programs WHERE id = ?1",
+            "profile" => "DELETE FROM profiles WHERE id = ?1",
+            "run" => "DELETE FROM runs WHERE id = ?1",
+            "calibration" => "DELETE FROM calibrations WHERE id = ?1",
+            other => bail!(
+                "unknown entry kind '{other}' (expected program, profile, run or calibration)"
+            ),
+        };
+        if self.conn.execute(sql, [id])? == 0 {
+            bail!("no {kind} with id {id}");
+        }
+        Ok(())
     }
 
     /// The newest profile of a program, with its arguments and summary.
@@ -369,7 +553,7 @@ impl Db {
             "SELECT 'profile', p.id, p.created, pr.path || ' ' || p.args FROM profiles p JOIN programs pr ON pr.id = p.program_id
              UNION ALL
              SELECT 'run', r.id, r.created, pr.path || ' ' || r.args || ' -> ' || r.verdict ||
-                    COALESCE(printf(' (%.2fx)', r.speedup), '') FROM runs r JOIN programs pr ON pr.id = r.program_id
+                    CASE WHEN r.speedup IS NULL THEN '' ELSE printf(' (%.2fx)', r.speedup) END FROM runs r JOIN programs pr ON pr.id = r.program_id
              UNION ALL
              SELECT 'calibration', c.id, c.created, m.hostname || ' ' || m.cpu || ' ' || m.kernel
                     FROM calibrations c JOIN machines m ON m.id = c.machine_id
@@ -423,6 +607,9 @@ mod tests {
             hugetlb_pages: 512,
             thp_pages: 0,
             details: serde_json::json!({}),
+            confidence: 1.0,
+            validations: 0,
+            lost: false,
         }
     }
 
@@ -463,6 +650,7 @@ mod tests {
         let run = db
             .insert_run(&NewRun {
                 program_id: p,
+                mapping: "a".into(),
                 profile_id: Some(prof),
                 machine_id: Some(m),
                 args,
@@ -541,40 +729,179 @@ mod tests {
         );
     }
 
+    /// A database left at every earlier schema version, with rows in it,
+    /// migrates to the current one and keeps its rows usable.
     #[test]
-    fn migrates_a_version_1_database() {
+    fn migrates_every_earlier_schema() {
+        for from in 1..SCHEMA_VERSION {
+            let d = tempfile::tempdir().unwrap();
+            let p = d.path().join("h.db");
+            {
+                let c = Connection::open(&p).unwrap();
+                for sql in &MIGRATIONS[..from as usize] {
+                    c.execute_batch(sql).unwrap();
+                }
+                c.pragma_update(None, "user_version", from).unwrap();
+                c.execute_batch(
+                    "INSERT INTO machines (fingerprint, hostname, cpu, kernel, details) VALUES ('fp', 'h', 'c', 'k', '{}');
+                     INSERT INTO programs (path, build_id) VALUES ('/bin/w', '');
+                     INSERT INTO profiles (program_id, machine_id, args, summary) VALUES (1, 1, '[\"w\",\"x\"]', '{\"refs\": 1}');
+                     INSERT INTO directives (profile_id, mapping, assignments, base, saving_ns, pmb, predicted_speedup, hugetlb_pages, thp_pages, details)
+                         VALUES (1, 'heap-large', '[]', 1, 5.0, 100.0, 1.2, 3, 0, '{}');
+                     INSERT INTO runs (program_id, profile_id, args, plan, baseline_s, optimized_s, huge_bytes_backed, verdict, details)
+                         VALUES (1, 1, '[]', '{}', '[1.0]', '[0.9]', 0, 'gain', '{}');",
+                )
+                .unwrap();
+            }
+            let db = Db::open(&p).unwrap();
+            assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION, "from {from}");
+            let m = db
+                .upsert_machine("fp", "h", "c", "k", &serde_json::json!({}))
+                .unwrap();
+            assert_eq!(m, 1);
+            db.insert_calibration(m, &serde_json::json!({"x": 1}))
+                .unwrap();
+            let ds = db.directives(1).unwrap();
+            assert_eq!(
+                (ds[0].confidence, ds[0].validations, ds[0].lost),
+                (1.0, 0, false)
+            );
+            // Old profiles have no input signature: they serve any input.
+            let sp = db
+                .profile_for_input(1, &["w".into(), "x".into()])
+                .unwrap()
+                .unwrap();
+            assert_eq!((sp.id, sp.same_input), (1, false));
+            assert_eq!(
+                db.record_validation(1, "heap-large", 0.5, false).unwrap(),
+                0.75
+            );
+            assert_eq!(db.list().unwrap().len(), 3, "from {from}");
+            drop(db);
+            // Opening again migrates nothing and keeps the rows.
+            assert_eq!(Db::open(&p).unwrap().list().unwrap().len(), 3);
+        }
+    }
+
+    #[test]
+    fn the_same_input_is_preferred_and_any_input_serves() {
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("h.db");
-        {
-            // A database as the first schema left it, with a machine in it.
-            let c = Connection::open(&p).unwrap();
-            c.execute_batch(MIGRATIONS[0]).unwrap();
-            c.pragma_update(None, "user_version", 1).unwrap();
-            c.execute(
-                "INSERT INTO machines (fingerprint, hostname, cpu, kernel, details) VALUES ('fp', 'h', 'c', 'k', '{}')",
-                [],
+        let mut db = Db::open(&d.path().join("h.db")).unwrap();
+        let p = db.upsert_program("/bin/w", None).unwrap();
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let train = db
+            .insert_profile(
+                p,
+                None,
+                &s(&["w", "small"]),
+                None,
+                &serde_json::json!({}),
+                &[],
             )
             .unwrap();
-        }
-        let db = Db::open(&p).unwrap();
-        assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
-        let m = db
-            .upsert_machine("fp", "h", "c", "k", &serde_json::json!({}))
+        let reference = db
+            .insert_profile(
+                p,
+                None,
+                &s(&["w", "large"]),
+                None,
+                &serde_json::json!({}),
+                &[],
+            )
             .unwrap();
-        let id = db
-            .insert_calibration(m, &serde_json::json!({"x": 1}))
+        let get = |args: &[&str]| db.profile_for_input(p, &s(args)).unwrap().unwrap();
+        assert_eq!(
+            (get(&["w", "small"]).id, get(&["w", "small"]).same_input),
+            (train, true)
+        );
+        assert_eq!(
+            (
+                get(&["/path/to/w", "large"]).id,
+                get(&["w", "large"]).same_input
+            ),
+            (reference, true)
+        );
+        // A new input is served by the newest profile.
+        assert_eq!(
+            (get(&["w", "huge"]).id, get(&["w", "huge"]).same_input),
+            (reference, false)
+        );
+        assert_ne!(
+            input_signature(&s(&["w", "a b"])),
+            input_signature(&s(&["w", "a", "b"]))
+        );
+        assert!(db.profile_for_input(999, &s(&["w"])).unwrap().is_none());
+    }
+
+    #[test]
+    fn validations_move_confidence_and_losses_stick() {
+        let d = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&d.path().join("h.db")).unwrap();
+        let p = db.upsert_program("/bin/w", None).unwrap();
+        let args = vec!["w".to_string()];
+        let first = db
+            .insert_profile(
+                p,
+                None,
+                &args,
+                None,
+                &serde_json::json!({}),
+                &[directive("a", 1.0), directive("b", 2.0)],
+            )
             .unwrap();
+        assert_eq!(db.record_validation(first, "a", 0.0, false).unwrap(), 0.5);
+        assert_eq!(db.record_validation(first, "a", 1.0, false).unwrap(), 0.75);
         assert_eq!(
-            db.latest_calibration(m).unwrap(),
-            Some(serde_json::json!({"x": 1}))
+            db.record_validation(first, "a", f64::NAN, false).unwrap(),
+            0.375
         );
-        drop(db);
-        // Opening again migrates nothing and keeps the row.
-        let db = Db::open(&p).unwrap();
-        assert_eq!(
-            db.show("calibration", id).unwrap()["machine_id"].as_i64(),
-            Some(m)
-        );
+        assert!(db.lost_mappings(p).unwrap().is_empty());
+        assert_eq!(db.record_validation(first, "b", 1.0, true).unwrap(), 0.0);
+        // A later good validation does not clear a loss.
+        assert_eq!(db.record_validation(first, "b", 1.0, false).unwrap(), 0.5);
+        // A newer profile's directive of the same mapping is still lost for the program.
+        db.insert_profile(
+            p,
+            None,
+            &args,
+            None,
+            &serde_json::json!({}),
+            &[directive("b", 2.0)],
+        )
+        .unwrap();
+        assert_eq!(db.lost_mappings(p).unwrap(), vec!["b".to_string()]);
+        let ds = db.directives(first).unwrap();
+        assert!(ds
+            .iter()
+            .any(|d| d.mapping == "b" && d.lost && d.validations == 2));
+        assert!(db.record_validation(first, "zzz", 1.0, false).is_err());
+    }
+
+    #[test]
+    fn remove_takes_dependants_along() {
+        let d = tempfile::tempdir().unwrap();
+        let mut db = Db::open(&d.path().join("h.db")).unwrap();
+        let p = db.upsert_program("/bin/w", None).unwrap();
+        let prof = db
+            .insert_profile(
+                p,
+                None,
+                &["w".into()],
+                None,
+                &serde_json::json!({}),
+                &[directive("a", 1.0)],
+            )
+            .unwrap();
+        assert!(db
+            .remove("profile", 999)
+            .unwrap_err()
+            .to_string()
+            .contains("no profile with id 999"));
+        assert!(db.remove("table", 1).is_err());
+        db.remove("profile", prof).unwrap();
+        assert!(db.directives(prof).unwrap().is_empty());
+        db.remove("program", p).unwrap();
+        assert!(db.list().unwrap().is_empty());
     }
 
     #[test]

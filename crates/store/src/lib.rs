@@ -3,3 +3,5 @@
 
 pub mod bundle;
 pub mod db;
+pub mod exchange;
+pub mod query;

@@ -1,6 +1,9 @@
+//! `hugetune db`: list, show, remove, export and import database entries.
+
 use crate::Ctx;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use hugetune_report::table;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -11,17 +14,33 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Action {
     /// List profiles, runs and calibrations
-    Ls,
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
     /// Show one entry as JSON: `db show profile 3`, `db show run 7`, `db show calibration 1`
     Show { kind: String, id: i64 },
+    /// Remove an entry: `db rm run 7`; a program or profile takes its directives and runs along
+    Rm { kind: String, id: i64 },
+    /// Write the whole database as one JSON document (to a file, or standard output)
+    Export {
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Merge an export into this database (entries already present are skipped)
+    Import { file: PathBuf },
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
-    let db = ctx.db()?;
+    let mut db = ctx.db()?;
     match a.action {
-        Action::Ls => {
-            let rows: Vec<Vec<String>> = db
-                .list()?
+        Action::Ls { json } => {
+            let l = db.list()?;
+            if json {
+                println!("{}", serde_json::to_string(&l)?);
+                return Ok(0);
+            }
+            let rows: Vec<Vec<String>> = l
                 .into_iter()
                 .map(|l| vec![l.table, l.id.to_string(), l.created, l.what])
                 .collect();
@@ -30,6 +49,30 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         }
         Action::Show { kind, id } => {
             println!("{}", serde_json::to_string_pretty(&db.show(&kind, id)?)?)
+        }
+        Action::Rm { kind, id } => {
+            db.remove(&kind, id)?;
+            eprintln!("hugetune: removed {kind} {id}");
+        }
+        Action::Export { output } => {
+            let text = serde_json::to_string_pretty(&db.export()?)?;
+            match output {
+                Some(f) => std::fs::write(&f, text + "\n")
+                    .with_context(|| format!("writing {}", f.display()))?,
+                None => println!("{text}"),
+            }
+        }
+        Action::Import { file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let doc: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", file.display()))?;
+            let c = db
+                .import(&doc)
+                .with_context(|| format!("importing {}", file.display()))?;
+            for ((t, added), (_, skipped)) in c.added.iter().zip(&c.skipped) {
+                eprintln!("hugetune: {t}: {added} added, {skipped} already present");
+            }
         }
     }
     Ok(0)

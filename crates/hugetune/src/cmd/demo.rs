@@ -13,7 +13,8 @@ pub struct Args {
     /// Size of the walk that is profiled (the training input)
     #[arg(long, default_value = "32M")]
     train_size: String,
-    /// Baseline and optimized runs each (5 + 5 lets the exact test tolerate one outlier)
+    /// Fewest baseline and optimized runs each (5 + 5 lets the exact test tolerate
+    /// one outlier); up to 10 while the speedup's confidence interval is wider than 5 %
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
     /// Do not grow the hugetlb pool (use only what is free, else THP)
@@ -38,7 +39,11 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let opts = Options {
         command: cmd(&a.size),
         profile_command: cmd(&a.train_size),
-        runs: a.runs as usize,
+        runs: hugetune_capture::ab::RunCount {
+            min: a.runs as usize,
+            max: (a.runs as usize).max(10),
+            ci_width: 0.05,
+        },
         reserve: !a.no_reserve && root,
         min_gain: pipeline::DEFAULT_MIN_GAIN,
         bundle: None,

@@ -5,16 +5,48 @@ pub mod bench;
 pub mod calibrate;
 pub mod db;
 pub mod demo;
+pub mod frag;
 pub mod fragsim;
 pub mod machine;
 pub mod optimize;
 pub mod plan;
 pub mod rank;
 pub mod record;
+pub mod report;
 pub mod run;
+pub mod size;
 pub mod validate;
 
+use hugetune_capture::ab::RunCount;
 use hugetune_model::rank::Prediction;
+
+/// How many interleaved A/B pairs a validation runs (`optimize`, `validate`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct RunCountArgs {
+    /// Fewest A/B pairs (a baseline and an optimized run each, interleaved)
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub runs: u32,
+    /// Most A/B pairs: more pairs run while the speedup's 95 % confidence interval is wider than --ci-width
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_runs: u32,
+    /// Width of the speedup's 95 % bootstrap confidence interval that is enough (0.05: about ±2.5 %)
+    #[arg(long, default_value_t = 0.05)]
+    pub ci_width: f64,
+}
+
+impl RunCountArgs {
+    pub fn count(&self) -> anyhow::Result<RunCount> {
+        anyhow::ensure!(
+            self.ci_width > 0.0 && self.ci_width.is_finite(),
+            "--ci-width must be a positive number"
+        );
+        Ok(RunCount {
+            min: self.runs as usize,
+            max: self.max_runs.max(self.runs) as usize,
+            ci_width: self.ci_width,
+        })
+    }
+}
 use hugetune_report::{count, table};
 
 /// The prediction table shared by `analyze` and `optimize`.
@@ -71,4 +103,29 @@ pub fn decision_text(d: &hugetune_model::plan::PlanDecision) -> String {
     } else {
         hugetune_model::rank::site_label(&d.sites)
     }
+}
+
+/// The backing proof beyond smaps_rollup: large folios per size seen in the
+/// process (pagemap + kpageflags) and faulted in per run (the kernel's counters).
+pub fn folio_proof(v: &crate::pipeline::Validation) -> Option<String> {
+    let list = |x: &[(u64, u64)], f: &dyn Fn(u64) -> String| {
+        x.iter()
+            .map(|&(kb, n)| format!("{} in {kb} kB folios", f(n)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = Vec::new();
+    if !v.folio_bytes.is_empty() {
+        parts.push(format!(
+            "mapped {} (pagemap + kpageflags)",
+            list(&v.folio_bytes, &|b| hugetune_report::bytes(b))
+        ));
+    }
+    if !v.folio_faults_per_run.is_empty() {
+        parts.push(format!(
+            "faulted per run {} (anon_fault_alloc)",
+            list(&v.folio_faults_per_run, &|n| n.to_string())
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }

@@ -22,9 +22,8 @@ pub struct Args {
     /// Profile this command instead (a training input; seed 001 §5.3.3), e.g. "./app --small"
     #[arg(long, value_name = "CMD")]
     profile_cmd: Option<String>,
-    /// Baseline and optimized runs each, interleaved
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    runs: u32,
+    #[command(flatten)]
+    runs: super::RunCountArgs,
     /// As root: grow the hugetlb pool for the runs, restore it afterwards
     #[arg(long)]
     reserve: bool,
@@ -45,7 +44,7 @@ pub struct Args {
 pub struct Options {
     pub command: Vec<OsString>,
     pub profile_command: Vec<OsString>,
-    pub runs: usize,
+    pub runs: hugetune_capture::ab::RunCount,
     pub reserve: bool,
     pub min_gain: f64,
     pub bundle: Option<PathBuf>,
@@ -122,7 +121,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let opts = Options {
         command: a.command,
         profile_command,
-        runs: a.runs as usize,
+        runs: a.runs.count()?,
         reserve: a.reserve,
         min_gain: a.min_gain,
         bundle: a.bundle,
@@ -219,15 +218,18 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let mut avail_plan = avail_now.clone();
     if o.reserve {
         avail_plan.hugetlb_2m_free += ref_pages;
+        avail_plan.hugetlb_2m_total += ref_pages;
     }
-    let mut decision = plan::choose(
-        &preds,
-        &an.significance,
-        &avail_plan,
-        &program,
-        native_s,
-        o.min_gain,
-    );
+    // Plans of this program that lost a validation before stay out.
+    let policy = plan::Policy {
+        min_gain: o.min_gain,
+        lost: db.lost_mappings(program_id)?,
+        confidence: vec![],
+    };
+    let choose = |avail: &Availability| {
+        plan::choose_with(&preds, &an.significance, avail, &program, native_s, &policy)
+    };
+    let mut decision = choose(&avail_plan);
     let mut reserved = None;
     if o.reserve {
         match reserve_for(&decision, &avail_now) {
@@ -240,14 +242,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
                 "only {} hugetlb pages are available; planning again with what there is",
                 got.hugetlb_2m_free
             ));
-            decision = plan::choose(
-                &preds,
-                &an.significance,
-                &got,
-                &program,
-                native_s,
-                o.min_gain,
-            );
+            decision = choose(&got);
         }
     }
     let availability = pipeline::availability_now();
@@ -273,18 +268,24 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let huge = validation
         .huge_bytes_proc
         .max(validation.huge_bytes_runtime);
+    let mapping = decision
+        .prediction
+        .as_ref()
+        .map_or(String::new(), |p| p.label.clone());
+    let confidence = pipeline::learn_from(&db, profile_id, &decision, &validation)?;
     let run_id = db.insert_run(&NewRun {
         program_id,
+        mapping: mapping.clone(),
         profile_id: Some(profile_id),
         machine_id: Some(machine_id),
         args: pipeline::strings(&o.command),
-        plan: serde_json::json!({"assignments": decision.assignments, "text": plan_text}),
+        plan: serde_json::json!({"mapping": mapping, "assignments": decision.assignments, "sites": decision.sites, "text": plan_text}),
         baseline_s: validation.baseline_s.clone(),
         optimized_s: validation.optimized_s.clone(),
         speedup: Some(validation.speedup),
         huge_bytes_backed: huge,
         verdict: validation.verdict.name().into(),
-        details: serde_json::to_value(&validation)?,
+        details: serde_json::json!({"validation": validation, "confidence": confidence}),
     })?;
     let mut compared = vec![Compared {
         mapping: "all-small".into(),
@@ -386,7 +387,10 @@ pub fn render(r: &Report) -> String {
         );
     }
     let v = &r.validation;
-    s += &format!("\nmeasured     {} baseline and {} optimized runs, interleaved (wall time, median and range)\n", v.runs, v.runs);
+    s += &format!(
+        "\nmeasured     {} baseline and {} optimized runs, interleaved (wall time, median and range; {} to {} pairs until the speedup's 95 % CI was narrower than {:.3})\n",
+        v.runs, v.runs, v.run_count.min, v.run_count.max, v.run_count.ci_width
+    );
     s += &format!(
         "  baseline   {}  ({})  {} minor faults\n",
         secs(v.baseline_median_s),
@@ -404,8 +408,8 @@ pub fn render(r: &Report) -> String {
         .as_ref()
         .map_or(1.0, |p| p.predicted_speedup);
     s += &format!(
-        "  speedup    {:.2}x: {} (one-sided Mann-Whitney p = {:.3}); predicted {:.2}x on the profiled input\n",
-        r.speedup, r.verdict, v.p_gain, predicted
+        "  speedup    {:.2}x (95 % CI {:.2}..{:.2}x): {} (one-sided Mann-Whitney p = {:.3}); predicted {:.2}x on the profiled input\n",
+        r.speedup, v.speedup_ci.0, v.speedup_ci.1, r.verdict, v.p_gain, predicted
     );
     let rows: Vec<Vec<String>> = r
         .compared
@@ -432,6 +436,9 @@ pub fn render(r: &Report) -> String {
         bytes(v.baseline_huge_bytes_proc),
         bytes(v.huge_bytes_runtime)
     );
+    if let Some(p) = super::folio_proof(v) {
+        s += &format!("             {p}\n");
+    }
     for f in fallbacks(&v.runtime_summaries) {
         s += &format!("             fallback: {f}\n");
     }

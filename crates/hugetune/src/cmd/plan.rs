@@ -1,7 +1,6 @@
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Result};
 use hugetune_capture::launch::PlanOptions;
-use hugetune_model::plan;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -16,6 +15,12 @@ pub struct Args {
     /// hugetlb 2 MB pages to plan with instead of those free now
     #[arg(long)]
     budget: Option<u64>,
+    /// hugetlb 1 GB pages to plan with instead of those free now
+    #[arg(long)]
+    budget_1g: Option<u64>,
+    /// Print why: every mapping considered, what ruled it out, what was chosen
+    #[arg(long)]
+    explain: bool,
     #[arg(long)]
     json: bool,
     /// The program (and arguments) to plan for; its newest profile is used
@@ -34,16 +39,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     };
     let mut avail = pipeline::availability_now();
     if let Some(b) = a.budget {
+        // A budget is what this program may take: no other program's share.
         avail.hugetlb_2m_free = b;
+        avail.hugetlb_2m_total = 0;
     }
-    let d = plan::choose(
-        &st.predictions,
-        &st.significance,
-        &avail,
-        &st.program,
-        st.native_s,
-        a.min_gain,
-    );
+    if let Some(b) = a.budget_1g {
+        avail.hugetlb_1g_free = b;
+    }
+    let d = st.choose(&avail, a.min_gain);
     let threshold = st.threshold;
     let text = hugetune_capture::launch::plan_text_with(
         &d.assignments,
@@ -61,12 +64,31 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         return Ok(0);
     }
     println!(
-        "profile #{}; {} free hugetlb 2 MB pages, THP {:?}",
-        st.profile_id, avail.hugetlb_2m_free, avail.thp
+        "profile #{}; {} free hugetlb 2 MB pages, {} free 1 GB pages, THP {:?}, {} 2 MB blocks free for THP",
+        st.profile_id,
+        avail.hugetlb_2m_free,
+        avail.hugetlb_1g_free,
+        avail.thp,
+        avail
+            .thp_2m_allocatable
+            .map_or("unknown".into(), |n| n.to_string())
     );
-    println!("plan: {}", super::assignments_text(&d.assignments));
-    for r in &d.reasons {
+    println!("plan: {}", super::decision_text(&d));
+    if let Some(p) = &d.prediction {
+        println!(
+            "  predicted {:.2}x, PMB {:.0}%, {} hugetlb 2 MB + {} 1 GB pages, {} THP folios",
+            p.predicted_speedup, p.pmb, p.hugetlb_pages, p.hugetlb_1g_pages, p.thp_pages
+        );
+    }
+    let shown = if a.explain { d.reasons.len() } else { 0 };
+    for r in d.reasons.iter().take(shown) {
         println!("  - {r}");
+    }
+    if !a.explain {
+        // The last reason says what was chosen, or why nothing was.
+        if let Some(r) = d.reasons.last() {
+            println!("  - {r} (--explain for all reasons)");
+        }
     }
     if let Some(o) = &a.output {
         println!("plan file written to {}", o.display());

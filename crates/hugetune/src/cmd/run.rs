@@ -5,7 +5,6 @@ use crate::{pipeline, Ctx};
 use anyhow::Result;
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::runner::{self, Output, RunSpec};
-use hugetune_model::plan;
 use hugetune_store::db::NewRun;
 use std::ffi::OsString;
 
@@ -14,6 +13,9 @@ pub struct Args {
     /// Smallest predicted gain worth huge pages, as a fraction of the run time
     #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
     min_gain: f64,
+    /// Print why the plan was chosen
+    #[arg(long)]
+    explain: bool,
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
 }
@@ -31,15 +33,17 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         spec.stdout = Output::Inherit;
         return Ok(runner::run(&spec)?.exit_code);
     };
-    let d = plan::choose(
-        &st.predictions,
-        &st.significance,
-        &pipeline::availability_now(),
-        &st.program,
-        st.native_s,
-        a.min_gain,
-    );
-    pipeline::note(format!("applying {}", super::decision_text(&d)));
+    let d = st.choose(&pipeline::availability_now(), a.min_gain);
+    if a.explain || d.prediction.is_none() {
+        for r in &d.reasons {
+            pipeline::note(format!("  - {r}"));
+        }
+    }
+    pipeline::note(format!(
+        "applying {} (profile #{})",
+        super::decision_text(&d),
+        st.profile_id
+    ));
     let applied = pipeline::applied_spec(
         &art,
         &a.command,
@@ -59,12 +63,17 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     for f in super::optimize::fallbacks(&[serde_json::Value::Array(summaries.clone())]) {
         pipeline::note(format!("fallback: {f}"));
     }
+    let mapping = d
+        .prediction
+        .as_ref()
+        .map_or(String::new(), |p| p.label.clone());
     db.insert_run(&NewRun {
         program_id: st.program_id,
+        mapping: mapping.clone(),
         profile_id: Some(st.profile_id),
         machine_id: None,
         args: pipeline::strings(&a.command),
-        plan: serde_json::json!({"assignments": d.assignments}),
+        plan: serde_json::json!({"mapping": mapping, "assignments": d.assignments, "sites": d.sites}),
         baseline_s: vec![],
         optimized_s: vec![stats.wall_s],
         speedup: None,

@@ -1,14 +1,16 @@
+//! `hugetune validate`: interleaved A/B runs of the stored plan against the
+//! unchanged program; the outcome goes back into the directive's confidence.
+
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Result};
 use hugetune_capture::launch::PlanOptions;
-use hugetune_model::plan;
+use hugetune_store::db::NewRun;
 use std::ffi::OsString;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Baseline and optimized runs each, interleaved
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    runs: u32,
+    #[command(flatten)]
+    runs: super::RunCountArgs,
     #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
     min_gain: f64,
     #[arg(long)]
@@ -26,39 +28,71 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             ctx.db_path.display()
         );
     };
-    let d = plan::choose(
-        &st.predictions,
-        &st.significance,
-        &pipeline::availability_now(),
-        &st.program,
-        st.native_s,
-        a.min_gain,
-    );
-    let threshold = st.threshold;
+    let d = st.choose(&pipeline::availability_now(), a.min_gain);
+    if d.prediction.is_none() {
+        for r in &d.reasons {
+            pipeline::note(format!("  - {r}"));
+        }
+        bail!("nothing to validate: the planner applies no huge pages to this program now");
+    }
     let v = pipeline::validate(
         &art,
         &a.command,
         &d.assignments,
-        threshold,
+        st.threshold,
         &PlanOptions::for_program(&st.program).with_sites(&d.sites),
-        a.runs as usize,
+        a.runs.count()?,
     )?;
+    let confidence = pipeline::learn_from(&db, st.profile_id, &d, &v)?;
+    let mapping = d
+        .prediction
+        .as_ref()
+        .map_or(String::new(), |p| p.label.clone());
+    let predicted = d.prediction.as_ref().map_or(1.0, |p| p.predicted_speedup);
+    let run_id = db.insert_run(&NewRun {
+        program_id: st.program_id,
+        mapping: mapping.clone(),
+        profile_id: Some(st.profile_id),
+        machine_id: None,
+        args: pipeline::strings(&a.command),
+        plan: serde_json::json!({"mapping": mapping, "assignments": d.assignments, "sites": d.sites}),
+        baseline_s: v.baseline_s.clone(),
+        optimized_s: v.optimized_s.clone(),
+        speedup: Some(v.speedup),
+        huge_bytes_backed: v.huge_bytes_proc.max(v.huge_bytes_runtime),
+        verdict: v.verdict.name().into(),
+        details: serde_json::json!({"validation": v, "confidence": confidence}),
+    })?;
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"plan": d.assignments, "validation": v})
+            serde_json::json!({"run_id": run_id, "mapping": mapping, "predicted_speedup": predicted,
+                               "plan": d.assignments, "sites": d.sites, "validation": v, "confidence": confidence})
         );
-    } else {
-        println!("plan: {}", super::assignments_text(&d.assignments));
-        println!(
-            "baseline {:.3} s, optimized {:.3} s (medians of {}): {:.2}x, {}; {} huge at peak",
-            v.baseline_median_s,
-            v.optimized_median_s,
-            v.runs,
-            v.speedup,
-            v.verdict.name(),
-            hugetune_report::bytes(v.huge_bytes_proc)
-        );
+        return Ok(0);
+    }
+    println!("plan: {} ({mapping})", super::decision_text(&d));
+    println!(
+        "baseline {:.3} s, optimized {:.3} s (medians of {} pairs): {:.2}x (95 % CI {:.2}..{:.2}x; predicted {:.2}x), {}",
+        v.baseline_median_s,
+        v.optimized_median_s,
+        v.runs,
+        v.speedup,
+        v.speedup_ci.0,
+        v.speedup_ci.1,
+        predicted,
+        v.verdict.name(),
+    );
+    println!(
+        "backing: {} huge at peak (/proc smaps_rollup), {} reported by the runtime library",
+        hugetune_report::bytes(v.huge_bytes_proc),
+        hugetune_report::bytes(v.huge_bytes_runtime),
+    );
+    if let Some(p) = super::folio_proof(&v) {
+        println!("         {p}");
+    }
+    if let Some(c) = confidence {
+        println!("directive confidence now {c:.2} (run #{run_id})");
     }
     Ok(0)
 }

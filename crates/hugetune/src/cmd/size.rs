@@ -1,0 +1,347 @@
+//! `hugetune size`: how many huge pages a program should get. The predicted
+//! PMB-vs-pages curve of its stored profile (for the input given), its knee, the
+//! commands that reserve that many pages now and at boot; with `--sweep`, the
+//! real curve measured by running the program with growing pool budgets.
+
+use crate::{pipeline, Ctx};
+use anyhow::{bail, Context, Result};
+use hugetune_capture::ab;
+use hugetune_capture::kernel_state::{lock_kernel_state, set_hugetlb_pool_holding};
+use hugetune_capture::launch::PlanOptions;
+use hugetune_capture::machine;
+use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_model::size::{self, CurvePoint, Pool};
+use hugetune_report::table;
+use serde::Serialize;
+use std::ffi::OsString;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pool to size: 2M or 1G
+    #[arg(long, default_value = "2M", value_parser = parse_pool)]
+    size: Pool,
+    /// Budgets on the predicted curve, evenly spaced up to the pages needed
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    steps: u64,
+    /// As root: also measure the curve, running the program with the pool holding each budget
+    #[arg(long)]
+    sweep: bool,
+    /// Budgets measured by --sweep (evenly spaced, and the knee)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..=50))]
+    sweep_points: u64,
+    /// Runs per measured budget (interleaved rounds; medians)
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
+    #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
+    min_gain: f64,
+    #[arg(long)]
+    json: bool,
+    /// Also write a self-contained HTML page: both curves in one plot, the commands
+    #[arg(long, value_name = "FILE")]
+    html: Option<std::path::PathBuf>,
+    /// The program and its (reference) arguments
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
+}
+
+fn parse_pool(s: &str) -> Result<Pool, String> {
+    match s.to_ascii_uppercase().as_str() {
+        "2M" | "2MB" | "2048K" | "2048KB" => Ok(Pool::P2m),
+        "1G" | "1GB" | "1048576K" | "1048576KB" => Ok(Pool::P1g),
+        _ => Err(format!("'{s}': expected 2M or 1G")),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub pages: u64,
+    /// Pages the kernel really gave for this budget.
+    pub got: u64,
+    pub median_s: f64,
+    pub runs_s: Vec<f64>,
+    pub pmb: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SizeReport {
+    pub profile_id: i64,
+    pub pool: Pool,
+    pub pages_needed: u64,
+    pub predicted: Vec<CurvePoint>,
+    pub knee_pages: Option<u64>,
+    pub pages_for_90pct: Option<u64>,
+    pub recommended: u64,
+    pub commands_now: Vec<String>,
+    pub commands_boot: Vec<String>,
+    pub baseline_median_s: Option<f64>,
+    pub measured: Vec<Measured>,
+}
+
+fn commands(pool: Pool, pages: u64, in_use: u64) -> (Vec<String>, Vec<String>) {
+    let (kb, name) = (pool.page_kb(), if pool == Pool::P2m { "2M" } else { "1G" });
+    let total = in_use + pages;
+    let now = vec![
+        format!("echo {total} > /sys/kernel/mm/hugepages/hugepages-{kb}kB/nr_hugepages   # {pages} for this program + {in_use} in use"),
+        format!("hugeadm --pool-pages-min {}:+{pages}", if pool == Pool::P2m { "2MB" } else { "1GB" }),
+    ];
+    let mut boot = vec![format!(
+        "kernel command line: hugepagesz={name} hugepages={total}"
+    )];
+    if pool == Pool::P2m {
+        boot.push(format!(
+            "or: echo 'vm.nr_hugepages = {total}' > /etc/sysctl.d/90-hugetune.conf"
+        ));
+    } else {
+        boot.push("1 GB pages are best reserved at boot: memory fragments after it".into());
+    }
+    (now, boot)
+}
+
+pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    let art = crate::artifacts::find()?;
+    let db = ctx.db()?;
+    let Some(mut st) = pipeline::stored_predictions(&db, &a.command)? else {
+        bail!(
+            "no profile of {} in {}: run `hugetune optimize -- {}` (or record + analyze) first",
+            pipeline::display_cmd(&a.command[..1]),
+            ctx.db_path.display(),
+            pipeline::display_cmd(&a.command)
+        );
+    };
+    pipeline::note("sizing run in record mode (the pages this input needs; not timed)");
+    let sizing = pipeline::sizing_run(&art, &a.command)?;
+    st.predictions = pipeline::with_reference_pages(&st.predictions, sizing.heap_large_pages);
+    let avail = pipeline::availability_now();
+    let policy = st.policy(a.min_gain);
+    let curve = size::pmb_curve(
+        &size::Planned {
+            preds: &st.predictions,
+            sig: &st.significance,
+            traits: &st.program,
+            native_seconds: st.native_s,
+            policy: &policy,
+        },
+        &avail,
+        a.size,
+        a.steps,
+    );
+    let need = size::pages_needed(&st.predictions, a.size);
+    let knee = size::knee(&curve).map(|p| p.pages);
+    let recommended = knee.unwrap_or(0);
+    let in_use = machine::pool(a.size.page_kb()).map_or(0, |p| p.nr.saturating_sub(p.free));
+    let (now, boot) = commands(a.size, recommended, in_use);
+    let mut report = SizeReport {
+        profile_id: st.profile_id,
+        pool: a.size,
+        pages_needed: need,
+        knee_pages: knee,
+        pages_for_90pct: size::pages_for(&curve, 90.0),
+        recommended,
+        commands_now: now,
+        commands_boot: boot,
+        baseline_median_s: None,
+        measured: vec![],
+        predicted: curve,
+    };
+    if a.sweep {
+        sweep(&art, &a, &st, &mut report)?;
+    }
+    if let Some(f) = &a.html {
+        std::fs::write(f, html(&report, &pipeline::display_cmd(&a.command)))
+            .with_context(|| format!("writing {}", f.display()))?;
+        pipeline::note(format!("wrote {}", f.display()));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(0);
+    }
+    print!("{}", render(&report));
+    Ok(0)
+}
+
+/// The sizing page: the predicted curve and, after `--sweep`, the measured one
+/// in one plot (seed 001 fig. 3, seed 004 experiment 1), then the commands.
+fn html(r: &SizeReport, cmd: &str) -> String {
+    use hugetune_report::{html::Page, svg};
+    let unit = if r.pool == Pool::P2m { "2 MB" } else { "1 GB" };
+    let mut series = vec![svg::Series::new(
+        "predicted",
+        r.predicted
+            .iter()
+            .map(|p| (p.pages as f64, p.pmb))
+            .collect(),
+    )];
+    if !r.measured.is_empty() {
+        series.push(svg::Series::new(
+            "measured",
+            r.measured.iter().map(|m| (m.pages as f64, m.pmb)).collect(),
+        ));
+    }
+    let chart = svg::Chart {
+        title: format!("PMB against {unit} hugetlb pages"),
+        x_label: format!("{unit} pages the program may take"),
+        y_label: "% of maximal benefit".into(),
+        kind: svg::ChartKind::Line,
+        series,
+        ..Default::default()
+    };
+    let mut page = Page::new(&format!("hugetune size: {cmd}"));
+    page.push_paragraph(&format!(
+        "Profile #{}; a full mapping needs {} {unit} pages. Recommended: {} pages (the knee of the predicted curve).",
+        r.profile_id, r.pages_needed, r.recommended
+    ));
+    page.push_svg(svg::render(&chart, 720, 400));
+    page.push_preformatted(&render(r));
+    page.render()
+}
+
+/// Measures the curve: at each measured budget the pool is set so that exactly
+/// that many pages are free, and the program runs with the plan the predicted
+/// curve has there (the runtime library falls back to 4 KB pages when a pool
+/// runs dry). Rounds interleave the budgets and an unchanged baseline; the pool
+/// is restored after each run, also on error and Ctrl-C.
+fn sweep(
+    art: &crate::artifacts::Artifacts,
+    a: &Args,
+    st: &pipeline::Stored,
+    r: &mut SizeReport,
+) -> Result<()> {
+    let n = r.predicted.len();
+    let mut idx: Vec<usize> = (0..a.sweep_points)
+        .map(|i| (i as usize * (n - 1)) / (a.sweep_points as usize - 1))
+        .collect();
+    if let Some(k) = r.knee_pages {
+        idx.extend(r.predicted.iter().position(|p| p.pages == k));
+    }
+    idx.sort_unstable();
+    idx.dedup();
+    let lock = lock_kernel_state()?;
+    let kb = a.size.page_kb();
+    let pool = machine::pool(kb)
+        .ok_or_else(|| anyhow::anyhow!("this kernel has no {kb} kB hugetlb pool"))?;
+    let held = pool.nr.saturating_sub(pool.free);
+    let mut specs = Vec::new();
+    for &i in &idx {
+        let p = &r.predicted[i];
+        specs.push(pipeline::applied_spec(
+            art,
+            &a.command,
+            &p.assignments,
+            st.threshold,
+            &PlanOptions::for_program(&st.program).with_sites(&p.sites),
+            Output::Null,
+        )?);
+    }
+    let mut baseline = RunSpec::new(a.command.clone());
+    baseline.stdout = Output::Null;
+    pipeline::note(format!(
+        "measuring {} budgets x {} runs (the pool is restored afterwards)",
+        idx.len(),
+        a.runs
+    ));
+    let mut times: Vec<Vec<f64>> = vec![vec![]; idx.len()];
+    let mut got = vec![0u64; idx.len()];
+    let mut base_t = Vec::new();
+    for round in 0..a.runs {
+        let s = runner::run(&baseline)?;
+        pipeline::note(format!("round {}: baseline {:.3} s", round + 1, s.wall_s));
+        base_t.push(s.wall_s);
+        for (j, &i) in idx.iter().enumerate() {
+            let b = r.predicted[i].pages;
+            let change = set_hugetlb_pool_holding(&lock, kb, held + b)?;
+            got[j] = change.now.saturating_sub(held);
+            let s = runner::run(&specs[j].spec)?;
+            pipeline::take_summaries(specs[j].dir.path());
+            drop(change);
+            if s.exit_code != 0 {
+                bail!(
+                    "the program exited with status {} with {b} pages",
+                    s.exit_code
+                );
+            }
+            pipeline::note(format!(
+                "round {}: {b} pages ({} given), {}: {:.3} s",
+                round + 1,
+                got[j],
+                r.predicted[i].label,
+                s.wall_s
+            ));
+            times[j].push(s.wall_s);
+        }
+    }
+    let t0 = ab::median(&base_t);
+    let medians: Vec<f64> = times.iter().map(|t| ab::median(t)).collect();
+    let best = medians.iter().copied().fold(f64::INFINITY, f64::min);
+    r.baseline_median_s = Some(t0);
+    r.measured = idx
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| Measured {
+            pages: r.predicted[i].pages,
+            got: got[j],
+            median_s: medians[j],
+            runs_s: times[j].clone(),
+            pmb: hugetune_model::rank::pmb(t0 - medians[j], t0 - best),
+        })
+        .collect();
+    Ok(())
+}
+
+fn render(r: &SizeReport) -> String {
+    let unit = if r.pool == Pool::P2m { "2 MB" } else { "1 GB" };
+    let mut s = format!(
+        "profile #{}: a full mapping needs {} {unit} pages\n\n",
+        r.profile_id, r.pages_needed
+    );
+    let measured = |pages: u64| r.measured.iter().find(|m| m.pages == pages);
+    let mut pages: Vec<u64> = r.predicted.iter().map(|p| p.pages).collect();
+    pages.extend(r.measured.iter().map(|m| m.pages));
+    pages.sort_unstable();
+    pages.dedup();
+    let rows: Vec<Vec<String>> = pages
+        .iter()
+        .map(|&n| {
+            let p = r.predicted.iter().find(|p| p.pages == n);
+            vec![
+                n.to_string(),
+                p.map_or("".into(), |p| format!("{:.0}%", p.pmb)),
+                p.map_or("".into(), |p| {
+                    format!("{}{}", p.label, if p.partial { " (pro rata)" } else { "" })
+                }),
+                measured(n).map_or("".into(), |m| format!("{:.0}%", m.pmb)),
+                measured(n).map_or("".into(), |m| format!("{:.3} s", m.median_s)),
+            ]
+        })
+        .collect();
+    s += &table(
+        &[
+            "pages",
+            "predicted PMB",
+            "plan",
+            "measured PMB",
+            "median time",
+        ],
+        &rows,
+    );
+    if let Some(t0) = r.baseline_median_s {
+        s += &format!("\nbaseline (unchanged program): {t0:.3} s\n");
+    }
+    match r.knee_pages {
+        Some(k) => {
+            s += &format!(
+                "\nrecommended: {k} {unit} pages (the knee of the predicted curve; 90 % of the benefit from {} pages)\n",
+                r.pages_for_90pct.map_or("-".into(), |p| p.to_string())
+            );
+            s += "reserve now:\n";
+            for c in &r.commands_now {
+                s += &format!("  {c}\n");
+            }
+            s += "at boot:\n";
+            for c in &r.commands_boot {
+                s += &format!("  {c}\n");
+            }
+        }
+        None => s += "\nno benefit predicted from hugetlb pages: reserve none\n",
+    }
+    s
+}
