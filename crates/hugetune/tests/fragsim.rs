@@ -125,3 +125,51 @@ fn bad_arguments_are_clear_errors() {
         text(&o)
     );
 }
+
+/// What `hugetune frag --record` writes (its own header and line writer)
+/// replays here: the zones of the header, the events of the trace lines.
+#[test]
+fn replays_what_frag_records() {
+    let zoneinfo = include_str!("../../frag/tests/fixtures/6.18-live/zoneinfo");
+    let mut out = Vec::new();
+    frag::trace::write_header(&mut out, zoneinfo, Some("6.18.0")).unwrap();
+    let mut rec = frag::trace::Recorder::default();
+    for i in 0..300u64 {
+        let pfn = 0x13f000 + 4 * i;
+        let t = 15331.0 + i as f64 * 1e-6;
+        rec.line(
+            &format!("   cc1-5123    [000] ..... {t:.6}: mm_page_alloc: page=00000000b1c0e9f5 pfn={pfn:#x} order=2 migratetype={} gfp_flags=GFP_KERNEL", i % 3),
+            &mut out,
+        )
+        .unwrap();
+        if i % 3 == 0 {
+            rec.line(
+                &format!("   <idle>-0       [001] ..s1. {t:.6}: mm_page_free: page=00000000a22c9a2b pfn={pfn:#x} order=2"),
+                &mut out,
+            )
+            .unwrap();
+        }
+    }
+    rec.line("   <idle>-0       [001] ..s1. 15332.000000: mm_page_free: page=00000000a22c9a2b pfn=0x1a0b7c order=0", &mut out)
+        .unwrap();
+    let r = fragsim::replay::parse(&out[..]).unwrap();
+    assert_eq!(r.zones.len(), 3);
+    assert_eq!(r.events.len(), 401);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("rec.pagealloc");
+    std::fs::write(&f, &out).unwrap();
+    let o = hugetune(&[
+        "replay",
+        f.to_str().unwrap(),
+        "--policy",
+        "linux-6.15,illuminator",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        s.contains("1 frees of pages allocated before the recording ignored"),
+        "{s}"
+    );
+}
