@@ -62,6 +62,8 @@ enum Command {
     Report(cmd::report::Args),
     /// Live huge page availability: fragmentation indices, pageblocks, --try, events
     Frag(cmd::frag::Args),
+    /// Buddy allocator simulation with anti-fragmentation policies (seed 003)
+    Fragsim(cmd::fragsim::Args),
 }
 
 pub struct Ctx {
@@ -100,6 +102,7 @@ fn main() {
         Command::Rank(a) => cmd::rank::run(&ctx, a),
         Command::Report(a) => cmd::report::run(&ctx, a),
         Command::Frag(a) => cmd::frag::run(&ctx, a),
+        Command::Fragsim(a) => cmd::fragsim::run(&ctx, a),
     };
     match r {
         Ok(code) => std::process::exit(code),

@@ -6,6 +6,7 @@ pub mod calibrate;
 pub mod db;
 pub mod demo;
 pub mod frag;
+pub mod fragsim;
 pub mod machine;
 pub mod optimize;
 pub mod plan;
