@@ -6,7 +6,9 @@
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::ab;
-use hugetune_capture::kernel_state::{lock_kernel_state, set_hugetlb_pool_holding};
+use hugetune_capture::kernel_state::{
+    hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding,
+};
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_capture::runner::{self, Output, RunSpec};
@@ -198,8 +200,9 @@ fn html(r: &SizeReport, cmd: &str) -> String {
 /// Measures the curve: at each measured budget the pool is set so that exactly
 /// that many pages are free, and the program runs with the plan the predicted
 /// curve has there (the runtime library falls back to 4 KB pages when a pool
-/// runs dry). Rounds interleave the budgets and an unchanged baseline; the pool
-/// is restored after each run, also on error and Ctrl-C.
+/// runs dry). Rounds interleave the budgets and an unchanged baseline, after an
+/// untimed warm-up round; the pool is restored after each run and free page
+/// reporting after the sweep, also on error and Ctrl-C.
 fn sweep(
     art: &crate::artifacts::Artifacts,
     a: &Args,
@@ -216,6 +219,7 @@ fn sweep(
     idx.sort_unstable();
     idx.dedup();
     let lock = lock_kernel_state()?;
+    let _reporting = hold_page_reporting(&lock)?;
     let kb = a.size.page_kb();
     let pool = machine::pool(kb)
         .ok_or_else(|| anyhow::anyhow!("this kernel has no {kb} kB hugetlb pool"))?;
@@ -242,14 +246,29 @@ fn sweep(
     let mut times: Vec<Vec<f64>> = vec![vec![]; idx.len()];
     let mut got = vec![0u64; idx.len()];
     let mut base_t = Vec::new();
-    for round in 0..a.runs {
+    let mut warm_bytes = 0u64;
+    // Round 0 is untimed: memory the host took back is slow once (free page
+    // reporting is also held off meanwhile); before each timed run the footprint
+    // is touched and freed, so every configuration starts on memory the host backs.
+    for round in 0..=a.runs {
+        if round > 0 {
+            pipeline::warm_memory(warm_bytes);
+        }
         let s = runner::run(&baseline)?;
-        pipeline::note(format!("round {}: baseline {:.3} s", round + 1, s.wall_s));
-        base_t.push(s.wall_s);
+        if round == 0 {
+            let cap = machine::mem_available_kb().unwrap_or(0) * 1024 / 2;
+            warm_bytes = (s.minor_faults * 4096 * 5 / 4).min(cap);
+        } else {
+            pipeline::note(format!("round {round}: baseline {:.3} s", s.wall_s));
+            base_t.push(s.wall_s);
+        }
         for (j, &i) in idx.iter().enumerate() {
             let b = r.predicted[i].pages;
             let change = set_hugetlb_pool_holding(&lock, kb, held + b)?;
             got[j] = change.now.saturating_sub(held);
+            if round > 0 {
+                pipeline::warm_memory(warm_bytes);
+            }
             let s = runner::run(&specs[j].spec)?;
             pipeline::take_summaries(specs[j].dir.path());
             drop(change);
@@ -259,12 +278,15 @@ fn sweep(
                     s.exit_code
                 );
             }
+            if round == 0 {
+                continue;
+            }
             pipeline::note(format!(
-                "round {}: {b} pages ({} given), {}: {:.3} s",
-                round + 1,
+                "round {round}: {b} pages ({} given), {}: {:.3} s, {} huge at peak",
                 got[j],
                 r.predicted[i].label,
-                s.wall_s
+                s.wall_s,
+                hugetune_report::bytes(s.peak.huge())
             ));
             times[j].push(s.wall_s);
         }
