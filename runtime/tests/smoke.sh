@@ -120,7 +120,9 @@ expect "t_arena" $A HUGETUNE_PLAN="$W/p-ar.txt" HUGETUNE_SUMMARY="$W/aar.json" "
 has "arena used" "$W/aar.json" '"arena":{"enabled":true'
 expect "t_threads arena" $A HUGETUNE_PLAN="$W/p-ar.txt" "$T/t_threads" 4 20000
 expect "t_forkhuge (no pool: owned on THP/4k)" $A HUGETUNE_PLAN="$W/p-h.txt" "$T/t_forkhuge" children=2 writer=1
-expect "t_apply mmap:1 injected -> allocator" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/ai.json" HUGETUNE_INJECT=mmap:1 "$T/t_apply" expect=glibc
+# hugetlb:1 too: where the machine has a free 2 MB pool, whole-page blocks
+# map hugetlb directly and never reach the injected owned-memory mmap.
+expect "t_apply hugetlb:1,mmap:1 injected -> allocator" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/ai.json" HUGETUNE_INJECT=hugetlb:1,mmap:1 "$T/t_apply" expect=glibc
 has "injection reported" "$W/ai.json" '"reason":"injected"'
 expect "t_apply thp:1 injected -> 4k" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUMMARY="$W/ai2.json" HUGETUNE_INJECT=thp:1 "$T/t_apply" expect=4k
 has "thp injection reported" "$W/ai2.json" '"from":"thp-2m","to":"4k","reason":"injected"'
