@@ -41,6 +41,9 @@ pub struct RunSpec {
     /// Also take a census of the large folios the process maps (pagemap +
     /// kpageflags, root), at most every `FOLIO_CENSUS_EVERY`; the largest is kept.
     pub folio_census: bool,
+    /// Run the command on this CPU only (sched_setaffinity before exec), so that
+    /// the measuring process and the machine's housekeeping stay off its core.
+    pub cpu: Option<usize>,
 }
 
 /// Pause between folio censuses: each reads the whole pagemap of the process.
@@ -58,6 +61,7 @@ impl RunSpec {
             stderr: Output::Inherit,
             sample_every: Duration::from_millis(25),
             folio_census: false,
+            cpu: None,
         }
     }
 }
@@ -107,6 +111,42 @@ fn tree_usage(pid: u32) -> HugeUsage {
     total
 }
 
+/// CPUs this process may run on (its affinity mask).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is valid; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size is that of `set`.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return vec![];
+    }
+    // SAFETY: CPU_ISSET reads the set for indices below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+fn pin_to(cmd: &mut Command, cpu: usize) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let allowed = allowed_cpus();
+    if !allowed.contains(&cpu) {
+        bail!("CPU {cpu} is not available to this process (allowed: {allowed:?})");
+    }
+    // SAFETY: the closure only calls sched_setaffinity (async-signal-safe) on
+    // a set built before the fork.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 pub fn run(spec: &RunSpec) -> Result<RunStats> {
     let Some((prog, args)) = spec.argv.split_first() else {
         bail!("empty command")
@@ -120,6 +160,9 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
         cmd.env_remove(k);
     }
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    if let Some(cpu) = spec.cpu {
+        pin_to(&mut cmd, cpu)?;
+    }
     let start = Instant::now();
     let mut child = cmd
         .spawn()
@@ -250,6 +293,32 @@ mod tests {
         .unwrap();
         assert_eq!(r.signal, Some(9));
         assert_eq!(r.exit_code, 137);
+    }
+
+    /// A pinned command sees only its CPU; a CPU outside the mask is refused.
+    #[test]
+    fn pinning_sets_the_affinity() {
+        let cpus = allowed_cpus();
+        assert!(!cpus.is_empty());
+        let last = *cpus.last().unwrap();
+        let mut s = RunSpec::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "grep Cpus_allowed_list /proc/self/status".into(),
+        ]);
+        s.stdout = Output::Capture;
+        s.cpu = Some(last);
+        let r = run(&s).unwrap();
+        assert_eq!(r.exit_code, 0);
+        let out = String::from_utf8_lossy(&r.stdout);
+        assert_eq!(
+            out.split_whitespace().last(),
+            Some(last.to_string().as_str()),
+            "{out}"
+        );
+        s.cpu = Some(100_000);
+        let e = run(&s).unwrap_err();
+        assert!(format!("{e:#}").contains("CPU 100000"), "{e:#}");
     }
 
     #[test]

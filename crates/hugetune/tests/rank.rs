@@ -29,6 +29,12 @@ fn rank_reports_predicted_and_measured_pmb_for_every_base_mapping() {
             "rank",
             "--runs",
             "2",
+            "--max-runs",
+            "4",
+            "--pmb-ci",
+            "0.001",
+            "--cpu",
+            &last_cpu().to_string(),
             "--simulate",
             "--json",
             "--name",
@@ -42,7 +48,10 @@ fn rank_reports_predicted_and_measured_pmb_for_every_base_mapping() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["name"], "t");
-    assert_eq!(r["runs"], 2);
+    // 2 rounds at least, more while a measured PMB is uncertain, 4 at most
+    let runs = r["runs"].as_u64().unwrap();
+    assert!((2..=4).contains(&runs), "{runs}");
+    assert_eq!(r["cpu"].as_u64(), Some(last_cpu() as u64));
     let maps = r["mappings"].as_array().unwrap();
     assert_eq!(maps[0]["label"], "all-small", "all-small comes first");
     assert!(
@@ -75,6 +84,57 @@ fn rank_reports_predicted_and_measured_pmb_for_every_base_mapping() {
     let mean = pairs.iter().map(|(p, m)| (p - m).abs()).sum::<f64>() / pairs.len() as f64;
     let err = r["ranking_error"].as_f64().unwrap();
     assert!((err - mean).abs() < 1e-9, "{err} vs {mean}");
+    // the bootstrap intervals hold the point estimates
+    let u = &r["uncertainty"];
+    let ci = u["pmb_ci"].as_array().unwrap();
+    assert_eq!(ci.len(), maps.len());
+    for (m, c) in maps.iter().zip(ci) {
+        let (lo, hi) = (c[0].as_f64().unwrap(), c[1].as_f64().unwrap());
+        let v = m["measured_pmb"].as_f64().unwrap();
+        assert!(lo <= v + 1e-9 && v <= hi + 1e-9, "{lo} {v} {hi}");
+    }
+    let (lo, hi) = (
+        u["error_ci"][0].as_f64().unwrap(),
+        u["error_ci"][1].as_f64().unwrap(),
+    );
+    assert!(lo <= hi && lo >= 0.0, "{u}");
+}
+
+/// The last CPU this process may run on (the rank command pins runs there).
+fn last_cpu() -> usize {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = s
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let last = list.rsplit([',', '-']).next().unwrap();
+    last.parse().unwrap()
+}
+
+#[test]
+fn rank_refuses_bad_arguments_before_profiling() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, want) in [
+        (vec!["--pmb-ci", "0"], "--pmb-ci"),
+        (vec!["--pmb-ci", "nan"], "--pmb-ci"),
+        (vec!["--cpu", "100000"], "--cpu 100000"),
+    ] {
+        let o = Command::new(HUGETUNE)
+            .arg("--db")
+            .arg(dir.path().join("h.db"))
+            .arg("rank")
+            .args(&args)
+            .arg("--")
+            .arg(WORK)
+            .args(["randmem", "--size", "16M"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
 }
 
 #[test]

@@ -306,6 +306,117 @@ pub fn ranking_error(pairs: &[(f64, f64)]) -> Option<f64> {
     Some(pairs.iter().map(|(p, m)| (p - m).abs()).sum::<f64>() / pairs.len() as f64)
 }
 
+/// Median of a sample (NaN when empty).
+fn median_of(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Measured PMB of each mapping from its run times (`times[m]`, one per round;
+/// mapping 0 is all-small): the saving of its median time against all-small's
+/// median over the best such saving (seed 001 §5.3.2; losses count as 0).
+pub fn measured_pmbs(times: &[Vec<f64>]) -> Vec<f64> {
+    let med: Vec<f64> = times.iter().map(|t| median_of(t)).collect();
+    let Some(&base) = med.first() else {
+        return vec![];
+    };
+    let best = med.iter().map(|t| base - t).fold(0.0, f64::max);
+    med.iter().map(|t| pmb(base - t, best)).collect()
+}
+
+/// How sure the measured side of a ranking is: 95 % percentile-bootstrap
+/// intervals of each mapping's measured PMB and of the ranking error.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RankingUncertainty {
+    pub pmb_ci: Vec<(f64, f64)>,
+    pub error_ci: (f64, f64),
+    pub resamples: usize,
+}
+
+impl RankingUncertainty {
+    /// The widest measured-PMB interval, in percentage points.
+    pub fn widest(&self) -> f64 {
+        self.pmb_ci
+            .iter()
+            .map(|(lo, hi)| hi - lo)
+            .fold(0.0, f64::max)
+    }
+}
+
+/// Bootstraps the measured ranking: whole rounds are resampled with
+/// replacement (a round runs every mapping once, so what a round shares —
+/// the machine's state at that time — stays together), the PMBs and the
+/// ranking error against `predicted_pmb` recomputed, and their 2.5 and 97.5
+/// percentiles taken. `times[m][r]`: mapping m in round r, all of equal length.
+/// Deterministic (splitmix64 from `seed`).
+pub fn ranking_uncertainty(
+    times: &[Vec<f64>],
+    predicted_pmb: &[f64],
+    resamples: usize,
+    seed: u64,
+) -> Option<RankingUncertainty> {
+    let rounds = times.first()?.len();
+    if rounds == 0
+        || resamples == 0
+        || times.iter().any(|t| t.len() != rounds)
+        || predicted_pmb.len() != times.len()
+    {
+        return None;
+    }
+    let mut state = seed;
+    let mut next = |n: usize| {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) % n as u64) as usize
+    };
+    let m = times.len();
+    let mut pmbs: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); m];
+    let mut errors = Vec::with_capacity(resamples);
+    let mut sample: Vec<Vec<f64>> = vec![vec![0.0; rounds]; m];
+    let mut picks = vec![0usize; rounds];
+    for _ in 0..resamples {
+        for p in picks.iter_mut() {
+            *p = next(rounds);
+        }
+        for (row, t) in sample.iter_mut().zip(times) {
+            for (x, &pick) in row.iter_mut().zip(&picks) {
+                *x = t[pick];
+            }
+        }
+        let got = measured_pmbs(&sample);
+        let pairs: Vec<(f64, f64)> = predicted_pmb
+            .iter()
+            .copied()
+            .zip(got.iter().copied())
+            .collect();
+        errors.push(ranking_error(&pairs).unwrap_or(0.0));
+        for (k, v) in got.into_iter().enumerate() {
+            pmbs[k].push(v);
+        }
+    }
+    let interval = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
+        (at(0.025), at(0.975))
+    };
+    Some(RankingUncertainty {
+        pmb_ci: pmbs.into_iter().map(interval).collect(),
+        error_ci: interval(errors),
+        resamples,
+    })
+}
+
 /// `heap-large:hugetlb static:thp`; `all-small` when nothing is huge.
 pub fn label(assignments: &[(Category, Backing)]) -> String {
     if assignments.is_empty() {
@@ -359,4 +470,60 @@ pub fn additivity_error(preds: &[Prediction], combined: &Prediction) -> Option<f
         sum += single.saving_ns;
     }
     Some((combined.saving_ns - sum) / combined.saving_ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_pmb_is_saving_over_the_best_saving() {
+        let times = vec![
+            vec![1.0, 1.1, 0.9], // all-small, median 1.0
+            vec![0.5, 0.6, 0.4], // median 0.5: the best saving
+            vec![0.8, 0.7, 0.9], // median 0.8: 40 %
+            vec![1.2, 1.3, 1.1], // slower: 0
+        ];
+        let p = measured_pmbs(&times);
+        assert_eq!(p.len(), 4);
+        assert!((p[0] - 0.0).abs() < 1e-9);
+        assert!((p[1] - 100.0).abs() < 1e-9);
+        assert!((p[2] - 40.0).abs() < 1e-9, "{p:?}");
+        assert_eq!(p[3], 0.0);
+        // nothing gains: every PMB is 0
+        assert_eq!(measured_pmbs(&[vec![1.0], vec![1.1]]), vec![0.0, 0.0]);
+        assert!(measured_pmbs(&[]).is_empty());
+    }
+
+    #[test]
+    fn bootstrap_intervals_cover_the_point_estimate_and_shrink_without_noise() {
+        // no noise: every resample gives the same PMBs and error
+        let exact = vec![vec![1.0; 5], vec![0.5; 5], vec![1.0; 5]];
+        let u = ranking_uncertainty(&exact, &[0.0, 100.0, 10.0], 500, 7).unwrap();
+        assert_eq!(u.pmb_ci, vec![(0.0, 0.0), (100.0, 100.0), (0.0, 0.0)]);
+        assert!((u.error_ci.0 - 10.0 / 3.0).abs() < 1e-9);
+        assert_eq!(u.widest(), 0.0);
+        // noise on the all-small runs: the no-op mapping's interval widens and
+        // holds the point estimate
+        let noisy = vec![
+            vec![1.0, 1.1, 0.9, 1.05, 0.95, 1.2, 0.85],
+            vec![0.5, 0.52, 0.48, 0.5, 0.51, 0.49, 0.5],
+            vec![1.0, 0.98, 1.02, 1.0, 1.01, 0.99, 1.0],
+        ];
+        let u = ranking_uncertainty(&noisy, &[0.0, 100.0, 0.0], 2000, 7).unwrap();
+        let p = measured_pmbs(&noisy);
+        for (k, (lo, hi)) in u.pmb_ci.iter().enumerate() {
+            assert!(lo <= &p[k] && &p[k] <= hi, "{k}: {lo}..{hi} vs {}", p[k]);
+        }
+        assert!(u.pmb_ci[2].1 > 5.0, "{:?}", u.pmb_ci);
+        // deterministic per seed
+        assert_eq!(
+            u,
+            ranking_uncertainty(&noisy, &[0.0, 100.0, 0.0], 2000, 7).unwrap()
+        );
+        // ragged or empty input: none
+        assert!(ranking_uncertainty(&[vec![1.0], vec![]], &[0.0, 0.0], 10, 1).is_none());
+        assert!(ranking_uncertainty(&[], &[], 10, 1).is_none());
+        assert!(ranking_uncertainty(&exact, &[0.0], 10, 1).is_none());
+    }
 }

@@ -13,7 +13,10 @@ use hugetune_capture::kernel_state::{
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_capture::runner::{self, Output};
-use hugetune_model::rank::{default_backing, pmb, ranking_error, Prediction};
+use hugetune_model::rank::{
+    default_backing, measured_pmbs, pmb, ranking_error, ranking_uncertainty, Prediction,
+    RankingUncertainty,
+};
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::Backing;
 use hugetune_report::table;
@@ -26,6 +29,16 @@ pub struct Args {
     /// Timed runs of each mapping (after one untimed warm-up run each), interleaved
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
+    /// Keep adding rounds past --runs, up to this many, until every mapping's
+    /// measured PMB has a 95 % bootstrap interval narrower than --pmb-ci
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=200))]
+    max_runs: Option<u32>,
+    /// Widest measured-PMB interval (percentage points) that ends the rounds early
+    #[arg(long, default_value_t = 10.0)]
+    pmb_ci: f64,
+    /// Run the command on this CPU only (the measuring process stays off it)
+    #[arg(long)]
+    cpu: Option<usize>,
     /// Reference source of the profile
     #[arg(long, value_enum, default_value = "qemu")]
     refs: RefSource,
@@ -46,6 +59,9 @@ pub struct Args {
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
 }
+
+/// Seed of the bootstrap over rounds (the same runs give the same intervals).
+const UNCERTAINTY_SEED: u64 = 0x5eed_0001;
 
 /// One mapping: predicted and measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,6 +94,13 @@ pub struct RankReport {
     pub mappings: Vec<RankedMapping>,
     /// Seed 001 §5.3.2: mean |predicted PMB - measured PMB| over the mappings.
     pub ranking_error: f64,
+    /// 95 % bootstrap intervals of the measured PMBs and of the ranking error
+    /// (rounds resampled); absent in results from before they were computed.
+    #[serde(default)]
+    pub uncertainty: Option<RankingUncertainty>,
+    /// The CPU the command was pinned to, if any.
+    #[serde(default)]
+    pub cpu: Option<usize>,
     /// Whether the best predicted mapping is the best measured one, or within the
     /// measured spread of it.
     pub best_agrees: bool,
@@ -181,6 +204,15 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
 }
 
 fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
+    if a.pmb_ci.is_nan() || a.pmb_ci <= 0.0 {
+        bail!("--pmb-ci must be a positive number of percentage points");
+    }
+    if let Some(cpu) = a.cpu {
+        let allowed = runner::allowed_cpus();
+        if !allowed.contains(&cpu) {
+            bail!("--cpu {cpu}: not a CPU this process may use (allowed: {allowed:?})");
+        }
+    }
     let art = crate::artifacts::find()?;
     let m = machine::machine(ctx.tlb.as_deref())?;
     let tmp = tempfile::Builder::new()
@@ -249,16 +281,28 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     let mut warm_bytes = 0u64;
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut huge: Vec<Vec<f64>> = vec![Vec::new(); n];
-    let runs = a.runs as usize;
+    let min_runs = a.runs as usize;
+    let max_runs = a.max_runs.map_or(min_runs, |m| (m as usize).max(min_runs));
+    let predicted_pmbs: Vec<f64> = {
+        let best = set.iter().map(|p| p.saving_ns).fold(0.0, f64::max);
+        set.iter().map(|p| pmb(p.saving_ns, best)).collect()
+    };
+    let mut specs: Vec<runner::RunSpec> = applied.iter().map(|ap| ap.spec.clone()).collect();
+    for s in &mut specs {
+        s.cpu = a.cpu;
+    }
     // Round 0 is the untimed warm-up (memory the host reclaimed is slow once);
     // each round runs every mapping, in an order rotated from round to round.
-    for round in 0..=runs {
+    // Past --runs, rounds go on (up to --max-runs) while some mapping's
+    // measured PMB is still uncertain by more than --pmb-ci points.
+    let mut round = 0;
+    loop {
         for k in 0..n {
             let i = (k + round) % n;
             if round > 0 {
                 pipeline::warm_memory(warm_bytes);
             }
-            let st = runner::run(&applied[i].spec)
+            let st = runner::run(&specs[i])
                 .with_context(|| format!("running the mapping {}", set[i].label))?;
             if st.exit_code != 0 {
                 bail!(
@@ -279,16 +323,33 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
                 times[i].push(st.wall_s);
                 huge[i].push(bytes as f64);
                 pipeline::note(format!(
-                    "round {round}/{runs} {}: {:.3} s",
+                    "round {round}/{min_runs}..{max_runs} {}: {:.3} s",
                     set[i].label, st.wall_s
                 ));
             }
         }
+        if round >= min_runs {
+            if round >= max_runs {
+                break;
+            }
+            let u = ranking_uncertainty(&times, &predicted_pmbs, 1000, UNCERTAINTY_SEED);
+            match u {
+                Some(u) if u.widest() > a.pmb_ci => pipeline::note(format!(
+                    "after {round} rounds the widest measured-PMB interval is {:.1} points \
+                     (> {}): another round",
+                    u.widest(),
+                    a.pmb_ci
+                )),
+                _ => break,
+            }
+        }
+        round += 1;
     }
+    let runs = round;
     let med: Vec<f64> = times.iter().map(|t| median(t)).collect();
     let base = med[0];
-    let measured_saving: Vec<f64> = med.iter().map(|t| base - t).collect();
-    let best_measured = measured_saving.iter().copied().fold(0.0, f64::max);
+    let measured = measured_pmbs(&times);
+    let uncertainty = ranking_uncertainty(&times, &predicted_pmbs, 2000, UNCERTAINTY_SEED);
     let best_predicted = set.iter().map(|p| p.saving_ns).fold(0.0, f64::max);
     let mut mappings = Vec::new();
     for (i, p) in set.iter().enumerate() {
@@ -306,7 +367,7 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             measured_median_s: med[i],
             measured_min_s: times[i].iter().copied().fold(f64::INFINITY, f64::min),
             measured_max_s: times[i].iter().copied().fold(0.0, f64::max),
-            measured_pmb: pmb(measured_saving[i], best_measured),
+            measured_pmb: measured[i],
             measured_speedup: base / med[i],
             huge_bytes: median(&huge[i]) as u64,
             walks: p.walks,
@@ -343,6 +404,8 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         faults_per_s: an.significance.faults_per_s,
         mappings,
         ranking_error: err,
+        uncertainty,
+        cpu: a.cpu,
         best_agrees,
         geometry: m.tlb.geometry.describe().join("; "),
         cost_source: cost.source.clone(),
@@ -353,12 +416,19 @@ fn render(r: &RankReport) -> String {
     let rows: Vec<Vec<String>> = r
         .mappings
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
+            let ci = r
+                .uncertainty
+                .as_ref()
+                .and_then(|u| u.pmb_ci.get(i))
+                .map(|(lo, hi)| format!(" [{lo:.0}, {hi:.0}]"))
+                .unwrap_or_default();
             vec![
                 m.label.clone(),
                 format!("{:.1}", m.predicted_saving_ms),
                 format!("{:.0}%", m.predicted_pmb),
-                format!("{:.0}%", m.measured_pmb),
+                format!("{:.0}%{ci}", m.measured_pmb),
                 format!("{:.2}x", m.predicted_speedup),
                 format!("{:.2}x", m.measured_speedup),
                 format!(
@@ -373,15 +443,20 @@ fn render(r: &RankReport) -> String {
             ]
         })
         .collect();
+    let error_ci = r
+        .uncertainty
+        .as_ref()
+        .map(|u| format!(", 95 % CI {:.1}..{:.1}%", u.error_ci.0, u.error_ci.1))
+        .unwrap_or_default();
     format!(
-        "{}\n{}\nranking error {:.1}% (mean |predicted PMB - measured PMB| over {} mappings, {} runs each); best predicted mapping {} the best measured\n",
+        "{}\n{}\nranking error {:.1}%{error_ci} (mean |predicted PMB - measured PMB| over {} mappings, {} runs each); best predicted mapping {} the best measured\n",
         r.name,
         table(
             &[
                 "mapping",
                 "predicted saving ms",
                 "PMB pred",
-                "PMB meas",
+                "PMB meas [95 % CI]",
                 "speedup pred",
                 "speedup meas",
                 "median [min, max]",
