@@ -16,7 +16,9 @@ struct kresult {
     uint64_t minor_faults;      /* during the kernel phase */
     uint64_t init_minor_faults;
     uintptr_t buffer;           /* address of the main buffer (first node for heap-small) */
-    double residual;            /* cg: ||r|| / ||b|| after the last pass */
+    double residual;            /* cg: ||r|| / ||b||, mg: ||r|| / ||v|| after the last pass */
+    double work;                /* if > 0: the rate's units over all passes (in place of
+                                 * accesses x iters), for kernels whose passes differ */
 };
 
 void kernel_randmem(const struct config *cfg, struct kresult *res);
@@ -26,6 +28,7 @@ void kernel_stream(const struct config *cfg, struct kresult *res);
 void kernel_primes(const struct config *cfg, struct kresult *res);
 void kernel_malloc(const struct config *cfg, struct kresult *res);
 void kernel_cg(const struct config *cfg, struct kresult *res);
+void kernel_mg(const struct config *cfg, struct kresult *res);
 
 /* The same kernels with --trace's hook compiled in (the Makefile builds them a
  * second time with HTW_TRACE and these names). */
@@ -35,6 +38,7 @@ void kernel_gups_traced(const struct config *cfg, struct kresult *res);
 void kernel_stream_traced(const struct config *cfg, struct kresult *res);
 void kernel_malloc_traced(const struct config *cfg, struct kresult *res);
 void kernel_cg_traced(const struct config *cfg, struct kresult *res);
+void kernel_mg_traced(const struct config *cfg, struct kresult *res);
 
 /* Deterministic order-independent checksum contribution of word v at position i. */
 static inline uint64_t checksum_word(uint64_t i, uint64_t v)
@@ -80,6 +84,55 @@ static inline uint64_t cg_rows(uint64_t size)
     uint64_t a, b;
     cg_shape(size, &a, &b);
     return a * b;
+}
+
+/* mg's grid: nx x ny x nz points, each a power of two, nx >= ny >= nz >= nx / 2
+ * (2^e points: (2^q)^3, 2^(q+1) x 2^q x 2^q or 2^(q+1) x 2^(q+1) x 2^q for e = 3q,
+ * 3q + 1, 3q + 2), coarsened by halving every axis down to nz = 2: q levels.  Memory:
+ * u and r hold every level (the finest's points x (1 + 1/8 + 1/64 + ...)), v the
+ * finest only; MG_SLACK is the three arrays' 64-byte alignment.  The grid is the
+ * largest whose arrays fit --size; at least 8 x 8 x 8 (e = 9). */
+#define MG_MIN_EXP 9u
+#define MG_SLACK (3u * 2u * 64u)
+
+struct mgshape {
+    unsigned e;                 /* log2 of the finest grid's points; 0: --size too small */
+    unsigned lx, ly, lz;        /* log2 of nx, ny, nz */
+    unsigned levels;            /* lz: the coarsest level has nz = 2 */
+    uint64_t points;            /* finest level */
+    uint64_t level_points;      /* all levels together (u and r each) */
+    uint64_t bytes;             /* u + r + v, with MG_SLACK */
+};
+
+static inline void mg_shape_exp(unsigned e, struct mgshape *s)
+{
+    const unsigned q = e / 3, rem = e % 3;
+    s->e = e;
+    s->lz = q;
+    s->ly = q + (rem == 2);
+    s->lx = q + (rem >= 1);
+    s->levels = q;
+    s->points = 1ULL << e;
+    s->level_points = 0;
+    for (unsigned l = 0; l < q; l++)
+        s->level_points += 1ULL << (e - 3 * l);
+    s->bytes = 8 * (2 * s->level_points + s->points) + MG_SLACK;
+}
+
+static inline void mg_shape(uint64_t size, struct mgshape *s)
+{
+    struct mgshape t;
+    mg_shape_exp(MG_MIN_EXP, s);
+    if (s->bytes > size) {
+        s->e = 0;
+        return;
+    }
+    for (unsigned e = MG_MIN_EXP + 1; e < 60; e++) {
+        mg_shape_exp(e, &t);
+        if (t.bytes > size)
+            break;
+        *s = t;
+    }
 }
 
 #endif

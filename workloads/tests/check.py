@@ -27,7 +27,9 @@ FIELDS = ["kernel", "size", "iters", "threads", "place", "page", "random_pct", "
           "seconds", "rate", "rate_unit", "checksum", "residual", "init_seconds", "minor_faults",
           "init_minor_faults", "buffer", "pid"]
 UNITS = {"randmem": "M accesses/s", "chase": "M accesses/s", "gups": "M updates/s",
-         "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s", "cg": "M nonzeros/s"}
+         "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s", "cg": "M nonzeros/s",
+         "mg": "M points/s"}
+RESIDUAL = ("cg", "mg")
 
 failures = []
 
@@ -58,7 +60,7 @@ def run_json(args):
         fail(f"{args}: rate_unit {d['rate_unit']}")
     if (d["random_pct"] is None) != (d["kernel"] != "randmem"):
         fail(f"{args}: random_pct {d['random_pct']}")
-    if (d["residual"] is None) != (d["kernel"] != "cg"):
+    if (d["residual"] is None) != (d["kernel"] not in RESIDUAL):
         fail(f"{args}: residual {d['residual']}")
     if not (d["seconds"] >= 0 and d["init_seconds"] >= 0 and d["rate"] >= 0):
         fail(f"{args}: bad times/rate")
@@ -127,6 +129,75 @@ def cg_converges():
     if d and d["checksum"] == sums.get(5):
         fail("cg: --seed does not change the matrix")
     print(f"ok  cg converges: relative residual after N passes {res}")
+
+
+def same_results(name, runs):
+    """runs: list of argument lists that must give the same checksum (and residual)."""
+    got = {}
+    for args in runs:
+        d = run_json(args)
+        if d:
+            got[" ".join(args)] = (d["checksum"], d["residual"])
+    if len(set(got.values())) != 1:
+        fail(f"{name}: results differ: {got}")
+    return next(iter(got.values()), None)
+
+
+def mg_checks():
+    # The same operations for every thread count, placement and page backing: the
+    # same u (checksum) and residual; the V-cycle converges about 5x per pass.
+    base = ["mg", "--size", "2M", "--iters", "2"]
+    want = same_results("mg", [base + ["--place", pl, "--page", pg, "--threads", t]
+                        for pl in ("heap-large", "static") for pg in ("default", "4k", "thp")
+                        for t in ("1", "2")] + [base])
+    res = {}
+    for it in (1, 4, 8):
+        d = run_json(["mg", "--size", "2M", "--iters", str(it), "--threads", "2"])
+        if d:
+            res[it] = d["residual"]
+            if d["accesses"] != 64 * 32 * 32:
+                fail(f"mg --size 2M: {d['accesses']} points, expected a 64 x 32 x 32 grid")
+    if len(res) == 3 and not (res[1] < 0.5 and res[4] < res[1] * 0.05 and res[8] < res[4] * 0.05):
+        fail(f"mg does not converge: residual after N passes {res}")
+    d = run_json(["mg", "--size", "2M", "--iters", "2", "--seed", "7"])
+    if d and want and d["checksum"] == want[0]:
+        fail("mg: --seed does not change the charges")
+    print(f"ok  mg: same results for threads/placements/pages; residual after N passes {res}")
+
+
+def traced(args, check=None):
+    """Runs args plain and with --trace; the traced build must compute the same and
+    write a complete, non-empty stream.  Returns (result, refs by thread)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        f = os.path.join(tmp, "t.htrefs")
+        d, plain = run_json(args + ["--trace", f]), run_json(args)
+        if not d or not plain:
+            return None, None
+        if (d["checksum"], d["residual"]) != (plain["checksum"], plain["residual"]):
+            fail(f"{args} --trace: the traced build computes something else")
+        try:
+            _, refs = read_trace(f)
+        except (ValueError, IndexError) as e:
+            fail(f"{args} --trace: {e}")
+            return d, None
+        total = sum(len(v) for v in refs.values())
+        if total == 0:
+            fail(f"{args} --trace: empty trace")
+        return d, refs
+
+
+def new_kernel_traces():
+    # Every reference in the static placement lies in the static buffer's used part.
+    for args in (["mg", "--size", "64K", "--place", "static", "--threads", "2", "--iters", "2"],):
+        d, refs = traced(args)
+        if not refs:
+            continue
+        base = int(d["buffer"], 16)
+        outside = [a for v in refs.values() for a, _ in v if not base <= a < base + d["size"]]
+        if outside:
+            fail(f"{args} --trace: {len(outside)} references outside the buffers, e.g. {outside[0]:#x}")
+        total = sum(len(v) for v in refs.values())
+        print(f"ok  {' '.join(args)} --trace: {total} references, threads {sorted(refs)}")
 
 
 def read_trace(path):
@@ -239,7 +310,9 @@ BAD = [[], ["foo"], ["randmem", "--bogus"], ["randmem", "--size"], ["randmem", "
        ["primes", "--fork", "1"], ["malloc", "--fork", "1"],
        ["cg", "--accesses", "5"], ["cg", "--random-pct", "5"], ["cg", "--limit", "5"],
        ["cg", "--size", "2G", "--place", "static"], ["cg", "--fork", "1", "--place", "heap-small"],
-       ["cg", "--size", "1K"], ["cg", "--size", "4K", "--threads", "2"], ["cg", "--iters", "0"]]
+       ["cg", "--size", "1K"], ["cg", "--size", "4K", "--threads", "2"], ["cg", "--iters", "0"],
+       ["mg", "--place", "heap-small"], ["mg", "--size", "8K"], ["mg", "--accesses", "5"],
+       ["mg", "--random-pct", "5"], ["mg", "--size", "2G", "--place", "static"]]
 
 
 def bad_usage():
@@ -253,10 +326,10 @@ def bad_usage():
 def forked_writers():
     # Each child writes every page of the buffer after the passes; the parent's
     # result (and checksum) is the one without --fork, and it exits 0.
-    for k in ["randmem", "chase", "gups", "stream", "cg"]:
+    for k in ["randmem", "chase", "gups", "stream", "cg", "mg"]:
         for pl in ("heap-large", "static"):
             base = [k, "--size", "8M", "--place", pl]
-            if k not in ("stream", "cg"):
+            if k not in ("stream", "cg", "mg"):
                 base += ["--accesses", "10000"]
             a, b = run_json(base), run_json(base + ["--fork", "3"])
             if a and b and a["checksum"] != b["checksum"]:
@@ -290,6 +363,8 @@ if __name__ == "__main__":
     chase_cycle()
     cg_converges()
     cg_trace()
+    mg_checks()
+    new_kernel_traces()
     bad_usage()
     forked_writers()
     heap_small_allocations()
