@@ -29,6 +29,7 @@ void kernel_primes(const struct config *cfg, struct kresult *res);
 void kernel_malloc(const struct config *cfg, struct kresult *res);
 void kernel_cg(const struct config *cfg, struct kresult *res);
 void kernel_mg(const struct config *cfg, struct kresult *res);
+void kernel_sp(const struct config *cfg, struct kresult *res);
 
 /* The same kernels with --trace's hook compiled in (the Makefile builds them a
  * second time with HTW_TRACE and these names). */
@@ -39,6 +40,7 @@ void kernel_stream_traced(const struct config *cfg, struct kresult *res);
 void kernel_malloc_traced(const struct config *cfg, struct kresult *res);
 void kernel_cg_traced(const struct config *cfg, struct kresult *res);
 void kernel_mg_traced(const struct config *cfg, struct kresult *res);
+void kernel_sp_traced(const struct config *cfg, struct kresult *res);
 
 /* Deterministic order-independent checksum contribution of word v at position i. */
 static inline uint64_t checksum_word(uint64_t i, uint64_t v)
@@ -133,6 +135,24 @@ static inline void mg_shape(uint64_t size, struct mgshape *s)
             break;
         *s = t;
     }
+}
+
+/* sp's grid: n x n x n points of SP_POINT_BYTES (u, rhs and forcing of 5 doubles,
+ * rho_i and speed), the largest n whose five arrays (with SP_SLACK of alignment)
+ * fit --size; 0 below SP_MIN_SIDE. */
+#define SP_POINT_BYTES (17u * 8u)
+#define SP_SLACK (5u * 2u * 64u)
+#define SP_MIN_SIDE 8u
+
+static inline uint64_t sp_side(uint64_t size)
+{
+    if (size <= SP_SLACK)
+        return 0;
+    const uint64_t most = (size - SP_SLACK) / SP_POINT_BYTES;
+    uint64_t n = 1;
+    while ((n + 1) * (n + 1) * (n + 1) <= most)
+        n++;
+    return n < SP_MIN_SIDE ? 0 : n;
 }
 
 #endif

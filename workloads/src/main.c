@@ -25,7 +25,8 @@ static void print_result(const struct config *cfg, const struct kresult *r)
     case K_PRIMES: rate = total; unit = "events/s"; break;
     case K_MALLOC: rate = total / 1e6; unit = "M ops/s"; break;
     case K_CG: rate = total / 1e6; unit = "M nonzeros/s"; break;
-    case K_MG: rate = total / 1e6; unit = "M points/s"; break;
+    case K_MG:
+    case K_SP: rate = total / 1e6; unit = "M points/s"; break;
     }
     rate = secs > 0.0 ? rate / secs : 0.0;
 
@@ -72,6 +73,7 @@ int main(int argc, char **argv)
     case K_MALLOC: (cfg.trace ? kernel_malloc_traced : kernel_malloc)(&cfg, &res); break;
     case K_CG: (cfg.trace ? kernel_cg_traced : kernel_cg)(&cfg, &res); break;
     case K_MG: (cfg.trace ? kernel_mg_traced : kernel_mg)(&cfg, &res); break;
+    case K_SP: (cfg.trace ? kernel_sp_traced : kernel_sp)(&cfg, &res); break;
     }
     trace_close();
     print_result(&cfg, &res);

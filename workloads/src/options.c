@@ -17,7 +17,7 @@
 #define MAX_COUNT (1ULL << 48)       /* --iters, --accesses */
 #define MAX_LIMIT 4294967295ULL      /* --limit */
 
-static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc", "cg", "mg" };
+static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc", "cg", "mg", "sp" };
 static const char *const place_names[] = { "heap-large", "heap-small", "static" };
 static const char *const page_names[] = { "default", "4k", "thp", "hugetlb-2m", "hugetlb-1g" };
 
@@ -55,10 +55,10 @@ static const char usage_text[] =
     "                     at least 4K per thread)\n"
     "  --iters N          passes (default 1)\n"
     "  --accesses N       accesses/steps/updates/operations per pass (randmem, chase, gups,\n"
-    "                     malloc; default above; not stream, primes, cg, mg)\n"
+    "                     malloc; default above; not stream, primes, cg, mg, sp)\n"
     "  --threads N        OpenMP threads, 1..256 (default 1)\n"
     "  --seed N           random seed; runs are deterministic (default 42)\n"
-    "  --place P          heap-large: one big malloc (stream, mg: three, cg: seven)  [default]\n"
+    "  --place P          heap-large: one big malloc (stream, mg: 3, sp: 5, cg: 7)  [default]\n"
     "                     heap-small: many malloc'd nodes of 64..512 bytes + a small-piece index\n"
     "                                 (cg: one block per row, vectors in 16 KiB chunks)\n"
     "                     static:     a 1 GiB .bss array (--size at most 1G)\n"
@@ -71,7 +71,7 @@ static const char usage_text[] =
     "                     one word in every 4 KB page of the buffers (copy-on-write, as a\n"
     "                     snapshotting child would) and exits; the parent waits for each.\n"
     "                     Exit status 4 if a child dies (0..64; heap-large or static only;\n"
-    "                     randmem, chase, gups, stream, cg, mg)\n"
+    "                     randmem, chase, gups, stream, cg, mg, sp)\n"
     "  --trace FILE       write the exact reference stream of the kernel phase (every\n"
     "                     reference the kernel makes to its data) to FILE, in hugetune's\n"
     "                     reference stream format; timings of a traced run are meaningless\n"
@@ -177,7 +177,7 @@ void parse_options(int argc, char **argv, struct config *cfg)
                 die_usage("unexpected argument '%s' (only one KERNEL; see --help)", arg);
             int k = lookup(arg, kernel_names, COUNT_OF(kernel_names));
             if (k < 0)
-                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes, malloc, cg or mg)", arg);
+                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes, malloc, cg, mg or sp)", arg);
             cfg->kernel = (enum kernel_id)k;
             have_kernel = 1;
             continue;
@@ -227,23 +227,24 @@ void parse_options(int argc, char **argv, struct config *cfg)
     }
 
     if (!have_kernel)
-        die_usage("missing KERNEL (randmem, chase, gups, stream, primes, malloc, cg or mg; see --help)");
+        die_usage("missing KERNEL (randmem, chase, gups, stream, primes, malloc, cg, mg or sp; see --help)");
     if (seen[O_PCT] && cfg->kernel != K_RANDMEM)
         die_usage("--random-pct applies to randmem only");
     if (seen[O_LIMIT] && cfg->kernel != K_PRIMES)
         die_usage("--limit applies to primes only");
     if (seen[O_ACCESSES] && (cfg->kernel == K_STREAM || cfg->kernel == K_PRIMES || cfg->kernel == K_CG
-                             || cfg->kernel == K_MG))
+                             || cfg->kernel == K_MG || cfg->kernel == K_SP))
         die_usage("--accesses does not apply to %s (a pass is %s)", kernel_name(cfg->kernel),
                   cfg->kernel == K_STREAM ? "one triad over the arrays"
                   : cfg->kernel == K_CG   ? "one CG iteration over the whole matrix"
                   : cfg->kernel == K_MG   ? "one V-cycle over the whole grid"
+                  : cfg->kernel == K_SP   ? "one ADI step over the whole grid"
                                           : "one count up to --limit");
-    if (cfg->kernel == K_MG && cfg->place == PLACE_HEAP_SMALL)
+    if ((cfg->kernel == K_MG || cfg->kernel == K_SP) && cfg->place == PLACE_HEAP_SMALL)
         die_usage("--place heap-small does not apply to %s (its arrays are big buffers: heap-large or static)",
                   kernel_name(cfg->kernel));
     if (cfg->forks && (cfg->kernel == K_PRIMES || cfg->kernel == K_MALLOC || cfg->place == PLACE_HEAP_SMALL))
-        die_usage("--fork needs big buffers: randmem, chase, gups, stream, cg or mg with --place heap-large or static");
+        die_usage("--fork needs big buffers: randmem, chase, gups, stream, cg, mg or sp with --place heap-large or static");
     if (cfg->kernel == K_PRIMES)
         return;     /* no memory: --size, --place and --page are ignored */
 
@@ -267,6 +268,10 @@ void parse_options(int argc, char **argv, struct config *cfg)
                       (unsigned long long)cfg->size, (unsigned long long)sh.bytes);
         }
     }
+    if (cfg->kernel == K_SP && sp_side(cfg->size) == 0)
+        die_usage("--size %llu is too small for sp (at least %llu bytes: an 8 x 8 x 8 grid)",
+                  (unsigned long long)cfg->size,
+                  (unsigned long long)SP_MIN_SIDE * SP_MIN_SIDE * SP_MIN_SIDE * SP_POINT_BYTES + SP_SLACK);
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psize > 0 && cfg->size > (uint64_t)pages * (uint64_t)psize)
         die_usage("--size %llu is more than the machine's memory (%llu bytes)",

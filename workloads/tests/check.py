@@ -28,7 +28,7 @@ FIELDS = ["kernel", "size", "iters", "threads", "place", "page", "random_pct", "
           "init_minor_faults", "buffer", "pid"]
 UNITS = {"randmem": "M accesses/s", "chase": "M accesses/s", "gups": "M updates/s",
          "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s", "cg": "M nonzeros/s",
-         "mg": "M points/s"}
+         "mg": "M points/s", "sp": "M points/s"}
 RESIDUAL = ("cg", "mg")
 
 failures = []
@@ -165,6 +165,20 @@ def mg_checks():
     print(f"ok  mg: same results for threads/placements/pages; residual after N passes {res}")
 
 
+def sp_checks():
+    base = ["sp", "--size", "1M", "--iters", "2"]
+    want = same_results("sp", [base + ["--place", pl, "--page", pg, "--threads", t]
+                               for pl in ("heap-large", "static") for pg in ("default", "4k", "thp")
+                               for t in ("1", "2")] + [base])
+    d = run_json(base)
+    if d and d["accesses"] != 19 ** 3:
+        fail(f"sp --size 1M: {d['accesses']} points, expected 19^3")
+    d = run_json(base + ["--seed", "7"])
+    if d and want and d["checksum"] == want[0]:
+        fail("sp: --seed does not change the initial field")
+    print("ok  sp: same results for threads/placements/pages")
+
+
 def traced(args, check=None):
     """Runs args plain and with --trace; the traced build must compute the same and
     write a complete, non-empty stream.  Returns (result, refs by thread)."""
@@ -188,7 +202,8 @@ def traced(args, check=None):
 
 def new_kernel_traces():
     # Every reference in the static placement lies in the static buffer's used part.
-    for args in (["mg", "--size", "64K", "--place", "static", "--threads", "2", "--iters", "2"],):
+    for args in (["mg", "--size", "64K", "--place", "static", "--threads", "2", "--iters", "2"],
+                 ["sp", "--size", "100K", "--place", "static", "--threads", "2", "--iters", "2"]):
         d, refs = traced(args)
         if not refs:
             continue
@@ -312,7 +327,9 @@ BAD = [[], ["foo"], ["randmem", "--bogus"], ["randmem", "--size"], ["randmem", "
        ["cg", "--size", "2G", "--place", "static"], ["cg", "--fork", "1", "--place", "heap-small"],
        ["cg", "--size", "1K"], ["cg", "--size", "4K", "--threads", "2"], ["cg", "--iters", "0"],
        ["mg", "--place", "heap-small"], ["mg", "--size", "8K"], ["mg", "--accesses", "5"],
-       ["mg", "--random-pct", "5"], ["mg", "--size", "2G", "--place", "static"]]
+       ["mg", "--random-pct", "5"], ["mg", "--size", "2G", "--place", "static"],
+       ["sp", "--place", "heap-small"], ["sp", "--size", "64K"], ["sp", "--accesses", "5"],
+       ["sp", "--limit", "5"]]
 
 
 def bad_usage():
@@ -326,10 +343,10 @@ def bad_usage():
 def forked_writers():
     # Each child writes every page of the buffer after the passes; the parent's
     # result (and checksum) is the one without --fork, and it exits 0.
-    for k in ["randmem", "chase", "gups", "stream", "cg", "mg"]:
+    for k in ["randmem", "chase", "gups", "stream", "cg", "mg", "sp"]:
         for pl in ("heap-large", "static"):
             base = [k, "--size", "8M", "--place", pl]
-            if k not in ("stream", "cg", "mg"):
+            if k not in ("stream", "cg", "mg", "sp"):
                 base += ["--accesses", "10000"]
             a, b = run_json(base), run_json(base + ["--fork", "3"])
             if a and b and a["checksum"] != b["checksum"]:
@@ -364,6 +381,7 @@ if __name__ == "__main__":
     cg_converges()
     cg_trace()
     mg_checks()
+    sp_checks()
     new_kernel_traces()
     bad_usage()
     forked_writers()
