@@ -30,6 +30,7 @@ void kernel_malloc(const struct config *cfg, struct kresult *res);
 void kernel_cg(const struct config *cfg, struct kresult *res);
 void kernel_mg(const struct config *cfg, struct kresult *res);
 void kernel_sp(const struct config *cfg, struct kresult *res);
+void kernel_bigbuf(const struct config *cfg, struct kresult *res);
 
 /* The same kernels with --trace's hook compiled in (the Makefile builds them a
  * second time with HTW_TRACE and these names). */
@@ -41,6 +42,7 @@ void kernel_malloc_traced(const struct config *cfg, struct kresult *res);
 void kernel_cg_traced(const struct config *cfg, struct kresult *res);
 void kernel_mg_traced(const struct config *cfg, struct kresult *res);
 void kernel_sp_traced(const struct config *cfg, struct kresult *res);
+void kernel_bigbuf_traced(const struct config *cfg, struct kresult *res);
 
 /* Deterministic order-independent checksum contribution of word v at position i. */
 static inline uint64_t checksum_word(uint64_t i, uint64_t v)
@@ -153,6 +155,20 @@ static inline uint64_t sp_side(uint64_t size)
     while ((n + 1) * (n + 1) * (n + 1) <= most)
         n++;
     return n < SP_MIN_SIDE ? 0 : n;
+}
+
+/* bigbuf: BB_SLICES slices of the buffer, blocks of BB_MIN_BLOCK..BB_MAX_BLOCK bytes
+ * (mean 544 KiB); by default as many blocks per pass as fill --size on average,
+ * rounded up to whole waves (one block per slice). */
+#define BB_SLICES 64u
+#define BB_MIN_BLOCK (64u << 10)
+#define BB_MAX_BLOCK (1u << 20)
+#define BB_MIN_SIZE (1ULL << 20)
+
+static inline uint64_t bigbuf_default_blocks(uint64_t size)
+{
+    const uint64_t b = size / ((BB_MIN_BLOCK + BB_MAX_BLOCK) / 2);
+    return b <= BB_SLICES ? BB_SLICES : (b + BB_SLICES - 1) / BB_SLICES * BB_SLICES;
 }
 
 #endif

@@ -28,7 +28,7 @@ FIELDS = ["kernel", "size", "iters", "threads", "place", "page", "random_pct", "
           "init_minor_faults", "buffer", "pid"]
 UNITS = {"randmem": "M accesses/s", "chase": "M accesses/s", "gups": "M updates/s",
          "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s", "cg": "M nonzeros/s",
-         "mg": "M points/s", "sp": "M points/s"}
+         "mg": "M points/s", "sp": "M points/s", "bigbuf": "MB/s"}
 RESIDUAL = ("cg", "mg")
 
 failures = []
@@ -179,6 +179,18 @@ def sp_checks():
     print("ok  sp: same results for threads/placements/pages")
 
 
+def own_memory_checks(k, args):
+    """Kernels that ignore --place and --page: the same checksum for threads 1 and 2
+    and any --place/--page, which are reported as given."""
+    runs = [[k] + args + ["--threads", t] for t in ("1", "2")]
+    runs.append([k] + args + ["--place", "static", "--page", "thp"])
+    same_results(k, runs)
+    d = run_json(runs[-1])
+    if d and (d["place"], d["page"]) != ("static", "thp"):
+        fail(f"{k}: --place/--page not reported as given: {d['place']} {d['page']}")
+    print(f"ok  {k}: same checksum for threads 1/2 and any --place/--page")
+
+
 def traced(args, check=None):
     """Runs args plain and with --trace; the traced build must compute the same and
     write a complete, non-empty stream.  Returns (result, refs by thread)."""
@@ -203,7 +215,8 @@ def traced(args, check=None):
 def new_kernel_traces():
     # Every reference in the static placement lies in the static buffer's used part.
     for args in (["mg", "--size", "64K", "--place", "static", "--threads", "2", "--iters", "2"],
-                 ["sp", "--size", "100K", "--place", "static", "--threads", "2", "--iters", "2"]):
+                 ["sp", "--size", "100K", "--place", "static", "--threads", "2", "--iters", "2"],
+                 ["bigbuf", "--size", "1M", "--threads", "2", "--iters", "2", "--accesses", "70"]):
         d, refs = traced(args)
         if not refs:
             continue
@@ -329,7 +342,8 @@ BAD = [[], ["foo"], ["randmem", "--bogus"], ["randmem", "--size"], ["randmem", "
        ["mg", "--place", "heap-small"], ["mg", "--size", "8K"], ["mg", "--accesses", "5"],
        ["mg", "--random-pct", "5"], ["mg", "--size", "2G", "--place", "static"],
        ["sp", "--place", "heap-small"], ["sp", "--size", "64K"], ["sp", "--accesses", "5"],
-       ["sp", "--limit", "5"]]
+       ["sp", "--limit", "5"], ["bigbuf", "--size", "512K"], ["bigbuf", "--fork", "1"],
+       ["bigbuf", "--random-pct", "5"]]
 
 
 def bad_usage():
@@ -382,6 +396,8 @@ if __name__ == "__main__":
     cg_trace()
     mg_checks()
     sp_checks()
+    own_memory_checks("bigbuf", ["--size", "8M", "--iters", "2"])
+    own_memory_checks("bigbuf", ["--size", "1M", "--iters", "3", "--accesses", "150"])
     new_kernel_traces()
     bad_usage()
     forked_writers()
