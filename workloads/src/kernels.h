@@ -31,6 +31,7 @@ void kernel_cg(const struct config *cfg, struct kresult *res);
 void kernel_mg(const struct config *cfg, struct kresult *res);
 void kernel_sp(const struct config *cfg, struct kresult *res);
 void kernel_bigbuf(const struct config *cfg, struct kresult *res);
+void kernel_panels(const struct config *cfg, struct kresult *res);
 
 /* The same kernels with --trace's hook compiled in (the Makefile builds them a
  * second time with HTW_TRACE and these names). */
@@ -43,6 +44,7 @@ void kernel_cg_traced(const struct config *cfg, struct kresult *res);
 void kernel_mg_traced(const struct config *cfg, struct kresult *res);
 void kernel_sp_traced(const struct config *cfg, struct kresult *res);
 void kernel_bigbuf_traced(const struct config *cfg, struct kresult *res);
+void kernel_panels_traced(const struct config *cfg, struct kresult *res);
 
 /* Deterministic order-independent checksum contribution of word v at position i. */
 static inline uint64_t checksum_word(uint64_t i, uint64_t v)
@@ -169,6 +171,20 @@ static inline uint64_t bigbuf_default_blocks(uint64_t size)
 {
     const uint64_t b = size / ((BB_MIN_BLOCK + BB_MAX_BLOCK) / 2);
     return b <= BB_SLICES ? BB_SLICES : (b + BB_SLICES - 1) / BB_SLICES * BB_SLICES;
+}
+
+/* panels: sizes in [PANEL_MIN, PANEL_MAX] (mean 7.5 MiB; every fourth k x 2 MiB + 1,
+ * k in 2..5); at most --size live, so --size must hold the largest; by default a pass
+ * allocates about twice --size. */
+#define PANEL_2M (2ULL << 20)
+#define PANEL_MIN (3ULL << 20)
+#define PANEL_MAX (12ULL << 20)
+#define PANELS_MIN_SIZE PANEL_MAX
+
+static inline uint64_t panels_default(uint64_t size)
+{
+    const uint64_t mean = (PANEL_MIN + PANEL_MAX) / 2, n = (2 * size + mean - 1) / mean;
+    return n < 4 ? 4 : n;
 }
 
 #endif
