@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum kernel_id { K_RANDMEM, K_CHASE, K_GUPS, K_STREAM, K_PRIMES, K_MALLOC, K_CG, K_MG, K_SP, K_BIGBUF, K_PANELS };
+enum kernel_id { K_RANDMEM, K_CHASE, K_GUPS, K_STREAM, K_PRIMES, K_MALLOC, K_CG, K_MG, K_SP, K_BIGBUF, K_PANELS, K_PTREES };
 enum place_id { PLACE_HEAP_LARGE, PLACE_HEAP_SMALL, PLACE_STATIC };
 enum page_id { PAGE_DEFAULT, PAGE_4K, PAGE_THP, PAGE_HUGETLB_2M, PAGE_HUGETLB_1G };
 

@@ -32,6 +32,7 @@ void kernel_mg(const struct config *cfg, struct kresult *res);
 void kernel_sp(const struct config *cfg, struct kresult *res);
 void kernel_bigbuf(const struct config *cfg, struct kresult *res);
 void kernel_panels(const struct config *cfg, struct kresult *res);
+void kernel_ptrees(const struct config *cfg, struct kresult *res);
 
 /* The same kernels with --trace's hook compiled in (the Makefile builds them a
  * second time with HTW_TRACE and these names). */
@@ -45,6 +46,7 @@ void kernel_mg_traced(const struct config *cfg, struct kresult *res);
 void kernel_sp_traced(const struct config *cfg, struct kresult *res);
 void kernel_bigbuf_traced(const struct config *cfg, struct kresult *res);
 void kernel_panels_traced(const struct config *cfg, struct kresult *res);
+void kernel_ptrees_traced(const struct config *cfg, struct kresult *res);
 
 /* Deterministic order-independent checksum contribution of word v at position i. */
 static inline uint64_t checksum_word(uint64_t i, uint64_t v)
@@ -186,5 +188,14 @@ static inline uint64_t panels_default(uint64_t size)
     const uint64_t mean = (PANEL_MIN + PANEL_MAX) / 2, n = (2 * size + mean - 1) / mean;
     return n < 4 ? 4 : n;
 }
+
+/* ptrees: objects of PT_MIN_BYTES..PT_MAX_BYTES (16-byte steps), each an
+ * PT_HEADER_BYTES header and 64-bit words; by default one predicate per two objects. */
+#define PT_HEADER_BYTES 80u
+#define PT_MIN_BYTES 1536u
+#define PT_MAX_BYTES 2560u
+#define PT_MIN_SIZE (64u << 10)
+
+static inline uint64_t ptrees_default(uint64_t objects) { return objects < 2 ? 1 : objects / 2; }
 
 #endif

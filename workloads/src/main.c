@@ -29,6 +29,7 @@ static void print_result(const struct config *cfg, const struct kresult *r)
     case K_SP: rate = total / 1e6; unit = "M points/s"; break;
     case K_BIGBUF:
     case K_PANELS: rate = total / 1e6; unit = "MB/s"; break;
+    case K_PTREES: rate = total / 1e6; unit = "M objects/s"; break;
     }
     rate = secs > 0.0 ? rate / secs : 0.0;
 
@@ -78,6 +79,7 @@ int main(int argc, char **argv)
     case K_SP: (cfg.trace ? kernel_sp_traced : kernel_sp)(&cfg, &res); break;
     case K_BIGBUF: (cfg.trace ? kernel_bigbuf_traced : kernel_bigbuf)(&cfg, &res); break;
     case K_PANELS: (cfg.trace ? kernel_panels_traced : kernel_panels)(&cfg, &res); break;
+    case K_PTREES: (cfg.trace ? kernel_ptrees_traced : kernel_ptrees)(&cfg, &res); break;
     }
     trace_close();
     print_result(&cfg, &res);

@@ -17,7 +17,7 @@
 #define MAX_COUNT (1ULL << 48)       /* --iters, --accesses */
 #define MAX_LIMIT 4294967295ULL      /* --limit */
 
-static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc", "cg", "mg", "sp", "bigbuf", "panels" };
+static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc", "cg", "mg", "sp", "bigbuf", "panels", "ptrees" };
 static const char *const place_names[] = { "heap-large", "heap-small", "static" };
 static const char *const page_names[] = { "default", "4k", "thp", "hugetlb-2m", "hugetlb-1g" };
 
@@ -54,9 +54,9 @@ static const char usage_text[] =
     "  --size BYTES       memory size; suffixes K, M, G, T are powers of 1024 (default 64M;\n"
     "                     at least 4K per thread)\n"
     "  --iters N          passes (default 1)\n"
-    "  --accesses N       accesses/steps/updates/operations/blocks/panels per pass (randmem,\n"
-    "                     chase, gups, malloc, bigbuf, panels; default above; not stream,\n"
-    "                     primes, cg, mg, sp)\n"
+    "  --accesses N       accesses/steps/updates/operations/blocks/panels/predicates per pass\n"
+    "                     (randmem, chase, gups, malloc, bigbuf, panels, ptrees; default\n"
+    "                     above; not stream, primes, cg, mg, sp)\n"
     "  --threads N        OpenMP threads, 1..256 (default 1)\n"
     "  --seed N           random seed; runs are deterministic (default 42)\n"
     "  --place P          heap-large: one big malloc (stream, mg: 3, sp: 5, cg: 7)  [default]\n"
@@ -178,7 +178,7 @@ void parse_options(int argc, char **argv, struct config *cfg)
                 die_usage("unexpected argument '%s' (only one KERNEL; see --help)", arg);
             int k = lookup(arg, kernel_names, COUNT_OF(kernel_names));
             if (k < 0)
-                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes, malloc, cg, mg, sp, bigbuf or panels)", arg);
+                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes, malloc, cg, mg, sp, bigbuf, panels or ptrees)", arg);
             cfg->kernel = (enum kernel_id)k;
             have_kernel = 1;
             continue;
@@ -228,7 +228,7 @@ void parse_options(int argc, char **argv, struct config *cfg)
     }
 
     if (!have_kernel)
-        die_usage("missing KERNEL (randmem, chase, gups, stream, primes, malloc, cg, mg, sp, bigbuf or panels; see --help)");
+        die_usage("missing KERNEL (randmem, chase, gups, stream, primes, malloc, cg, mg, sp, bigbuf, panels or ptrees; see --help)");
     if (seen[O_PCT] && cfg->kernel != K_RANDMEM)
         die_usage("--random-pct applies to randmem only");
     if (seen[O_LIMIT] && cfg->kernel != K_PRIMES)
@@ -244,7 +244,8 @@ void parse_options(int argc, char **argv, struct config *cfg)
     if ((cfg->kernel == K_MG || cfg->kernel == K_SP) && cfg->place == PLACE_HEAP_SMALL)
         die_usage("--place heap-small does not apply to %s (its arrays are big buffers: heap-large or static)",
                   kernel_name(cfg->kernel));
-    const int own_memory = cfg->kernel == K_MALLOC || cfg->kernel == K_BIGBUF || cfg->kernel == K_PANELS;   /* ignore --place, --page */
+    const int own_memory = cfg->kernel == K_MALLOC || cfg->kernel == K_BIGBUF || cfg->kernel == K_PANELS
+                           || cfg->kernel == K_PTREES;   /* ignore --place, --page */
     if (cfg->forks && (cfg->kernel == K_PRIMES || own_memory || cfg->place == PLACE_HEAP_SMALL))
         die_usage("--fork needs big buffers: randmem, chase, gups, stream, cg, mg or sp with --place heap-large or static");
     if (cfg->kernel == K_PRIMES)
@@ -275,6 +276,9 @@ void parse_options(int argc, char **argv, struct config *cfg)
                   (unsigned long long)cfg->size, BB_SLICES);
     if (cfg->kernel == K_PANELS && cfg->size < PANELS_MIN_SIZE)
         die_usage("--size %llu is too small for panels (at least 12M: the largest panel)",
+                  (unsigned long long)cfg->size);
+    if (cfg->kernel == K_PTREES && cfg->size < PT_MIN_SIZE)
+        die_usage("--size %llu is too small for ptrees (at least 64K: a tree of a few dozen objects)",
                   (unsigned long long)cfg->size);
     if (cfg->kernel == K_SP && sp_side(cfg->size) == 0)
         die_usage("--size %llu is too small for sp (at least %llu bytes: an 8 x 8 x 8 grid)",

@@ -29,7 +29,7 @@ FIELDS = ["kernel", "size", "iters", "threads", "place", "page", "random_pct", "
 UNITS = {"randmem": "M accesses/s", "chase": "M accesses/s", "gups": "M updates/s",
          "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s", "cg": "M nonzeros/s",
          "mg": "M points/s", "sp": "M points/s", "bigbuf": "MB/s",
-         "panels": "MB/s"}
+         "panels": "MB/s", "ptrees": "M objects/s"}
 RESIDUAL = ("cg", "mg")
 
 failures = []
@@ -239,12 +239,15 @@ def new_kernel_traces():
     for args in (["mg", "--size", "64K", "--place", "static", "--threads", "2", "--iters", "2"],
                  ["sp", "--size", "100K", "--place", "static", "--threads", "2", "--iters", "2"],
                  ["bigbuf", "--size", "1M", "--threads", "2", "--iters", "2", "--accesses", "70"],
-                 ["panels", "--size", "12M", "--threads", "2", "--accesses", "1"]):
+                 ["panels", "--size", "12M", "--threads", "2", "--accesses", "1"],
+                 ["ptrees", "--size", "256K", "--threads", "2", "--accesses", "40"]):
         d, refs = traced(args)
         if not refs:
             continue
         base = int(d["buffer"], 16)
-        outside = [a for v in refs.values() for a, _ in v if not base <= a < base + d["size"]]
+        # ptrees' objects are on the heap after the root, with malloc's headers.
+        size = d["size"] * (2 if args[0] == "ptrees" else 1)
+        outside = [a for v in refs.values() for a, _ in v if not base <= a < base + size]
         if outside:
             fail(f"{args} --trace: {len(outside)} references outside the buffers, e.g. {outside[0]:#x}")
         if sorted(refs) != list(range(int(args[args.index("--threads") + 1]))):
@@ -367,7 +370,8 @@ BAD = [[], ["foo"], ["randmem", "--bogus"], ["randmem", "--size"], ["randmem", "
        ["sp", "--place", "heap-small"], ["sp", "--size", "64K"], ["sp", "--accesses", "5"],
        ["sp", "--limit", "5"], ["bigbuf", "--size", "512K"], ["bigbuf", "--fork", "1"],
        ["bigbuf", "--random-pct", "5"], ["panels", "--size", "8M"], ["panels", "--fork", "1"],
-       ["panels", "--accesses", "0"]]
+       ["panels", "--accesses", "0"], ["ptrees", "--size", "32K"], ["ptrees", "--fork", "1"],
+       ["ptrees", "--limit", "5"]]
 
 
 def bad_usage():
@@ -392,7 +396,7 @@ def forked_writers():
     print("ok  --fork: children write the buffers, results unchanged, exit 0")
 
 
-def heap_small_allocations():
+def allocation_sizes():
     with tempfile.TemporaryDirectory() as tmp:
         so = os.path.join(tmp, "malloc_max.so")
         subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", so,
@@ -409,6 +413,19 @@ def heap_small_allocations():
             largest = int(line[0].split("largest=")[1].split()[0])
             if not 3 << 20 < largest <= 12 << 20:
                 fail(f"{args}: largest request {largest}")
+            print(f"ok  {' '.join(args)}: {line[0]}")
+        # ptrees: no large request (the largest, 4 KiB, is stdio's buffer), about
+        # --size / 2 KiB objects.
+        args = ["ptrees", "--size", "8M", "--accesses", "100", "--threads", "2"]
+        rc, out, err = run(args, env)
+        line = [l for l in err.splitlines() if l.startswith("malloc_max:")]
+        if rc != 0 or not line or "big(>=64KiB)=0" not in line[0]:
+            fail(f"{args}: {err.strip()}")
+        else:
+            largest = int(line[0].split("largest=")[1].split()[0])
+            requests = int(line[0].split("requests=")[1].split()[0])
+            if largest > 4096 or not 3900 < requests < 4300:
+                fail(f"{args}: {line[0]} (expected largest <= 4096, about 4096 requests)")
             print(f"ok  {' '.join(args)}: {line[0]}")
         for k in ["randmem", "chase", "gups", "stream", "cg"]:
             for size in ("64M", "1G"):
@@ -435,9 +452,10 @@ if __name__ == "__main__":
     own_memory_checks("bigbuf", ["--size", "8M", "--iters", "2"])
     own_memory_checks("bigbuf", ["--size", "1M", "--iters", "3", "--accesses", "150"])
     own_memory_checks("panels", ["--size", "16M", "--iters", "2", "--accesses", "6"])
+    own_memory_checks("ptrees", ["--size", "4M", "--iters", "2"])
     new_kernel_traces()
     bad_usage()
     forked_writers()
-    heap_small_allocations()
+    allocation_sizes()
     print("FAILED: %d" % len(failures) if failures else "all checks passed")
     sys.exit(1 if failures else 0)
