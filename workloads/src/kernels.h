@@ -33,6 +33,7 @@ void kernel_sp(const struct config *cfg, struct kresult *res);
 void kernel_bigbuf(const struct config *cfg, struct kresult *res);
 void kernel_panels(const struct config *cfg, struct kresult *res);
 void kernel_ptrees(const struct config *cfg, struct kresult *res);
+void kernel_iocopy(const struct config *cfg, struct kresult *res);
 
 /* The same kernels with --trace's hook compiled in (the Makefile builds them a
  * second time with HTW_TRACE and these names). */
@@ -47,6 +48,7 @@ void kernel_sp_traced(const struct config *cfg, struct kresult *res);
 void kernel_bigbuf_traced(const struct config *cfg, struct kresult *res);
 void kernel_panels_traced(const struct config *cfg, struct kresult *res);
 void kernel_ptrees_traced(const struct config *cfg, struct kresult *res);
+void kernel_iocopy_traced(const struct config *cfg, struct kresult *res);
 
 /* Deterministic order-independent checksum contribution of word v at position i. */
 static inline uint64_t checksum_word(uint64_t i, uint64_t v)

@@ -28,7 +28,8 @@ static void print_result(const struct config *cfg, const struct kresult *r)
     case K_MG:
     case K_SP: rate = total / 1e6; unit = "M points/s"; break;
     case K_BIGBUF:
-    case K_PANELS: rate = total / 1e6; unit = "MB/s"; break;
+    case K_PANELS:
+    case K_IOCOPY: rate = total / 1e6; unit = "MB/s"; break;
     case K_PTREES: rate = total / 1e6; unit = "M objects/s"; break;
     }
     rate = secs > 0.0 ? rate / secs : 0.0;
@@ -80,6 +81,7 @@ int main(int argc, char **argv)
     case K_BIGBUF: (cfg.trace ? kernel_bigbuf_traced : kernel_bigbuf)(&cfg, &res); break;
     case K_PANELS: (cfg.trace ? kernel_panels_traced : kernel_panels)(&cfg, &res); break;
     case K_PTREES: (cfg.trace ? kernel_ptrees_traced : kernel_ptrees)(&cfg, &res); break;
+    case K_IOCOPY: (cfg.trace ? kernel_iocopy_traced : kernel_iocopy)(&cfg, &res); break;
     }
     trace_close();
     print_result(&cfg, &res);

@@ -29,7 +29,7 @@ FIELDS = ["kernel", "size", "iters", "threads", "place", "page", "random_pct", "
 UNITS = {"randmem": "M accesses/s", "chase": "M accesses/s", "gups": "M updates/s",
          "stream": "GB/s", "primes": "events/s", "malloc": "M ops/s", "cg": "M nonzeros/s",
          "mg": "M points/s", "sp": "M points/s", "bigbuf": "MB/s",
-         "panels": "MB/s", "ptrees": "M objects/s"}
+         "panels": "MB/s", "ptrees": "M objects/s", "iocopy": "MB/s"}
 RESIDUAL = ("cg", "mg")
 
 failures = []
@@ -208,6 +208,31 @@ def trace_end_total(path):
     raise ValueError("no END record")
 
 
+def iocopy_checks():
+    # The same checksum for every run and thread count; both files gone afterwards;
+    # an existing file is refused (exit 2) and left alone; an uncreatable one exits 3.
+    with tempfile.TemporaryDirectory() as tmp:
+        f = os.path.join(tmp, "data")
+        same_results("iocopy", [["iocopy", "--file", f, "--size", "3M", "--iters", "2", "--threads", t]
+                                for t in ("1", "2", "1")] + [["iocopy", "--file", f, "--size", "3M"]])
+        if os.listdir(tmp):
+            fail(f"iocopy left files behind: {os.listdir(tmp)}")
+        d = run_json(["iocopy", "--file", f, "--size", "100001", "--seed", "7"])
+        if d and d["accesses"] != 100001:
+            fail(f"iocopy --size 100001: accesses {d['accesses']}")
+        open(f + ".copy", "w").close()
+        rc, out, err = run(["iocopy", "--file", f, "--size", "1M"])
+        if rc != 2 or out or sorted(os.listdir(tmp)) != ["data.copy"]:
+            fail(f"iocopy onto an existing PATH.copy: exit {rc}, files {os.listdir(tmp)}")
+        rc, out, err = run(["iocopy", "--file", os.path.join(tmp, "no", "such"), "--size", "1M"])
+        if rc != 3 or out:
+            fail(f"iocopy into a missing directory: exit {rc} {err.strip()}")
+        d, _ = traced(["iocopy", "--file", f + "2", "--size", "1M"])
+        if os.listdir(tmp) != ["data.copy"]:
+            fail(f"iocopy --trace left files behind: {os.listdir(tmp)}")
+    print("ok  iocopy: same checksum for every run and thread count, files removed, existing ones refused")
+
+
 def traced(args):
     """Runs args plain and with --trace; the traced build must compute the same and
     write a complete, non-empty stream.  Returns (result, refs by thread), refs None
@@ -371,7 +396,9 @@ BAD = [[], ["foo"], ["randmem", "--bogus"], ["randmem", "--size"], ["randmem", "
        ["sp", "--limit", "5"], ["bigbuf", "--size", "512K"], ["bigbuf", "--fork", "1"],
        ["bigbuf", "--random-pct", "5"], ["panels", "--size", "8M"], ["panels", "--fork", "1"],
        ["panels", "--accesses", "0"], ["ptrees", "--size", "32K"], ["ptrees", "--fork", "1"],
-       ["ptrees", "--limit", "5"]]
+       ["ptrees", "--limit", "5"], ["iocopy"], ["iocopy", "--size", "1M"], ["randmem", "--file", "x"],
+       ["iocopy", "--file", "x", "--accesses", "5"], ["iocopy", "--file", ""], ["iocopy", "--file", "x", "--fork", "1"],
+       ["iocopy", "--file", "x", "--size", "1K"]]
 
 
 def bad_usage():
@@ -453,6 +480,7 @@ if __name__ == "__main__":
     own_memory_checks("bigbuf", ["--size", "1M", "--iters", "3", "--accesses", "150"])
     own_memory_checks("panels", ["--size", "16M", "--iters", "2", "--accesses", "6"])
     own_memory_checks("ptrees", ["--size", "4M", "--iters", "2"])
+    iocopy_checks()
     new_kernel_traces()
     bad_usage()
     forked_writers()
