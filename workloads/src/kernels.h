@@ -98,8 +98,9 @@ static inline uint64_t cg_rows(uint64_t size)
 
 /* mg's grid: nx x ny x nz points, each a power of two, nx >= ny >= nz >= nx / 2
  * (2^e points: (2^q)^3, 2^(q+1) x 2^q x 2^q or 2^(q+1) x 2^(q+1) x 2^q for e = 3q,
- * 3q + 1, 3q + 2), coarsened by halving every axis down to nz = 2: q levels.  Memory:
- * u and r hold every level (the finest's points x (1 + 1/8 + 1/64 + ...)), v the
+ * 3q + 1, 3q + 2), coarsened by halving every axis down to nz = 2: q levels.  Every
+ * level is stored as NAS MG stores it, with a ghost layer on each side:
+ * (nx + 2) x (ny + 2) x (nz + 2) doubles.  Memory: u and r hold every level, v the
  * finest only; MG_SLACK is the three arrays' 64-byte alignment.  The grid is the
  * largest whose arrays fit --size; at least 8 x 8 x 8 (e = 9). */
 #define MG_MIN_EXP 9u
@@ -109,8 +110,8 @@ struct mgshape {
     unsigned e;                 /* log2 of the finest grid's points; 0: --size too small */
     unsigned lx, ly, lz;        /* log2 of nx, ny, nz */
     unsigned levels;            /* lz: the coarsest level has nz = 2 */
-    uint64_t points;            /* finest level */
-    uint64_t level_points;      /* all levels together (u and r each) */
+    uint64_t points;            /* finest level, interior */
+    uint64_t level_points;      /* all levels with their ghosts (u and r each) */
     uint64_t bytes;             /* u + r + v, with MG_SLACK */
 };
 
@@ -124,9 +125,14 @@ static inline void mg_shape_exp(unsigned e, struct mgshape *s)
     s->levels = q;
     s->points = 1ULL << e;
     s->level_points = 0;
-    for (unsigned l = 0; l < q; l++)
-        s->level_points += 1ULL << (e - 3 * l);
-    s->bytes = 8 * (2 * s->level_points + s->points) + MG_SLACK;
+    uint64_t fine = 0;
+    for (unsigned l = 0; l < q; l++) {
+        const uint64_t pts = ((1ULL << (s->lx - l)) + 2) * ((1ULL << (s->ly - l)) + 2) * ((1ULL << (s->lz - l)) + 2);
+        if (l == 0)
+            fine = pts;
+        s->level_points += pts;
+    }
+    s->bytes = 8 * (2 * s->level_points + fine) + MG_SLACK;
 }
 
 static inline void mg_shape(uint64_t size, struct mgshape *s)
