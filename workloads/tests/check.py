@@ -10,7 +10,13 @@ chase walks one single cycle; cg converges and restarts every 25 passes; --trace
 writes every reference of cg's passes (counted, in the buffers, per-thread indices
 without gaps); bad usage exits 2 with one line on stderr and nothing on stdout;
 heap-small never makes an allocation of 64 KiB or more (LD_PRELOAD counter
-tests/malloc_max.c, built with gcc).
+tests/malloc_max.c, built with gcc).  The newer kernels: mg's and sp's results are
+the same for every thread count, placement and page, and mg converges; bigbuf,
+panels, ptrees and iocopy give the same checksum for threads 1 and 2 and ignore
+--place/--page; panels makes one 3..12 MiB request per panel, ptrees none of 64 KiB;
+iocopy removes its files and refuses existing ones; the traced build computes the
+same and writes a non-empty, well-formed trace (decoded where small: every reference
+inside the buffers); their bad usages exit 2.
 """
 import json
 import os
