@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum kernel_id { K_RANDMEM, K_CHASE, K_GUPS, K_STREAM, K_PRIMES, K_MALLOC, K_CG };
+enum kernel_id { K_RANDMEM, K_CHASE, K_GUPS, K_STREAM, K_PRIMES, K_MALLOC, K_CG, K_MG, K_SP, K_BIGBUF, K_PANELS, K_PTREES, K_IOCOPY };
 enum place_id { PLACE_HEAP_LARGE, PLACE_HEAP_SMALL, PLACE_STATIC };
 enum page_id { PAGE_DEFAULT, PAGE_4K, PAGE_THP, PAGE_HUGETLB_2M, PAGE_HUGETLB_1G };
 
@@ -22,6 +22,7 @@ struct config {
     uint64_t limit;       /* --limit (primes only) */
     uint64_t forks;       /* --fork: children that write the buffers after the passes */
     const char *trace;    /* --trace FILE, or NULL */
+    const char *file;     /* --file PATH (iocopy only), or NULL */
 };
 
 /* Exit statuses: 0 ok, 2 bad usage, 3 a resource could not be had (hugetlb pool,

@@ -13,7 +13,8 @@
 static void print_result(const struct config *cfg, const struct kresult *r)
 {
     const double secs = r->seconds;
-    const double total = (double)r->accesses * (double)cfg->iters;
+    /* The rate's units over all passes: accesses x passes, or what the kernel counted. */
+    const double total = r->work > 0.0 ? r->work : (double)r->accesses * (double)cfg->iters;
     double rate = 0.0;
     const char *unit = "M accesses/s";
     switch (cfg->kernel) {
@@ -24,6 +25,12 @@ static void print_result(const struct config *cfg, const struct kresult *r)
     case K_PRIMES: rate = total; unit = "events/s"; break;
     case K_MALLOC: rate = total / 1e6; unit = "M ops/s"; break;
     case K_CG: rate = total / 1e6; unit = "M nonzeros/s"; break;
+    case K_MG:
+    case K_SP: rate = total / 1e6; unit = "M points/s"; break;
+    case K_BIGBUF:
+    case K_PANELS:
+    case K_IOCOPY: rate = total / 1e6; unit = "MB/s"; break;
+    case K_PTREES: rate = total / 1e6; unit = "M objects/s"; break;
     }
     rate = secs > 0.0 ? rate / secs : 0.0;
 
@@ -39,7 +46,7 @@ static void print_result(const struct config *cfg, const struct kresult *r)
            "\"checksum\":\"0x%016" PRIx64 "\",",
            r->accesses, secs, rate, unit, r->checksum);
     /* %.17g: the exact double, so equal residuals print equal. */
-    if (cfg->kernel == K_CG && isfinite(r->residual))
+    if ((cfg->kernel == K_CG || cfg->kernel == K_MG) && isfinite(r->residual))
         printf("\"residual\":%.17g,", r->residual);
     else
         printf("\"residual\":null,");
@@ -69,6 +76,12 @@ int main(int argc, char **argv)
     case K_PRIMES: kernel_primes(&cfg, &res); break; /* no memory references */
     case K_MALLOC: (cfg.trace ? kernel_malloc_traced : kernel_malloc)(&cfg, &res); break;
     case K_CG: (cfg.trace ? kernel_cg_traced : kernel_cg)(&cfg, &res); break;
+    case K_MG: (cfg.trace ? kernel_mg_traced : kernel_mg)(&cfg, &res); break;
+    case K_SP: (cfg.trace ? kernel_sp_traced : kernel_sp)(&cfg, &res); break;
+    case K_BIGBUF: (cfg.trace ? kernel_bigbuf_traced : kernel_bigbuf)(&cfg, &res); break;
+    case K_PANELS: (cfg.trace ? kernel_panels_traced : kernel_panels)(&cfg, &res); break;
+    case K_PTREES: (cfg.trace ? kernel_ptrees_traced : kernel_ptrees)(&cfg, &res); break;
+    case K_IOCOPY: (cfg.trace ? kernel_iocopy_traced : kernel_iocopy)(&cfg, &res); break;
     }
     trace_close();
     print_result(&cfg, &res);

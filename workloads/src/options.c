@@ -17,7 +17,7 @@
 #define MAX_COUNT (1ULL << 48)       /* --iters, --accesses */
 #define MAX_LIMIT 4294967295ULL      /* --limit */
 
-static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc", "cg" };
+static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc", "cg", "mg", "sp", "bigbuf", "panels", "ptrees", "iocopy" };
 static const char *const place_names[] = { "heap-large", "heap-small", "static" };
 static const char *const page_names[] = { "default", "4k", "thp", "hugetlb-2m", "hugetlb-1g" };
 
@@ -54,11 +54,12 @@ static const char usage_text[] =
     "  --size BYTES       memory size; suffixes K, M, G, T are powers of 1024 (default 64M;\n"
     "                     at least 4K per thread)\n"
     "  --iters N          passes (default 1)\n"
-    "  --accesses N       accesses/steps/updates/operations per pass (randmem, chase, gups,\n"
-    "                     malloc; default above; not stream, primes, cg)\n"
+    "  --accesses N       accesses/steps/updates/operations/blocks/panels/predicates per pass\n"
+    "                     (randmem, chase, gups, malloc, bigbuf, panels, ptrees; default\n"
+    "                     above; not stream, primes, cg, mg, sp, iocopy)\n"
     "  --threads N        OpenMP threads, 1..256 (default 1)\n"
     "  --seed N           random seed; runs are deterministic (default 42)\n"
-    "  --place P          heap-large: one big malloc (stream: three, cg: seven)   [default]\n"
+    "  --place P          heap-large: one big malloc (stream, mg: 3, sp: 5, cg: 7)  [default]\n"
     "                     heap-small: many malloc'd nodes of 64..512 bytes + a small-piece index\n"
     "                                 (cg: one block per row, vectors in 16 KiB chunks)\n"
     "                     static:     a 1 GiB .bss array (--size at most 1G)\n"
@@ -67,11 +68,13 @@ static const char usage_text[] =
     "                     a hugetlb mapping that fails exits with status 3, no fallback\n"
     "  --random-pct P     randmem: percent (0..100) of random accesses (default 100)\n"
     "  --limit N          primes: upper bound (default 20000)\n"
+    "  --file PATH        iocopy (required there): the file to write and copy; it and\n"
+    "                     PATH.copy must not exist\n"
     "  --fork N           after the passes, fork N children one after another; each writes\n"
     "                     one word in every 4 KB page of the buffers (copy-on-write, as a\n"
     "                     snapshotting child would) and exits; the parent waits for each.\n"
     "                     Exit status 4 if a child dies (0..64; heap-large or static only;\n"
-    "                     not primes, malloc)\n"
+    "                     randmem, chase, gups, stream, cg, mg, sp)\n"
     "  --trace FILE       write the exact reference stream of the kernel phase (every\n"
     "                     reference the kernel makes to its data) to FILE, in hugetune's\n"
     "                     reference stream format; timings of a traced run are meaningless\n"
@@ -153,10 +156,12 @@ static double parse_pct(const char *s)
     return v;
 }
 
-enum opt_id { O_SIZE, O_ITERS, O_ACCESSES, O_THREADS, O_SEED, O_PLACE, O_PAGE, O_PCT, O_LIMIT, O_FORK, O_TRACE };
+enum opt_id {
+    O_SIZE, O_ITERS, O_ACCESSES, O_THREADS, O_SEED, O_PLACE, O_PAGE, O_PCT, O_LIMIT, O_FORK, O_TRACE, O_FILE,
+};
 static const char *const opt_names[] = {
     "--size", "--iters", "--accesses", "--threads", "--seed", "--place", "--page", "--random-pct", "--limit",
-    "--fork", "--trace",
+    "--fork", "--trace", "--file",
 };
 
 void parse_options(int argc, char **argv, struct config *cfg)
@@ -177,7 +182,7 @@ void parse_options(int argc, char **argv, struct config *cfg)
                 die_usage("unexpected argument '%s' (only one KERNEL; see --help)", arg);
             int k = lookup(arg, kernel_names, COUNT_OF(kernel_names));
             if (k < 0)
-                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes, malloc or cg)", arg);
+                die_usage("unknown kernel '%s' (expected randmem, chase, gups, stream, primes, malloc, cg, mg, sp, bigbuf, panels, ptrees or iocopy)", arg);
             cfg->kernel = (enum kernel_id)k;
             have_kernel = 1;
             continue;
@@ -208,6 +213,11 @@ void parse_options(int argc, char **argv, struct config *cfg)
                 die_usage("--trace needs a file name");
             cfg->trace = val;
             break;
+        case O_FILE:
+            if (!*val)
+                die_usage("--file needs a path");
+            cfg->file = val;
+            break;
         case O_PCT: cfg->random_pct = parse_pct(val); break;
         case O_PLACE: {
             int p = lookup(val, place_names, COUNT_OF(place_names));
@@ -227,18 +237,31 @@ void parse_options(int argc, char **argv, struct config *cfg)
     }
 
     if (!have_kernel)
-        die_usage("missing KERNEL (randmem, chase, gups, stream, primes, malloc or cg; see --help)");
+        die_usage("missing KERNEL (randmem, chase, gups, stream, primes, malloc, cg, mg, sp, bigbuf, panels, ptrees or iocopy; see --help)");
     if (seen[O_PCT] && cfg->kernel != K_RANDMEM)
         die_usage("--random-pct applies to randmem only");
     if (seen[O_LIMIT] && cfg->kernel != K_PRIMES)
         die_usage("--limit applies to primes only");
-    if (seen[O_ACCESSES] && (cfg->kernel == K_STREAM || cfg->kernel == K_PRIMES || cfg->kernel == K_CG))
+    if (seen[O_FILE] && cfg->kernel != K_IOCOPY)
+        die_usage("--file applies to iocopy only");
+    if (cfg->kernel == K_IOCOPY && !cfg->file)
+        die_usage("iocopy needs --file PATH (the file it writes, copies to PATH.copy and removes)");
+    if (seen[O_ACCESSES] && (cfg->kernel == K_STREAM || cfg->kernel == K_PRIMES || cfg->kernel == K_CG
+                             || cfg->kernel == K_MG || cfg->kernel == K_SP || cfg->kernel == K_IOCOPY))
         die_usage("--accesses does not apply to %s (a pass is %s)", kernel_name(cfg->kernel),
                   cfg->kernel == K_STREAM ? "one triad over the arrays"
                   : cfg->kernel == K_CG   ? "one CG iteration over the whole matrix"
+                  : cfg->kernel == K_MG   ? "one V-cycle over the whole grid"
+                  : cfg->kernel == K_SP   ? "one ADI step over the whole grid"
+                  : cfg->kernel == K_IOCOPY ? "one copy of the whole file"
                                           : "one count up to --limit");
-    if (cfg->forks && (cfg->kernel == K_PRIMES || cfg->kernel == K_MALLOC || cfg->place == PLACE_HEAP_SMALL))
-        die_usage("--fork needs big buffers: randmem, chase, gups, stream or cg with --place heap-large or static");
+    if ((cfg->kernel == K_MG || cfg->kernel == K_SP) && cfg->place == PLACE_HEAP_SMALL)
+        die_usage("--place heap-small does not apply to %s (its arrays are big buffers: heap-large or static)",
+                  kernel_name(cfg->kernel));
+    const int own_memory = cfg->kernel == K_MALLOC || cfg->kernel == K_BIGBUF || cfg->kernel == K_PANELS
+                           || cfg->kernel == K_PTREES || cfg->kernel == K_IOCOPY;   /* ignore --place, --page */
+    if (cfg->forks && (cfg->kernel == K_PRIMES || own_memory || cfg->place == PLACE_HEAP_SMALL))
+        die_usage("--fork needs big buffers: randmem, chase, gups, stream, cg, mg or sp with --place heap-large or static");
     if (cfg->kernel == K_PRIMES)
         return;     /* no memory: --size, --place and --page are ignored */
 
@@ -246,15 +269,37 @@ void parse_options(int argc, char **argv, struct config *cfg)
     if (cfg->size < min)
         die_usage("--size %llu is too small (at least %llu bytes: 4K per thread)",
                   (unsigned long long)cfg->size, (unsigned long long)min);
-    if (cfg->place == PLACE_STATIC && cfg->size > STATIC_CAPACITY)
+    if (cfg->place == PLACE_STATIC && cfg->size > STATIC_CAPACITY && !own_memory)
         die_usage("--size %llu is too big for --place static (the static buffer holds %lu bytes)",
                   (unsigned long long)cfg->size, (unsigned long)STATIC_CAPACITY);
     if (cfg->kernel == K_CG && cg_rows(cfg->size) > CG_MAX_ROWS)
         die_usage("--size %llu is too big for cg (its column indices are 32-bit: at most %llu rows, "
                   "about %lluG)", (unsigned long long)cfg->size, CG_MAX_ROWS,
                   (unsigned long long)((CG_MAX_ROWS * CG_ROW_BYTES) >> 30));
+    if (cfg->kernel == K_MG) {
+        struct mgshape sh;
+        mg_shape(cfg->size, &sh);
+        if (sh.e == 0) {
+            mg_shape_exp(MG_MIN_EXP, &sh);
+            die_usage("--size %llu is too small for mg (at least %llu bytes: an 8 x 8 x 8 grid's levels)",
+                      (unsigned long long)cfg->size, (unsigned long long)sh.bytes);
+        }
+    }
+    if (cfg->kernel == K_BIGBUF && cfg->size < BB_MIN_SIZE)
+        die_usage("--size %llu is too small for bigbuf (at least 1M: %u slices of 16 KiB)",
+                  (unsigned long long)cfg->size, BB_SLICES);
+    if (cfg->kernel == K_PANELS && cfg->size < PANELS_MIN_SIZE)
+        die_usage("--size %llu is too small for panels (at least 12M: the largest panel)",
+                  (unsigned long long)cfg->size);
+    if (cfg->kernel == K_PTREES && cfg->size < PT_MIN_SIZE)
+        die_usage("--size %llu is too small for ptrees (at least 64K: a tree of a few dozen objects)",
+                  (unsigned long long)cfg->size);
+    if (cfg->kernel == K_SP && sp_side(cfg->size) == 0)
+        die_usage("--size %llu is too small for sp (at least %llu bytes: an 8 x 8 x 8 grid)",
+                  (unsigned long long)cfg->size,
+                  (unsigned long long)SP_MIN_SIDE * SP_MIN_SIDE * SP_MIN_SIDE * SP_POINT_BYTES + SP_SLACK);
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && psize > 0 && cfg->size > (uint64_t)pages * (uint64_t)psize)
+    if (pages > 0 && psize > 0 && cfg->size > (uint64_t)pages * (uint64_t)psize && cfg->kernel != K_IOCOPY)
         die_usage("--size %llu is more than the machine's memory (%llu bytes)",
                   (unsigned long long)cfg->size, (unsigned long long)pages * (unsigned long long)psize);
 }

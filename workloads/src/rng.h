@@ -27,7 +27,10 @@ static inline uint64_t below(uint64_t r, uint64_t n)
 
 /* Independent streams: one per (seed, purpose, thread), so the node layout, the
  * cycle and each thread's accesses do not share random numbers. */
-enum rng_purpose { RNG_LAYOUT = 1, RNG_CYCLE, RNG_RANDMEM, RNG_GUPS, RNG_MALLOC, RNG_CG };
+enum rng_purpose {
+    RNG_LAYOUT = 1, RNG_CYCLE, RNG_RANDMEM, RNG_GUPS, RNG_MALLOC, RNG_CG,
+    RNG_MG, RNG_SP, RNG_BIGBUF, RNG_PANELS, RNG_PTREES, RNG_IOCOPY,
+};
 
 static inline uint64_t stream_seed(uint64_t seed, enum rng_purpose purpose, unsigned thread)
 {
