@@ -9,7 +9,7 @@
  *   verify.c    smaps/pagemap/hugetlb-counter verification, on-demand summary
  *   foreign.c   the extended API of a foreign allocator (jemalloc/tcmalloc)
  *
- * The hot-path pieces (fast-path limit, arena, thread cache) are declared in
+ * The hot-path pieces (fast-path limit, arena, thread lists) are declared in
  * apply_fast.h, which hooks.c includes. */
 #ifndef HT_APPLY_INT_H
 #define HT_APPLY_INT_H
