@@ -188,7 +188,9 @@ static inline uint64_t ht_mag_live_hdr(const struct ht_mag *m, const void *p)
     uint64_t h;
     memcpy(&h, (const char *)p - 8, sizeof h);
     uint32_t s = (uint32_t)h;
-    if ((uint32_t)(h >> 32) != HT_MAG_LIVE || s < HT_MAG_MIN_CHUNK || s > HT_MAG_MAX_CHUNK || (s & 15))
+    /* (a region's tail, a free chunk of its own, can be larger than any
+     * request's chunk, never than a granule) */
+    if ((uint32_t)(h >> 32) != HT_MAG_LIVE || s < HT_MAG_MIN_CHUNK || s > HT_MAG_GRANULE || (s & 15))
         return 0;
     return h;
 }

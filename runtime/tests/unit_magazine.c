@@ -204,6 +204,30 @@ static void test_reuse(void)
     arena_done();
 }
 
+/* A region's tail can be a free chunk larger than any request's (up to a
+ * granule): reused, it is a live object like any other. */
+static void test_big_tail(void)
+{
+    arena_setup(4u << 20, (size_t)-1);
+    struct ht_mag_tcache a = {0}, b = {0};
+    CHECK(ht_mag_alloc(&M, &a, 16) && ht_mag_alloc(&M, &b, 16)); /* b carves after a */
+    char *x = ht_mag_alloc(&M, &a, 30000);
+    uintptr_t top = a.top;
+    size_t tail = a.limit - a.top - 8;
+    CHECK(tail > HT_MAG_MAX_CHUNK && tail < HT_MAG_MAX_CHUNK + HT_MAG_ALIGN_MAX);
+    /* an aligned request that does not fit: a new granule, the tail retired */
+    char *y = ht_mag_alloc_aligned(&M, &a, HT_MAG_MAX, HT_MAG_ALIGN_MAX);
+    CHECK(y && ((uintptr_t)y & (HT_MAG_ALIGN_MAX - 1)) == 0 && (uintptr_t)y > top);
+    char *z = ht_mag_alloc(&M, &a, HT_MAG_MAX);
+    CHECK((uintptr_t)z == top + 8 && ht_mag_usable(&M, z) == tail - 8);
+    memset(z, 0x3c, tail - 8);
+    ht_mag_free(&M, &a, z);
+    CHECK(ht_mag_usable(&M, z) == 0 && a.n[HT_MAG_NCLASS - 1] == 1);
+    CHECK(ht_mag_alloc(&M, &a, HT_MAG_MAX - 4) == z && ht_mag_grow(&M, &a, z, HT_MAG_MAX));
+    CHECK(ht_mag_usable(&M, x) == ht_mag_chunk_size(30000) - 8);
+    arena_done();
+}
+
 /* Objects freed by another thread come back to the allocating one through
  * the global list (the freeing thread's list overflows, or it exits). */
 #define XT_N 1000
@@ -410,9 +434,11 @@ static void test_stash(void)
 }
 
 /* Property test: random malloc / free / realloc (grow in place, else move) /
- * aligned malloc with a fixed seed; every live object is filled with its own
- * pattern over its whole usable size and checked before it is freed and at
- * the end; no two live objects overlap (headers included). */
+ * aligned malloc with a fixed seed, through three thread caches taken at
+ * random (as threads: regions interleave, tails and frees cross); every live
+ * object is filled with its own pattern over its whole usable size and
+ * checked before it is freed and at the end; no two live objects overlap
+ * (headers included). */
 #define PT_SLOTS 2048
 struct pt_obj {
     unsigned char *p;
@@ -450,40 +476,42 @@ static void test_property(void)
     arena_setup(64u << 20, (size_t)-1);
     static struct pt_obj o[PT_SLOTS];
     memset(o, 0, sizeof o);
-    struct ht_mag_tcache t = {0};
+    struct ht_mag_tcache tcs[3];
+    memset(tcs, 0, sizeof tcs);
     g_rng = 42;
     long bad = 0, allocs = 0, grown = 0;
     for (int it = 0; it < 300000; it++) {
         uint64_t r = rnd();
         struct pt_obj *s = &o[(r >> 16) % PT_SLOTS];
+        struct ht_mag_tcache *tp = &tcs[(r >> 59) % 3];
         unsigned op = r & 15;
         if (s->p && op < 6) { /* free */
             bad += !pt_check(s);
-            ht_mag_free(&M, &t, s->p);
+            ht_mag_free(&M, tp, s->p);
             s->p = NULL;
         } else if (s->p && op < 9) { /* realloc */
             bad += !pt_check(s);
             size_t n = rnd_size();
             size_t u = ht_mag_usable(&M, s->p);
-            if (n <= u || ht_mag_grow(&M, &t, s->p, n)) {
+            if (n <= u || ht_mag_grow(&M, tp, s->p, n)) {
                 grown += n > u;
                 s->n = n;
                 pt_fill(s, s->pat);
             } else {
-                unsigned char *q = ht_mag_alloc(&M, &t, n);
+                unsigned char *q = ht_mag_alloc(&M, tp, n);
                 if (!q) {
                     bad++;
                     continue;
                 }
                 memcpy(q, s->p, u < n ? u : n);
-                ht_mag_free(&M, &t, s->p);
+                ht_mag_free(&M, tp, s->p);
                 s->p = q;
                 s->n = n;
                 pt_fill(s, s->pat);
             }
         } else if (!s->p) { /* malloc, sometimes aligned */
             size_t n = rnd_size(), al = op == 15 ? (size_t)32 << (r >> 40) % 8 : 16;
-            s->p = al > 16 ? ht_mag_alloc_aligned(&M, &t, n, al) : ht_mag_alloc(&M, &t, n);
+            s->p = al > 16 ? ht_mag_alloc_aligned(&M, tp, n, al) : ht_mag_alloc(&M, tp, n);
             if (!s->p || ((uintptr_t)s->p & (al - 1))) {
                 bad++;
                 s->p = NULL;
@@ -493,9 +521,8 @@ static void test_property(void)
             pt_fill(s, (unsigned char)r);
             allocs++;
         }
-        if (it % 50000 == 0) { /* every so often, a thread exit and back */
-            ht_mag_flush_all(&M, &t);
-        }
+        if (it % 50000 == 0) /* every so often, a thread exit and back */
+            ht_mag_flush_all(&M, tp);
     }
     struct pt_obj live[PT_SLOTS];
     size_t nl = 0;
@@ -513,8 +540,10 @@ static void test_property(void)
      * its class serves */
     for (int i = 0; i < PT_SLOTS; i++)
         if (o[i].p)
-            ht_mag_free(&M, &t, o[i].p);
-    ht_mag_flush_all(&M, &t);
+            ht_mag_free(&M, &tcs[i % 3], o[i].p);
+    for (int i = 0; i < 3; i++)
+        ht_mag_flush_all(&M, &tcs[i]);
+    CHECK(M.adjacent < M.regions); /* the caches' regions did interleave */
     long badlist = 0;
     for (int c = 0; c < HT_MAG_NCLASS; c++) {
         uint32_t n = 0;
@@ -620,6 +649,7 @@ int main(void)
     test_classes();
     test_layout();
     test_reuse();
+    test_big_tail();
     test_cross_thread();
     test_bad_free();
     test_aligned();
