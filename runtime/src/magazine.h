@@ -18,20 +18,20 @@
  *     is the next chunk, `max(32, (n + 8 + 15) & ~15)` bytes as in glibc on
  *     x86-64 (above 1 KiB rounded up to its class, below), an 8-byte header
  *     (chunk size, live/free tag) right before the 16-byte aligned user
- *     pointer. When the region is used up the thread
- *     takes the next granule, which is adjacent to its region when no other
- *     thread carved in between (a single thread's objects form one run);
- *     otherwise a remainder stashed by an exited thread or a new granule, and
- *     the old region's tail becomes a free chunk;
+ *     pointer. When the region is used up the thread takes the next granule,
+ *     which is adjacent to its region when no other thread carved in between
+ *     (a single thread's objects form one run); otherwise a remainder stashed
+ *     by an exited thread or a new granule, and the old region's tail becomes
+ *     a free chunk (of any size up to a granule);
  *   - freed chunks keep their size and go to per-thread LIFO lists (like
  *     glibc's tcache) by class: 63 classes exact to 16 bytes for chunks up to
  *     1 KiB, then 8 per power of two up to 32 KiB, and one for the largest
- *     chunk (32784 bytes). A chunk is listed under the largest class not
- *     above its size, a request takes the smallest class not below its chunk
- *     size, so every reused chunk fits (new chunks above 1 KiB have their
- *     class's size, so each class recycles its own). malloc takes from the thread's list
- *     first, then (when another thread has given chunks of the class back)
- *     from the global list, then from its region;
+ *     request's chunk (32784 bytes) and above. A chunk is listed under the
+ *     largest class not above its size, a request takes the smallest class
+ *     not below its chunk size, so every reused chunk fits (new chunks above
+ *     1 KiB have their class's size, so each class recycles its own). malloc
+ *     takes from the thread's list first, then (when another thread has given
+ *     chunks of the class back) from the global list, then from its region;
  *   - per-thread state needs no lock or atomic on the common path (a relaxed
  *     load of the global count per class, written only under the class lock);
  *     batches move between thread lists and per-class global lists under a
