@@ -361,10 +361,14 @@ static inline int decide(size_t n, const void *caller, int *cat)
     return HT_B_NONE;
 }
 
-/* A heap-small request the arena may serve (else the allocator behind us). */
+/* A heap-small request the arena may serve (else the allocator behind us):
+ * up to HT_MAG_MAX bytes, alignments that are powers of two up to
+ * HT_MAG_ALIGN_MAX (or at most 16, which every object has). */
 static inline int arena_takes(size_t n, size_t align)
 {
-    if (!ht_arena_on || ht_tls.guard || align > 16)
+    if (!ht_arena_on || ht_tls.guard)
+        return 0;
+    if (align > 16 && (align > HT_MAG_ALIGN_MAX || (align & (align - 1))))
         return 0;
     if (n <= HT_MAG_MAX)
         return 1;
@@ -373,16 +377,11 @@ static inline int arena_takes(size_t n, size_t align)
     return 0;
 }
 
+/* An arena object (the allocator behind us when the arena is full). */
 static void *arena_alloc(size_t n)
 {
-    int c = ht_mag_class(n);
-    void *p = ht_atls.tc.head[c];
-    if (p) {
-        ht_atls.tc.head[c] = *(void **)p;
-        ht_atls.tc.n[c]--;
-        return p;
-    }
-    return ht_arena_alloc_slow(n, c);
+    void *p = ht_mag_alloc_fast(&ht_arena, &ht_atls.tc, n, NULL);
+    return p ? p : ht_arena_alloc_slow(n, NULL);
 }
 
 /* ---- entry points (called by hooks.c in apply mode) ---- */
@@ -422,8 +421,12 @@ void *ht_apply_calloc(size_t nmemb, size_t size, const void *caller)
         return p ? p : ht_fwd_calloc(nmemb, size);
     }
     if (cat == HT_CAT_HEAP_SMALL && arena_takes(n, 0)) {
-        void *p = arena_alloc(n);
-        if (p)
+        /* Memory fresh from a commit is zero: clear recycled chunks only. */
+        int fresh;
+        void *p = ht_mag_alloc_fast(&ht_arena, &ht_atls.tc, n, &fresh);
+        if (!p)
+            p = ht_arena_alloc_slow(n, &fresh);
+        if (p && !fresh)
             memset(p, 0, n);
         return p;
     }
@@ -469,8 +472,11 @@ void *ht_apply_memalign(size_t align, size_t n, const void *caller, int kind)
             return p;
         /* fall through: the allocator behind us may still succeed */
     }
-    if (cat == HT_CAT_HEAP_SMALL && b == HT_B_NONE && arena_takes(dn, align))
-        return arena_alloc(dn);
+    if (cat == HT_CAT_HEAP_SMALL && b == HT_B_NONE && arena_takes(dn, align)) {
+        void *p = align > 16 ? ht_arena_alloc_aligned(dn, align) : arena_alloc(dn);
+        if (p)
+            return p;
+    }
     return next_aligned(kind, align, n);
 }
 
@@ -528,6 +534,10 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
         ht_count_alloc(cat, n);
         size_t have = ht_mag_usable(&ht_arena, p);
         if (b == HT_B_NONE && n <= have && n > have / 2)
+            return p;
+        /* The last object of this thread's region grows in place. */
+        if (b == HT_B_NONE && cat == HT_CAT_HEAP_SMALL && n > have && have > 0 && n <= HT_MAG_MAX &&
+            !ht_tls.guard && ht_mag_grow(&ht_arena, &ht_atls.tc, p, n))
             return p;
         void *q = alloc_decided(n, b, cat);
         if (!q)

@@ -4,11 +4,12 @@
  * few large allocations; the millions of small ones must cost (almost)
  * nothing. Each thread has one TLS block (initial-exec: one GOT load, then
  * %fs-relative accesses) holding its limits, its heap-small counters and its
- * arena cache:
+ * arena lists and region:
  *
  *   malloc(n), n < fast_max   count (two adds to this thread's own TLS, no
  *                             shared cache line), tail-call the allocator;
- *   malloc(n), n < arena_max  pop from this thread's arena cache;
+ *   malloc(n), n < arena_max  pop from this thread's arena list, else bump
+ *                             through its arena region;
  *   free(p)                   one alignment test and two range compares tell
  *                             the allocator's pointers from ours.
  *
@@ -44,7 +45,9 @@ extern struct ht_mag ht_arena;
 extern uintptr_t ht_arena_base, ht_arena_len;
 extern int ht_arena_on;
 
-void *ht_arena_alloc_slow(size_t n, int c);
+/* The arena's slow path (or the allocator behind us); *fresh as in
+ * ht_mag_alloc_fast (0 when forwarded). */
+void *ht_arena_alloc_slow(size_t n, int *fresh);
 void ht_apply_poll_slow(void);
 
 static inline int ht_arena_owns(const void *p) { return (uintptr_t)p - ht_arena_base < ht_arena_len; }
@@ -57,19 +60,16 @@ static inline void ht_apply_count_small(struct ht_apply_tls *t, size_t n)
     t->bytes += n;
 }
 
-/* malloc from the arena (n < t->arena_max): a pop from this thread's cache,
- * else a refill (or the allocator when the arena is full). */
+/* malloc from the arena (n < t->arena_max): a pop from this thread's list or
+ * the next chunk of its region, else the slow path (or the allocator when the
+ * arena is full). */
 static inline void *ht_apply_arena_malloc(struct ht_apply_tls *t, size_t n)
 {
-    int c = ht_mag_class(n);
     ht_apply_count_small(t, n);
-    void *p = t->tc.head[c];
-    if (HT_LIKELY(p != NULL)) {
-        t->tc.head[c] = *(void **)p;
-        t->tc.n[c]--;
+    void *p = ht_mag_alloc_fast(&ht_arena, &t->tc, n, NULL);
+    if (HT_LIKELY(p != NULL))
         return p;
-    }
-    return ht_arena_alloc_slow(n, c);
+    return ht_arena_alloc_slow(n, NULL);
 }
 
 static inline int ht_apply_calloc_fast(size_t nm, size_t sz, void **out)

@@ -9,7 +9,7 @@
  *   verify.c    smaps/pagemap/hugetlb-counter verification, on-demand summary
  *   foreign.c   the extended API of a foreign allocator (jemalloc/tcmalloc)
  *
- * The hot-path pieces (fast-path limit, arena, thread cache) are declared in
+ * The hot-path pieces (fast-path limit, arena, thread lists) are declared in
  * apply_fast.h, which hooks.c includes. */
 #ifndef HT_APPLY_INT_H
 #define HT_APPLY_INT_H
@@ -113,6 +113,9 @@ void ht_arena_atfork_child(void);
 void ht_arena_hugetlb_ranges(void (*cb)(uintptr_t a, size_t len, void *ctx), void *ctx);
 void ht_arena_adopted(uintptr_t a, size_t len, int backing);
 void ht_arena_thread_flush(struct ht_mag_tcache *t);
+/* An arena object aligned to align (16 < align <= HT_MAG_ALIGN_MAX, a power of
+ * two); NULL (counted as forwarded) when the arena cannot serve it. */
+void *ht_arena_alloc_aligned(size_t n, size_t align);
 void ht_arena_summary(struct ht_json *j);
 
 /* ---- forksafe.c ---- */

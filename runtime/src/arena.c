@@ -1,6 +1,6 @@
 /* arena.c - the heap-small arena (magazine.c) wired into apply mode: its
  * reserved range, 2 MB chunks committed along hugetlb-2m -> thp-2m -> 4k,
- * per-thread caches handed back at thread exit.
+ * per-thread lists and regions handed back at thread exit.
  *
  * The reservation is PROT_NONE + MAP_NORESERVE (address space only). A chunk
  * becomes hugetlb by mapping 2 MB elsewhere and moving it over the
@@ -110,20 +110,49 @@ int ht_arena_setup(void)
     return 0;
 }
 
-void *ht_arena_alloc_slow(size_t n, int c)
+/* May this thread take memory (a batch, a region) for its lists now? Not from
+ * inside the library, nor once it is exiting (its lists and region were
+ * given back; what it still allocates goes to the allocator behind us). */
+static int may_take(void)
+{
+    if (ht_tls.guard || ht_atls.rounds)
+        return 0;
+    if (!ht_atls.registered)
+        ht_apply_thread_register();
+    return 1;
+}
+
+static void forwarded(size_t n)
+{
+    atomic_fetch_add_explicit(&ht_ap.arena_forwarded, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ht_ap.arena_forwarded_bytes, n, memory_order_relaxed);
+}
+
+void *ht_arena_alloc_slow(size_t n, int *fresh)
 {
     void *p = NULL;
-    if (!ht_tls.guard) { /* never refill from inside the library */
-        if (!ht_atls.registered)
-            ht_apply_thread_register();
-        p = ht_mag_refill(&ht_arena, &ht_atls.tc, c);
+    if (may_take()) {
+        p = ht_mag_alloc_slow(&ht_arena, &ht_atls.tc, n, fresh);
         ht_apply_poll_slow();
     }
     if (p)
         return p;
-    atomic_fetch_add_explicit(&ht_ap.arena_forwarded, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&ht_ap.arena_forwarded_bytes, n, memory_order_relaxed);
+    forwarded(n);
+    if (fresh)
+        *fresh = 0;
     return ht_fwd_malloc(n);
+}
+
+void *ht_arena_alloc_aligned(size_t n, size_t align)
+{
+    void *p = NULL;
+    if (may_take()) {
+        p = ht_mag_alloc_aligned(&ht_arena, &ht_atls.tc, n, align);
+        ht_apply_poll_slow();
+    }
+    if (!p)
+        forwarded(n);
+    return p;
 }
 
 void ht_arena_atfork_prepare(void)
@@ -142,8 +171,8 @@ void ht_arena_atfork_child(void)
 {
     if (!ht_arena_on)
         return;
-    /* Only this thread exists: the other threads' caches are lost (leaked),
-     * the forking thread's stays valid. */
+    /* Only this thread exists: the other threads' lists and regions are lost
+     * (leaked), the forking thread's stay valid. */
     ht_mag_reinit_locks(&ht_arena);
 }
 
@@ -191,6 +220,8 @@ void ht_arena_summary(struct ht_json *j)
         }
         hj_obj_end(j);
         hj_u64(j, "full", atomic_load(&ht_arena.full));
+        hj_u64(j, "regions", atomic_load(&ht_arena.regions));
+        hj_u64(j, "regions_adjacent", atomic_load(&ht_arena.adjacent));
     }
     hj_u64(j, "forwarded", atomic_load(&ht_ap.arena_forwarded));
     hj_u64(j, "forwarded_bytes", atomic_load(&ht_ap.arena_forwarded_bytes));

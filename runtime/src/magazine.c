@@ -3,6 +3,20 @@
 
 #include <string.h>
 
+#define R HT_MAG_GRANULE
+
+/* 16 KiB worth of objects per batch, 1..64 (min(64, max(1, 16384 / class
+ * size)); unit_magazine checks the table). */
+const uint8_t ht_mag_batch_tab[HT_MAG_NCLASS] = {
+    64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 60,
+    56, 53, 51, 48, 46, 44, 42, 40, 39, 37, 36, 35, 34, 33, 32, 31,
+    30, 29, 28, 27, 26, 26, 25, 24, 24, 23, 23, 22, 22, 21, 21, 20,
+    20, 20, 19, 19, 18, 18, 18, 17, 17, 17, 17, 16, 16, 16, 16, 14,
+    12, 11, 10, 9, 9, 8, 8, 7, 6, 5, 5, 4, 4, 4, 4, 3,
+    3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1,
+};
+
 void ht_mag_init(struct ht_mag *m, uintptr_t base, size_t len, uint8_t *meta,
                  ht_mag_commit_fn commit, void *ctx)
 {
@@ -19,85 +33,172 @@ void ht_mag_init(struct ht_mag *m, uintptr_t base, size_t len, uint8_t *meta,
         pthread_mutex_init(&m->cls[c].lock, NULL);
 }
 
-static size_t slab_bytes(int c) { return ht_mag_class_size(c) > 8192 ? 4 * HT_MAG_GRANULE : HT_MAG_GRANULE; }
-
-/* A new slab for class c: [*lo, *hi). Called with the class lock held;
- * takes the chunk lock (order: class, then chunk). */
-static int new_slab(struct ht_mag *m, int c, uintptr_t *lo, uintptr_t *hi)
+/* The next granule [*lo, *lo + R), committed. Chunk lock held. */
+static int carve_granule(struct ht_mag *m, uintptr_t *lo)
 {
-    size_t sb = slab_bytes(c);
-    pthread_mutex_lock(&m->chunk_lock);
     uintptr_t s = m->carve;
-    if (s + sb > m->end || s + sb < s) {
-        pthread_mutex_unlock(&m->chunk_lock);
+    if (s + R > m->end || s + R < s)
         return -1;
-    }
-    if (s + sb > m->committed) {
-        uintptr_t want = (s + sb + HT_MAG_CHUNK - 1) & ~(uintptr_t)(HT_MAG_CHUNK - 1);
+    if (s + R > m->committed) {
+        uintptr_t want = (s + R + HT_MAG_CHUNK - 1) & ~(uintptr_t)(HT_MAG_CHUNK - 1);
         if (want > m->end)
             want = m->end;
-        if (m->commit(m->ctx, m->committed, want - m->committed) != 0) {
-            pthread_mutex_unlock(&m->chunk_lock);
+        if (m->commit(m->ctx, m->committed, want - m->committed) != 0)
             return -1;
-        }
         m->committed = want;
     }
-    m->carve = s + sb;
-    size_t g0 = (s - m->base) >> HT_MAG_GRANULE_SHIFT;
-    for (size_t g = 0; g < sb >> HT_MAG_GRANULE_SHIFT; g++)
-        m->meta[g0 + g] = (uint8_t)(c + 1);
-    pthread_mutex_unlock(&m->chunk_lock);
+    m->carve = s + R;
+    m->meta[(s - m->base) >> HT_MAG_GRANULE_SHIFT] = 1;
+    atomic_fetch_add_explicit(&m->regions, 1, memory_order_relaxed);
     *lo = s;
-    *hi = s + sb;
     return 0;
 }
 
-/* The first object of a refill goes to the caller, the rest to the thread cache. */
-static void *hand_out(struct ht_mag_tcache *t, int c, void *first, void *p)
+/* A region's unused tail [top, limit) as a free chunk on the thread's list
+ * (too small for one: lost). */
+static void retire(struct ht_mag *m, struct ht_mag_tcache *t, uintptr_t top, uintptr_t limit)
 {
-    if (!first)
-        return p;
-    *(void **)p = t->head[c];
-    t->head[c] = p;
-    t->n[c]++;
-    return first;
+    if (limit == 0 || limit - top < HT_MAG_MIN_CHUNK + 8)
+        return;
+    size_t s = limit - top - 8; /* top is 8 mod 16, limit 0 mod 16 */
+    ht_mag_set_hdr(top, s, HT_MAG_FREE);
+    ht_mag_push(m, t, (void *)(top + 8), s);
 }
 
-void *ht_mag_refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
+/* Gives the thread a region with room for `need` bytes at its top: the next
+ * granule when it follows the thread's region (one run of memory), else a
+ * stashed remainder that fits, else a new granule; the old region's tail
+ * becomes a free chunk. On failure the region is unchanged. */
+static int new_region(struct ht_mag *m, struct ht_mag_tcache *t, size_t need)
+{
+    uintptr_t otop = t->top, olim = t->limit, lo;
+    pthread_mutex_lock(&m->chunk_lock);
+    if (olim != 0 && olim == m->carve && otop + need <= olim + R && carve_granule(m, &lo) == 0) {
+        t->limit = olim + R;
+        atomic_fetch_add_explicit(&m->adjacent, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&m->chunk_lock);
+        return 0;
+    }
+    uintptr_t top = 0, limit = 0;
+    for (uintptr_t *pp = &m->stash; *pp; pp = (uintptr_t *)*pp) {
+        uintptr_t e = *pp, elim = ((uintptr_t *)e)[1];
+        if (e + need <= elim) {
+            *pp = ((uintptr_t *)e)[0];
+            ((uintptr_t *)e)[0] = ((uintptr_t *)e)[1] = 0; /* fresh memory is zero */
+            top = e;
+            limit = elim;
+            break;
+        }
+    }
+    if (limit == 0) {
+        if (carve_granule(m, &lo) != 0) {
+            pthread_mutex_unlock(&m->chunk_lock);
+            return -1;
+        }
+        top = lo + 8; /* first user pointer 16 bytes into the granule */
+        limit = lo + R;
+    }
+    pthread_mutex_unlock(&m->chunk_lock);
+    t->top = top;
+    t->limit = limit;
+    retire(m, t, otop, olim);
+    return 0;
+}
+
+/* Moves up to a batch of class c from the global list to the thread's. */
+static void refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
 {
     struct ht_mag_class *k = &m->cls[c];
-    size_t sz = ht_mag_class_size(c);
-    unsigned want = ht_mag_batch(c);
-    void *first = NULL;
-    unsigned got = 0;
-    if (m->end == m->base)
-        return NULL;
+    unsigned want = ht_mag_batch(c), got = 0;
     pthread_mutex_lock(&k->lock);
-    /* Reuse freed objects first, then carve the current slab, then a new one. */
     while (got < want && k->free) {
         void *p = k->free;
         k->free = *(void **)p;
-        k->nfree--;
-        first = hand_out(t, c, first, p);
+        *(void **)p = t->head[c];
+        t->head[c] = p;
         got++;
     }
-    while (got < want) {
-        if (k->bump + sz > k->end || k->bump == 0) {
-            uintptr_t lo, hi;
-            if (new_slab(m, c, &lo, &hi) != 0) {
-                atomic_fetch_add_explicit(&m->full, 1, memory_order_relaxed);
-                break;
-            }
-            k->bump = lo;
-            k->end = hi;
-        }
-        void *p = (void *)k->bump;
-        k->bump += sz;
-        first = hand_out(t, c, first, p);
-        got++;
-    }
+    atomic_store_explicit(&m->nfree[c], atomic_load_explicit(&m->nfree[c], memory_order_relaxed) - got,
+                          memory_order_relaxed);
     pthread_mutex_unlock(&k->lock);
-    return first;
+    t->n[c] = (uint16_t)(t->n[c] + got);
+}
+
+static void *bump(struct ht_mag_tcache *t, size_t s, int *fresh)
+{
+    uintptr_t top = t->top;
+    t->top = top + s;
+    ht_mag_set_hdr(top, s, HT_MAG_LIVE);
+    if (fresh)
+        *fresh = 1;
+    return (void *)(top + 8);
+}
+
+void *ht_mag_alloc_slow(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, int *fresh)
+{
+    if (m->end == m->base || n > HT_MAG_MAX)
+        return NULL;
+    int c;
+    size_t s = ht_mag_req(n, &c);
+    if (!t->head[c] && atomic_load_explicit(&m->nfree[c], memory_order_relaxed))
+        refill(m, t, c);
+    void *p = t->head[c];
+    if (p) {
+        t->head[c] = *(void **)p;
+        t->n[c]--;
+        ht_mag_set_tag(p, HT_MAG_LIVE);
+        if (fresh)
+            *fresh = 0;
+        return p;
+    }
+    if (t->top + s > t->limit && new_region(m, t, s) != 0) {
+        atomic_fetch_add_explicit(&m->full, 1, memory_order_relaxed);
+        return NULL;
+    }
+    return bump(t, s, fresh);
+}
+
+void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, size_t align)
+{
+    if (align <= 16)
+        return ht_mag_alloc(m, t, n);
+    if (m->end == m->base || n > HT_MAG_MAX || align > HT_MAG_ALIGN_MAX || (align & (align - 1)))
+        return NULL;
+    size_t s = ht_mag_chunk_size(n);
+    for (int tries = 0; tries < 2; tries++) {
+        uintptr_t top = t->top;
+        uintptr_t c0 = ((top + 8 + align - 1) & ~(uintptr_t)(align - 1)) - 8;
+        if (c0 != top && c0 - top < HT_MAG_MIN_CHUNK)
+            c0 += align; /* the gap must hold a chunk */
+        if (t->limit != 0 && c0 + s <= t->limit) {
+            if (c0 != top) {
+                ht_mag_set_hdr(top, c0 - top, HT_MAG_FREE);
+                ht_mag_push(m, t, (void *)(top + 8), c0 - top);
+            }
+            t->top = c0;
+            return bump(t, s, NULL);
+        }
+        if (new_region(m, t, s + align + HT_MAG_MIN_CHUNK) != 0)
+            break;
+    }
+    atomic_fetch_add_explicit(&m->full, 1, memory_order_relaxed);
+    return NULL;
+}
+
+int ht_mag_grow(struct ht_mag *m, struct ht_mag_tcache *t, void *p, size_t n)
+{
+    uint64_t h = ht_mag_live_hdr(m, p);
+    if (h == 0 || n > HT_MAG_MAX)
+        return 0;
+    uintptr_t c0 = (uintptr_t)p - 8;
+    size_t s = (uint32_t)h, ns = ht_mag_chunk_size(n);
+    if (ns <= s)
+        return 1;
+    if (c0 + s != t->top || c0 + ns > t->limit)
+        return 0;
+    t->top = c0 + ns;
+    ht_mag_set_hdr(c0, ns, HT_MAG_LIVE);
+    return 1;
 }
 
 void ht_mag_flush(struct ht_mag *m, struct ht_mag_tcache *t, int c, unsigned keep)
@@ -124,12 +225,25 @@ void ht_mag_flush(struct ht_mag *m, struct ht_mag_tcache *t, int c, unsigned kee
     pthread_mutex_lock(&k->lock);
     *(void **)last = k->free;
     k->free = chain;
-    k->nfree += n;
+    atomic_store_explicit(&m->nfree[c], atomic_load_explicit(&m->nfree[c], memory_order_relaxed) + n,
+                          memory_order_relaxed);
     pthread_mutex_unlock(&k->lock);
 }
 
 void ht_mag_flush_all(struct ht_mag *m, struct ht_mag_tcache *t)
 {
+    uintptr_t top = t->top, limit = t->limit;
+    t->top = t->limit = 0;
+    if (limit != 0 && limit - top >= HT_MAG_STASH_MIN) {
+        /* The untouched remainder goes to the next thread that needs a region. */
+        pthread_mutex_lock(&m->chunk_lock);
+        ((uintptr_t *)top)[0] = m->stash;
+        ((uintptr_t *)top)[1] = limit;
+        m->stash = top;
+        pthread_mutex_unlock(&m->chunk_lock);
+    } else {
+        retire(m, t, top, limit);
+    }
     for (int c = 0; c < HT_MAG_NCLASS; c++)
         if (t->n[c])
             ht_mag_flush(m, t, c, 0);

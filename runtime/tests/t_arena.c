@@ -5,10 +5,13 @@
  * Makes 32 MiB of small allocations (16..1024 bytes) in the main thread, then
  * N threads allocate, check and free objects of every class (32 KiB at most),
  * freeing some of each other's (cross-thread frees). Checks: arena objects
- * lie in one range and are 16-byte aligned; malloc_usable_size >= request;
- * calloc zeroes reused memory; realloc within and across classes keeps the
- * contents; posix_memalign(64) is served (by the allocator behind us);
- * objects above 32 KiB go to the allocator behind us. With expect=B the
+ * lie in one range and are 16-byte aligned; consecutive allocations of up to
+ * 1016 bytes (glibc's tcache sizes) are adjacent and spaced like glibc's
+ * chunks (max(32, (n + 23) & ~15)), as under glibc itself; malloc_usable_size >= request; calloc zeroes reused memory;
+ * realloc within and across classes keeps the contents; posix_memalign,
+ * aligned_alloc and memalign return aligned blocks (up to 4 KiB from the
+ * arena, larger alignments from the allocator behind us); objects above
+ * 32 KiB go to the allocator behind us. With expect=B the
  * range holding the main thread's objects must be backed by B in smaps
  * (hugetlb-2m: Private_Hugetlb, thp-2m: AnonHugePages), glibc: not in one
  * 2 MB-aligned range (no arena). Prints one JSON line; exit 0 when ok. */
@@ -70,11 +73,17 @@ int main(int argc, char **argv)
     int ok = 1;
     static unsigned char *objs[N_MAIN];
     uintptr_t lo = UINTPTR_MAX, hi = 0;
+    unsigned adjacent = 0, pairs = 0;
     for (unsigned i = 0; i < N_MAIN; i++) {
         size_t n = 16 + (i * 37) % 1009;
         objs[i] = malloc(n);
         if (!objs[i])
             die("malloc");
+        size_t pn = 16 + ((i - 1) * 37) % 1009, chunk = (pn + 23) & ~(size_t)15;
+        if (i > 0 && pn <= 1016) {
+            pairs++;
+            adjacent += (uintptr_t)objs[i] - (uintptr_t)objs[i - 1] == (chunk < 32 ? 32 : chunk);
+        }
         memset(objs[i], (int)(i & 0xff), n);
         ok &= ((uintptr_t)objs[i] & 15) == 0;
         if ((uintptr_t)objs[i] < lo)
@@ -108,9 +117,25 @@ int main(int argc, char **argv)
     unsigned char *r4 = realloc(r3, 40);
     realloc_ok &= r4 != NULL && r4[39] == 0x31;
     free(r4);
-    void *al = NULL;
-    int al_ok = posix_memalign(&al, 64, 200) == 0 && ((uintptr_t)al & 63) == 0;
-    free(al);
+    /* aligned requests: every alignment honoured, usable, freed */
+    int al_ok = 1;
+    for (size_t a = 8; a <= 16384; a *= 2) {
+        void *al = NULL;
+        al_ok &= posix_memalign(&al, a, 200) == 0 && ((uintptr_t)al & (a - 1)) == 0 &&
+                 malloc_usable_size(al) >= 200;
+        memset(al, 0x41, 200);
+        unsigned char *m = memalign(a, 3000), *aa = aligned_alloc(a, 4 * a);
+        al_ok &= m && ((uintptr_t)m & (a - 1)) == 0 && malloc_usable_size(m) >= 3000;
+        al_ok &= aa && ((uintptr_t)aa & (a - 1)) == 0 && malloc_usable_size(aa) >= 4 * a;
+        if (m)
+            memset(m, 0x42, 3000);
+        if (aa)
+            memset(aa, 0x43, 4 * a);
+        al_ok &= ((unsigned char *)al)[199] == 0x41;
+        free(al);
+        free(m);
+        free(aa);
+    }
     unsigned char *big = malloc(40000); /* above the arena's largest class */
     int big_ok = big != NULL && malloc_usable_size(big) >= 40000;
     free(big);
@@ -134,8 +159,12 @@ int main(int argc, char **argv)
         backing = si.private_hugetlb_kb * 1024 >= (long)((hi - lo) * 9 / 10);
     else if (want && strcmp(want, "thp-2m") == 0)
         backing = si.anon_huge_kb * 1024 >= (long)((hi - lo) / 2);
-    ok = ok && calloc_ok && realloc_ok && al_ok && big_ok && bad == 0 && backing;
-    printf("{\"pid\":%ld,\"span\":%lu,", (long)getpid(), (unsigned long)(hi - lo));
+    /* in allocation order, adjacent with glibc's spacing (the arena's regions
+     * of one thread follow each other; glibc's heap grows in place) */
+    int adjacent_ok = !arena || adjacent >= pairs - pairs / 1000;
+    ok = ok && calloc_ok && realloc_ok && al_ok && big_ok && bad == 0 && backing && adjacent_ok;
+    printf("{\"pid\":%ld,\"span\":%lu,\"adjacent\":%u,\"pairs\":%u,", (long)getpid(),
+           (unsigned long)(hi - lo), adjacent, pairs);
     print_smaps("objects", (void *)lo, hi - lo, si);
     printf(",\"calloc_ok\":%s,\"realloc_ok\":%s,\"align_ok\":%s,\"big_ok\":%s,\"thread_errors\":%ld,"
            "\"backing_ok\":%s,\"ok\":%s}\n",
