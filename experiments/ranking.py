@@ -10,9 +10,13 @@ error: the mean over the mappings of |predicted PMB - measured PMB|. This script
 runs every workload, keeps one JSON line per workload in --results (a rerun skips
 the workloads already there), and writes the tables to --md.
 
-    experiments/ranking.py                      # everything, 5 runs (about 35 min)
-    experiments/ranking.py --only chase-heap-large --runs 3
+    experiments/ranking.py --profile-only       # just the profiles (bundles), any time
+    experiments/ranking.py                      # everything: 5 to 15 rounds, pinned to CPU 1
+    experiments/ranking.py --only chase-heap-large --runs 3 --max-runs 3
     experiments/ranking.py --render-only        # tables from the results file
+
+Profiles do not depend on timing, so `--profile-only` may run while the machine is
+busy; the measured rounds need it quiet.
 
 Run it on a quiet machine: timings of concurrent builds are noise. It changes
 hugetlb pools only through `hugetune rank`, under the shared lock, restored after.
@@ -90,15 +94,19 @@ not edit by hand. Reproduce on a quiet machine (about 25 minutes here):
 scripts/setup.sh && cargo build --release && make -C workloads
 target/release/hugetune calibrate          # the machine's costs, stored per machine
 rm -f experiments/results/ranking.jsonl
-experiments/ranking.py --runs 5
+experiments/ranking.py --profile-only      # the profiles (QEMU plugin, every reference)
+experiments/ranking.py                     # the measured rounds (quiet machine)
 ```
 
 Method (seed 001 §5.3.2): for each workload, `hugetune rank` profiles the command once
 with the QEMU plugin (every reference), predicts every base mapping — all small, each
 category alone at every page size and backing, all large — with the machine's
-calibrated costs, and runs each mapping with the runtime library: one untimed warm-up
-round, then {runs} timed rounds, the mappings interleaved in an order rotated every
-round, memory warmed (touched and freed) before each run. PMB = a mapping's saving
+calibrated costs, and runs each mapping with the runtime library, pinned to one CPU
+(the measuring process and the machine's housekeeping on the other): one untimed
+warm-up round, then at least {runs} timed rounds, the mappings interleaved in an order
+rotated every round, memory warmed (touched and freed) before each run; more rounds
+(up to {max_runs}) while some mapping's measured PMB has a 95 % bootstrap interval
+(whole rounds resampled) wider than {pmb_ci:g} points. PMB = a mapping's saving
 over the best saving (measured: median run time against the all-small median;
 mappings that lose count as 0). The **ranking error** of a workload is the mean over
 its mappings (all-small included) of |predicted PMB − measured PMB|, in percentage
@@ -113,44 +121,63 @@ Costs: {costs}
 """
 
 
+PMB_CI = 10.0
+
+
 def render(results, order):
     rows = [results[n] for n in order if n in results]
     lines = []
     if rows:
-        lines.append(HEADER.format(runs=rows[0]["runs"], machine=rows[0]["geometry"],
+        lines.append(HEADER.format(runs=min(r["runs"] for r in rows),
+                                   max_runs=max(r["runs"] for r in rows),
+                                   pmb_ci=PMB_CI, machine=rows[0]["geometry"],
                                    costs=rows[0]["cost_source"]))
-    lines.append("| workload | mappings | significance | best predicted = best measured | "
-                 "ranking error | FA vs set-assoc walks |")
-    lines.append("|---|---|---|---|---|---|")
-    errs = []
+    lines.append("| workload | mappings | rounds | significance | best predicted = best measured | "
+                 "ranking error [95 % CI] | FA vs set-assoc walks |")
+    lines.append("|---|---|---|---|---|---|---|")
+    errs, lows, highs = [], [], []
     for r in rows:
         errs.append(r["ranking_error"])
+        u = r.get("uncertainty")
+        ci_txt = ""
+        if u:
+            lows.append(u["error_ci"][0])
+            highs.append(u["error_ci"][1])
+            ci_txt = f" [{u['error_ci'][0]:.1f}, {u['error_ci'][1]:.1f}]"
         fa = sum(m["walks"] for m in r["mappings"])
         sim = [m["sim_walks"] for m in r["mappings"] if m["sim_walks"] is not None]
         sim_txt = "—"
         if len(sim) == len(r["mappings"]) and sum(sim) > 0:
             sim_txt = f"{(fa - sum(sim)) / sum(sim) * 100:+.2f}%"
         lines.append(
-            f"| {r['name']} | {len(r['mappings'])} | "
+            f"| {r['name']} | {len(r['mappings'])} | {r['runs']} | "
             f"{'passes' if r['significance_passes'] else 'fails'} | "
-            f"{'yes' if r['best_agrees'] else 'no'} | {r['ranking_error']:.1f}% | {sim_txt} |"
+            f"{'yes' if r['best_agrees'] else 'no'} | {r['ranking_error']:.1f}%{ci_txt} | {sim_txt} |"
         )
     lines.append("")
     lines.append(f"**Geometric mean of the ranking error over {len(errs)} workloads: "
                  f"{geomean(errs):.2f}%** (arithmetic mean {sum(errs) / max(len(errs), 1):.2f}%, "
                  f"median {sorted(errs)[len(errs) // 2] if errs else float('nan'):.2f}%, "
                  f"max {max(errs) if errs else float('nan'):.1f}%).")
+    if lows and len(lows) == len(errs):
+        lines.append("")
+        lines.append(f"The measurement's own uncertainty: the geometric mean of the workloads' "
+                     f"lower 95 % bounds is {geomean(lows):.2f}%, of their upper bounds "
+                     f"{geomean(highs):.2f}% (each workload's interval from its rounds, "
+                     f"resampled).")
     lines.append("")
     lines.append("### Every mapping: predicted vs measured")
     lines.append("")
-    lines.append("| workload | mapping | PMB predicted | PMB measured | speedup predicted | "
+    lines.append("| workload | mapping | PMB predicted | PMB measured [95 % CI] | speedup predicted | "
                  "speedup measured | median [min, max] s | huge backed |")
     lines.append("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        for m in r["mappings"]:
+        u = r.get("uncertainty")
+        for i, m in enumerate(r["mappings"]):
+            ci = f" [{u['pmb_ci'][i][0]:.0f}, {u['pmb_ci'][i][1]:.0f}]" if u else ""
             lines.append(
                 f"| {r['name']} | {m['label']} | {m['predicted_pmb']:.0f}% | "
-                f"{m['measured_pmb']:.0f}% | {m['predicted_speedup']:.2f}x | "
+                f"{m['measured_pmb']:.0f}%{ci} | {m['predicted_speedup']:.2f}x | "
                 f"{m['measured_speedup']:.2f}x | {m['measured_median_s']:.3f} "
                 f"[{m['measured_min_s']:.3f}, {m['measured_max_s']:.3f}] | "
                 f"{m['huge_bytes'] / 2**20:.0f} MiB |"
@@ -161,7 +188,15 @@ def render(results, order):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, help="rounds at least")
+    ap.add_argument("--max-runs", type=int, default=15,
+                    help="rounds at most: more while a measured PMB is uncertain")
+    ap.add_argument("--pmb-ci", type=float, default=10.0,
+                    help="stop adding rounds once every measured PMB's 95%% interval is narrower")
+    ap.add_argument("--cpu", type=int, default=1,
+                    help="CPU the measured runs are pinned to (-1: not pinned)")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="record the bundles that are missing, measure nothing")
     ap.add_argument("--results", default=os.path.join(ROOT, "experiments", "results", "ranking.jsonl"))
     ap.add_argument("--bundles", default="/var/tmp/hugetune-ranking")
     ap.add_argument("--md", default=os.path.join(ROOT, "docs", "ranking.md"))
@@ -169,10 +204,27 @@ def main():
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("--no-simulate", action="store_true")
     a = ap.parse_args()
+    global PMB_CI
+    PMB_CI = a.pmb_ci
     order = [n for n, _ in workloads()]
     os.makedirs(os.path.dirname(a.results), exist_ok=True)
     os.makedirs(a.bundles, exist_ok=True)
     results = load(a.results)
+    if a.profile_only:
+        for name, cmd in workloads():
+            if a.only and name not in a.only:
+                continue
+            bundle = os.path.join(a.bundles, name + ".htb")
+            if os.path.exists(bundle):
+                continue
+            print(f"{name}: profiling", file=sys.stderr, flush=True)
+            p = subprocess.run([HUGETUNE, "record", "--refs", "qemu", "-o", bundle + ".tmp", "--"] + cmd,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if p.returncode != 0:
+                print(f"{name}: FAILED ({p.returncode})\n{p.stderr[-2000:]}", file=sys.stderr)
+                continue
+            os.rename(bundle + ".tmp", bundle)
+        return
     if not a.render_only:
         for name, cmd in workloads():
             if a.only and name not in a.only:
@@ -180,8 +232,11 @@ def main():
             if name in results:
                 print(f"{name}: already measured", file=sys.stderr)
                 continue
-            argv = [HUGETUNE, "rank", "--json", "--runs", str(a.runs), "--name", name,
-                    "--bundle", os.path.join(a.bundles, name + ".htb")]
+            argv = [HUGETUNE, "rank", "--json", "--runs", str(a.runs),
+                    "--max-runs", str(max(a.max_runs, a.runs)), "--pmb-ci", str(a.pmb_ci),
+                    "--name", name, "--bundle", os.path.join(a.bundles, name + ".htb")]
+            if a.cpu >= 0:
+                argv += ["--cpu", str(a.cpu)]
             if not a.no_simulate:
                 argv.append("--simulate")
             argv += ["--"] + cmd

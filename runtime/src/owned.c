@@ -461,8 +461,10 @@ static void owned_release(const struct ht_reg_entry *e)
     if (e->flags & HT_REG_POOL)
         return;
     ht_verify_thp_block(e);
-    ht_sys_munmap((void *)e->ptr, ht_layout_total(&e->l));
+    /* Uncounted before the pages go back: once unmapped, another thread can
+     * map them at once, and counting them twice would overstate the peak. */
     seg_stats(&e->l, e->category, -1);
+    ht_sys_munmap((void *)e->ptr, ht_layout_total(&e->l));
 }
 
 int ht_owned_free(void *p)
@@ -624,9 +626,9 @@ void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int ca
         /* Shrink (or same): release whole pages beyond the new end. */
         struct ht_layout nl = e.l;
         uint64_t nt = ht_layout_shrink(&nl, n);
+        diff_stats(&e.l, &nl, cat); /* before the pages go back (owned_release) */
         if (nt < usable)
             ht_sys_munmap((void *)(p + nt), usable - nt);
-        diff_stats(&e.l, &nl, cat);
         e.l = nl;
         e.category = (uint8_t)cat;
         reg_update(p, &e);
@@ -683,8 +685,8 @@ void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int ca
             void *g = ht_fwd_malloc(n);
             if (g)
                 memcpy(g, (void *)q, n);
-            ht_sys_munmap((void *)q, ht_layout_total(&e.l));
             seg_stats(&e.l, cat, -1);
+            ht_sys_munmap((void *)q, ht_layout_total(&e.l));
             ht_stats_error("owned-allocation registry cannot grow", "");
             return g;
         }

@@ -3,7 +3,8 @@
  *   blocks N SIZE [THREADS [simple]]
  *
  * Each of THREADS threads (default 1) mallocs N/THREADS blocks of SIZE bytes and
- * keeps them all live, fills every block from a seed, grows every other block
+ * keeps them all live, fills every block from a seed, waits until every thread
+ * holds all of its blocks (so all N are live at once, whatever the scheduling), grows every other block
  * with realloc (SIZE + SIZE/2), checks the kept prefix, callocs one block of SIZE
  * and checks it is zero, then frees everything. It prints one line with the
  * number of allocations and an FNV-1a checksum of all the data, which does not
@@ -20,6 +21,7 @@
 static size_t g_n, g_size;
 static int g_threads;
 static int g_simple;
+static pthread_barrier_t g_all_live;
 
 struct job {
     int id;
@@ -54,15 +56,25 @@ static void *worker(void *arg)
     uint64_t h = 0xcbf29ce484222325ull;
     if (!b) {
         j->err = 3;
+        pthread_barrier_wait(&g_all_live);
         return NULL;
     }
-    for (size_t i = 0; i < n; i++) {
-        b[i] = malloc(g_size);
-        if (!b[i]) {
+    size_t got = 0;
+    for (; got < n; got++) {
+        b[got] = malloc(g_size);
+        if (!b[got]) {
             j->err = 3;
-            return NULL;
+            break;
         }
-        fill(b[i], g_size, (uint64_t)j->id * 100003 + i);
+        fill(b[got], g_size, (uint64_t)j->id * 100003 + got);
+    }
+    /* Every thread arrives, also after a failure, so none waits for ever. */
+    pthread_barrier_wait(&g_all_live);
+    if (j->err) {
+        for (size_t i = 0; i < got; i++)
+            free(b[i]);
+        free(b);
+        return NULL;
     }
     for (size_t i = 0; i < n && !g_simple; i += 2) {
         unsigned char *r = realloc(b[i], g_size + g_size / 2);
@@ -115,6 +127,8 @@ int main(int argc, char **argv)
         return 2;
     pthread_t t[64];
     struct job jobs[64];
+    if (pthread_barrier_init(&g_all_live, NULL, (unsigned)g_threads) != 0)
+        return 3;
     for (int i = 0; i < g_threads; i++) {
         jobs[i] = (struct job){.id = i};
         if (pthread_create(&t[i], NULL, worker, &jobs[i]) != 0)
