@@ -126,6 +126,23 @@ pub fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
+/// Moves the calling thread (and the threads it starts later) off `cpu`, onto
+/// the other CPUs it may use; false when there is no other CPU.
+pub fn keep_off_cpu(cpu: usize) -> bool {
+    let others: Vec<usize> = allowed_cpus().into_iter().filter(|&c| c != cpu).collect();
+    if others.is_empty() {
+        return false;
+    }
+    // SAFETY: an all-zero cpu_set_t is valid; CPU_SET writes indices below
+    // CPU_SETSIZE (allowed_cpus never returns more).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in others {
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: pid 0 is this thread; the size is that of `set`.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+}
+
 fn pin_to(cmd: &mut Command, cpu: usize) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let allowed = allowed_cpus();

@@ -291,6 +291,15 @@ fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     for s in &mut specs {
         s.cpu = a.cpu;
     }
+    // The measured command gets its CPU to itself: this process (its /proc
+    // sampling, the memory warm-up) moves to the others.
+    if let Some(cpu) = a.cpu {
+        if !runner::keep_off_cpu(cpu) {
+            pipeline::note(format!(
+                "--cpu {cpu}: no other CPU to move the measuring process to; it shares CPU {cpu}"
+            ));
+        }
+    }
     // Round 0 is the untimed warm-up (memory the host reclaimed is slow once);
     // each round runs every mapping, in an order rotated from round to round.
     // Past --runs, rounds go on (up to --max-runs) while some mapping's
