@@ -111,8 +111,18 @@ fn tree_usage(pid: u32) -> HugeUsage {
     total
 }
 
-/// CPUs this process may run on (its affinity mask).
+/// The affinity mask this process had before `keep_off_cpu` narrowed it:
+/// the CPUs a measured command may still be pinned to.
+static FIRST_ALLOWED: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+
+/// CPUs this process may run on: its affinity mask as it was before
+/// `keep_off_cpu` moved it (a child may be pinned to any of them).
 pub fn allowed_cpus() -> Vec<usize> {
+    FIRST_ALLOWED.get().cloned().unwrap_or_else(current_cpus)
+}
+
+/// The calling thread's affinity mask now.
+fn current_cpus() -> Vec<usize> {
     // SAFETY: an all-zero cpu_set_t is valid; sched_getaffinity fills it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is this thread; the size is that of `set`.
@@ -129,7 +139,8 @@ pub fn allowed_cpus() -> Vec<usize> {
 /// Moves the calling thread (and the threads it starts later) off `cpu`, onto
 /// the other CPUs it may use; false when there is no other CPU.
 pub fn keep_off_cpu(cpu: usize) -> bool {
-    let others: Vec<usize> = allowed_cpus().into_iter().filter(|&c| c != cpu).collect();
+    let first = FIRST_ALLOWED.get_or_init(current_cpus);
+    let others: Vec<usize> = first.iter().copied().filter(|&c| c != cpu).collect();
     if others.is_empty() {
         return false;
     }
@@ -333,6 +344,19 @@ mod tests {
             Some(last.to_string().as_str()),
             "{out}"
         );
+        // After this thread moved off `last`, a command may still be pinned
+        // there (rank --cpu does both).
+        if cpus.len() > 1 {
+            assert!(keep_off_cpu(last));
+            assert!(!current_cpus().contains(&last));
+            let r = run(&s).unwrap();
+            let out = String::from_utf8_lossy(&r.stdout);
+            assert_eq!(
+                out.split_whitespace().last(),
+                Some(last.to_string().as_str()),
+                "{out}"
+            );
+        }
         s.cpu = Some(100_000);
         let e = run(&s).unwrap_err();
         assert!(format!("{e:#}").contains("CPU 100000"), "{e:#}");
