@@ -1,0 +1,5 @@
+//! stub
+use super::Opts;
+use anyhow::Result;
+#[allow(unused_variables)]
+pub fn run(o: &Opts) -> Result<()> { anyhow::bail!("not yet") }
