@@ -635,14 +635,20 @@ mod tests {
             let c = chart(
                 kind,
                 vec![
-                    Series::new("a", vec![(0.0, 2.0), (1.0, 3.0)])
-                        .with_spread(vec![(0.0, 1.5, 2.5), (1.0, 2.0, 9.0), (f64::NAN, 1.0, 2.0)]),
+                    Series::new("a", vec![(0.0, 2.0), (1.0, 3.0)]).with_spread(vec![
+                        (0.0, 1.5, 2.5),
+                        (1.0, 2.0, 9.0),
+                        (f64::NAN, 1.0, 2.0),
+                    ]),
                     Series::new("b", vec![(0.0, 1.0)]),
                 ],
             );
             let s = render(&c, 400, 300);
             assert_eq!(s.matches("class=\"spread\"").count(), 2, "{s}");
-            assert!(s.contains(">9<") || s.contains(">8<") || s.contains(">10<"), "the axis reaches the whisker: {s}");
+            assert!(
+                s.contains(">9<") || s.contains(">8<") || s.contains(">10<"),
+                "the axis reaches the whisker: {s}"
+            );
             assert!(!s.contains("NaN"));
         }
     }

@@ -10,7 +10,6 @@ use hugetune_report::table;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 
-
 /// The configurations of `bench capture`, in the order they run.
 const CAPTURE_CONFIGS: [&str; 4] = ["native", "qemu-rate", "qemu-complete", "lackey"];
 
@@ -239,4 +238,3 @@ pub fn render_capture(r: &CaptureReport) -> String {
         )
     )
 }
-

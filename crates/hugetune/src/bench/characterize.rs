@@ -153,7 +153,13 @@ pub fn run(o: &Opts) -> Result<()> {
             keep
         });
     }
-    let ws = select(workloads(&s), &o.workloads, |w| w.name.as_str(), "workload", "characterize")?;
+    let ws = select(
+        workloads(&s),
+        &o.workloads,
+        |w| w.name.as_str(),
+        "workload",
+        "characterize",
+    )?;
     let refs: Vec<&Config> = configs.iter().collect();
     let bench = sr.bench(&refs)?;
     let mut ws = drop_missing_kernels(ws, &bench.art.work, &mut sr.missing);
@@ -248,12 +254,15 @@ fn text_extra(r: &SuiteReport) -> String {
     s
 }
 
+/// (median, low, high) of a curve point.
+type PointOf = dyn Fn(&serde_json::Value) -> Option<(f64, f64, f64)>;
+
 fn html(r: &SuiteReport) -> String {
     let mut p = output::page_head(r);
     if let Some(curves) = r.extra["randmem"].as_array() {
         if !curves.is_empty() {
             p.push_heading("Memory-bound: time against random accesses (seed 004 fig. 11)");
-            let series = |f: &dyn Fn(&serde_json::Value) -> Option<(f64, f64, f64)>| -> Vec<Series> {
+            let series = |f: &PointOf| -> Vec<Series> {
                 curves
                     .iter()
                     .map(|c| {
@@ -281,7 +290,11 @@ fn html(r: &SuiteReport) -> String {
                     y_label: "seconds (median, min-max)".into(),
                     kind: ChartKind::Line,
                     series: series(&|q| {
-                        Some((q["median_s"].as_f64()?, q["min_s"].as_f64()?, q["max_s"].as_f64()?))
+                        Some((
+                            q["median_s"].as_f64()?,
+                            q["min_s"].as_f64()?,
+                            q["max_s"].as_f64()?,
+                        ))
                     }),
                     ..Default::default()
                 },
@@ -314,7 +327,15 @@ fn html(r: &SuiteReport) -> String {
     if let Some(rows) = r.extra["redis"].as_array() {
         p.push_heading("Redis phases");
         p.push_table(
-            &["configuration", "load s", "read s", "BGSAVE s", "fork ms", "BGSAVE status per run", "used_memory"],
+            &[
+                "configuration",
+                "load s",
+                "read s",
+                "BGSAVE s",
+                "fork ms",
+                "BGSAVE status per run",
+                "used_memory",
+            ],
             &rows
                 .iter()
                 .map(|x| {
@@ -325,7 +346,9 @@ fn html(r: &SuiteReport) -> String {
                         x["bgsave_s"].as_f64().map_or("-".into(), output::num),
                         x["fork_ms"].as_f64().map_or("-".into(), output::num),
                         x["bgsave_status"].to_string(),
-                        x["used_memory"].as_u64().map_or("-".into(), hugetune_report::bytes),
+                        x["used_memory"]
+                            .as_u64()
+                            .map_or("-".into(), hugetune_report::bytes),
                     ]
                 })
                 .collect::<Vec<_>>(),

@@ -67,6 +67,9 @@ pub struct Config {
     pub pool_2m: u64,
     /// 1 GB hugetlb pages it may take.
     pub pool_1g: u64,
+    /// For each run, the 2 MB pool set so that exactly this many pages are
+    /// free (a budget; pages sweep), restored after the run.
+    pub budget_2m: Option<u64>,
     /// It is meant to put memory on huge pages: a run that backs none is flagged.
     pub expects_huge: bool,
 }
@@ -85,13 +88,18 @@ impl Config {
             mthp: vec![],
             pool_2m: 0,
             pool_1g: 0,
+            budget_2m: None,
             expects_huge: true,
         }
     }
 
     /// Kernel settings it changes (pools, THP): needs root.
     pub fn needs_root(&self) -> bool {
-        self.pool_2m > 0 || self.pool_1g > 0 || self.thp.is_some() || !self.mthp.is_empty()
+        self.pool_2m > 0
+            || self.pool_1g > 0
+            || self.budget_2m.is_some()
+            || self.thp.is_some()
+            || !self.mthp.is_empty()
     }
 
     pub fn with_plan(mut self, assignments: &[(Category, Backing)], opts: &PlanOptions) -> Self {
@@ -100,11 +108,6 @@ impl Config {
     }
     pub fn with_env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.into(), v.into()));
-        self
-    }
-    pub fn with_pools(mut self, p2m: u64, p1g: u64) -> Self {
-        self.pool_2m = p2m;
-        self.pool_1g = p1g;
         self
     }
     pub fn baseline(mut self) -> Self {
@@ -357,11 +360,17 @@ mod tests {
             },
         );
         let e = vars(&c.env_for(lib, plan, sum));
-        assert!(e.contains(&"LD_PRELOAD=/l/libhugetune.so".to_string()), "{e:?}");
+        assert!(
+            e.contains(&"LD_PRELOAD=/l/libhugetune.so".to_string()),
+            "{e:?}"
+        );
         assert!(e.contains(&"HUGETUNE_MODE=apply".to_string()));
         assert!(e.contains(&"HUGETUNE_PLAN=/d/plan".to_string()));
         assert!(!e.iter().any(|v| v.starts_with("GLIBC_TUNABLES")));
-        assert_eq!(c.plan.as_ref().unwrap().text.lines().last(), Some("heap-large hugetlb-2m"));
+        assert_eq!(
+            c.plan.as_ref().unwrap().text.lines().last(),
+            Some("heap-large hugetlb-2m")
+        );
         assert_eq!(c.pool_2m, 10);
         assert!(c.needs_root() && c.expects_huge);
         // A peer: preload and its variables, tunables joined.
@@ -370,7 +379,10 @@ mod tests {
         let e = vars(&p.env_for(lib, plan, sum));
         assert_eq!(
             e,
-            vec!["LD_PRELOAD=/usr/lib/libjemalloc.so.2", "MALLOC_CONF=thp:always"]
+            vec![
+                "LD_PRELOAD=/usr/lib/libjemalloc.so.2",
+                "MALLOC_CONF=thp:always"
+            ]
         );
         assert!(!p.needs_root());
         // glibc's THP tunable from the plan and from the configuration are joined.
@@ -380,7 +392,9 @@ mod tests {
         ));
         let e = vars(&t.env_for(lib, plan, sum));
         assert!(
-            e.contains(&"GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1".to_string()),
+            e.contains(
+                &"GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1".to_string()
+            ),
             "{e:?}"
         );
     }
@@ -403,20 +417,32 @@ mod tests {
         .iter()
         .map(|&s| page_setting(s, cov).name)
         .collect();
-        assert_eq!(names, ["4k", "thp-2m", "hugetlb-2m", "hugetlb-1g", "thp-64k"]);
+        assert_eq!(
+            names,
+            ["4k", "thp-2m", "hugetlb-2m", "hugetlb-1g", "thp-64k"]
+        );
         let base = page_setting(PageSetting::Base, cov);
         assert!(!base.expects_huge && !base.needs_root());
         let text = &base.plan.unwrap().text;
-        assert!(text.contains("heap-large 4k") && !text.contains("heap-small"), "{text}");
+        assert!(
+            text.contains("heap-large 4k") && !text.contains("heap-small"),
+            "{text}"
+        );
         let g = page_setting(PageSetting::Hugetlb1g, cov);
         let text = &g.plan.as_ref().unwrap().text;
         assert!(text.contains("heap-large hugetlb-1g"), "{text}");
         assert!(text.contains("heap-small arena hugetlb-2m"), "{text}");
         assert_eq!((g.pool_1g, g.pool_2m), (2, 300));
         let m = page_setting(PageSetting::Mthp(16), cov);
-        assert_eq!(m.mthp, vec![(2048, "never".to_string()), (64, "madvise".to_string())]);
+        assert_eq!(
+            m.mthp,
+            vec![(2048, "never".to_string()), (64, "madvise".to_string())]
+        );
         let text = m.plan.unwrap().text;
-        assert!(text.contains("heap-large thp-64k") && !text.contains("heap-small"), "{text}");
+        assert!(
+            text.contains("heap-large thp-64k") && !text.contains("heap-small"),
+            "{text}"
+        );
         let own = own_page("hugetlb-2m", 7, 0);
         assert_eq!((own.page.as_deref(), own.pool_2m), (Some("hugetlb-2m"), 7));
         assert!(own.plan.is_none());

@@ -143,7 +143,15 @@ enum Suite {
     Categories(Opts),
     /// hugetune next to THP always, glibc's hugetlb tunable, libhugetlbfs, jemalloc and
     /// mimalloc on every workload: speedup, huge pages used, what was really huge
-    Peers(Opts),
+    Peers {
+        #[command(flatten)]
+        opts: Opts,
+        /// A peer's library at PATH instead of the system's (PEER: jemalloc, mimalloc,
+        /// libhugetlbfs), e.g. mimalloc=/opt/lib/libmimalloc.so.2; a missing file is
+        /// reported as a missing peer
+        #[arg(long = "peer-lib", value_name = "PEER=PATH")]
+        peer_lib: Vec<String>,
+    },
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
@@ -173,11 +181,11 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             }
         }
         Suite::Characterize(o) => characterize::run(&o)?,
-        Suite::PagesSweep { opts, pcts: _ } => pages_sweep::run(&opts)?,
+        Suite::PagesSweep { opts, pcts } => pages_sweep::run(ctx, &opts, &pcts)?,
         Suite::Integration(o) => integration::run(&o)?,
-        Suite::Scaling { opts, threads: _ } => scaling::run(&opts)?,
-        Suite::Categories(o) => categories::run(&o)?,
-        Suite::Peers(o) => peers::run(&o)?,
+        Suite::Scaling { opts, threads } => scaling::run(&opts, threads)?,
+        Suite::Categories(o) => categories::run(ctx, &o)?,
+        Suite::Peers { opts, peer_lib } => peers::run(ctx, &opts, &peer_lib)?,
     }
     Ok(0)
 }
@@ -365,7 +373,14 @@ mod tests {
             items
         );
         assert_eq!(
-            select(items.clone(), &["c".into(), "a".into()], |s| s, "workload", "x").unwrap(),
+            select(
+                items.clone(),
+                &["c".into(), "a".into()],
+                |s| s,
+                "workload",
+                "x"
+            )
+            .unwrap(),
             vec!["a", "c"]
         );
         let e = select(items, &["z".into()], |s| s, "workload", "x").unwrap_err();

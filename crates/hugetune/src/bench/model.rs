@@ -9,7 +9,6 @@ use hugetune_capture::ab::median;
 use hugetune_report::table;
 use serde::{Deserialize, Serialize};
 
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelTiming {
     pub name: String,

@@ -37,12 +37,6 @@ pub struct SuiteReport {
     pub extra: serde_json::Value,
 }
 
-impl SuiteReport {
-    pub fn workload(&self, name: &str) -> Option<&WorkloadResult> {
-        self.workloads.iter().find(|w| w.name == name)
-    }
-}
-
 pub fn fmt_spread(s: &Option<Spread>) -> String {
     match s {
         Some(s) => format!("{} [{}, {}]", num(s.median), num(s.min), num(s.max)),
@@ -136,7 +130,10 @@ pub fn render_text(r: &SuiteReport, extra: &str) -> String {
         r.machine.pmu_note
     );
     for w in &r.workloads {
-        s += &format!("\n{} ({}; primary measure: {})\n", w.name, w.about, w.primary);
+        s += &format!(
+            "\n{} ({}; primary measure: {})\n",
+            w.name, w.about, w.primary
+        );
         if !w.results.is_empty() {
             s += &table(&CONFIG_HEADERS, &config_rows(w));
             s += "\n";
@@ -198,12 +195,15 @@ pub fn config_chart(w: &WorkloadResult, title: &str) -> String {
     svg::render(&chart, 760, 360)
 }
 
+/// One measure of a configuration's runs.
+pub type Measure = dyn Fn(&ConfigResult) -> Option<Spread>;
+
 /// Grouped bars of several measures per configuration (e.g. user / system time).
 pub fn measures_chart(
     w: &WorkloadResult,
     title: &str,
     y_label: &str,
-    measures: &[(&str, &dyn Fn(&ConfigResult) -> Option<Spread>)],
+    measures: &[(&str, &Measure)],
 ) -> String {
     let series = measures
         .iter()
@@ -289,7 +289,10 @@ pub fn push_workloads(p: &mut Page, r: &SuiteReport) {
         p.push_heading(&w.name);
         p.push_paragraph(&format!("{} Command: {}", w.about, w.command.join(" ")));
         if !w.results.is_empty() {
-            p.push_svg(config_chart(w, &format!("{}: {} time per configuration", w.name, w.primary)));
+            p.push_svg(config_chart(
+                w,
+                &format!("{}: {} time per configuration", w.name, w.primary),
+            ));
             p.push_table(&CONFIG_HEADERS, &config_rows(w));
         }
         let mut flags: Vec<String> = w
@@ -297,7 +300,11 @@ pub fn push_workloads(p: &mut Page, r: &SuiteReport) {
             .iter()
             .flat_map(|r| r.flags.iter().cloned())
             .collect();
-        flags.extend(w.skipped.iter().map(|m| format!("skipped {}: {}", m.what, m.reason)));
+        flags.extend(
+            w.skipped
+                .iter()
+                .map(|m| format!("skipped {}: {}", m.what, m.reason)),
+        );
         if !flags.is_empty() {
             p.push_preformatted(&flags.join("\n"));
         }

@@ -65,7 +65,10 @@ fn line(r: &mut impl BufRead) -> Result<String> {
         bail!("redis closed the connection");
     }
     if !l.ends_with(b"\r\n") {
-        bail!("malformed reply line from redis: {:?}", String::from_utf8_lossy(&l));
+        bail!(
+            "malformed reply line from redis: {:?}",
+            String::from_utf8_lossy(&l)
+        );
     }
     l.truncate(l.len() - 2);
     String::from_utf8(l).context("reply line is not UTF-8")
@@ -170,7 +173,8 @@ fn value(i: u64, n: usize, buf: &mut Vec<u8>) {
 /// What the server's run measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RedisOutcome {
-    /// (phase, seconds): `load`, `read`, `bgsave`, `total` (load + read).
+    /// (phase, seconds): `load`, `read`, `total` (load + read), `bgsave` and
+    /// `all` (load + read + BGSAVE) when a BGSAVE ran.
     pub phases: Vec<(String, f64)>,
     pub used_memory: u64,
     pub used_memory_rss: u64,
@@ -192,6 +196,8 @@ pub struct RedisOutcome {
     pub max_rss_kb: u64,
     /// The last lines of the server's log.
     pub log_tail: String,
+    /// The last lines of its stderr (preloaded libraries speak there).
+    pub stderr_tail: String,
 }
 
 /// A running server; dropping it kills its process group and reaps it.
@@ -404,6 +410,7 @@ pub fn run(
     out.major_faults = ru.ru_majflt as u64;
     out.max_rss_kb = ru.ru_maxrss as u64;
     out.log_tail = tail(&dir.join(format!("redis-{port}.log")), 8);
+    out.stderr_tail = tail(&dir.join(format!("redis-{port}.stderr")), 40);
     if code != 0 && out.error.is_none() {
         out.error = Some(format!("redis-server exited with status {code}"));
     }
@@ -501,8 +508,9 @@ fn drive(job: &RedisJob, c: &mut Conn, out: &mut RedisOutcome) -> Result<()> {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        out.phases
-            .push(("bgsave".into(), t.elapsed().as_secs_f64()));
+        let bg = t.elapsed().as_secs_f64();
+        out.phases.push(("bgsave".into(), bg));
+        out.phases.push(("all".into(), load + read + bg));
         let st = c.info("stats")?;
         out.fork_usec = info_field(&st, "latest_fork_usec").and_then(|v| v.parse().ok());
         // A failed BGSAVE is the caller's verdict (a failure of the fork
@@ -534,7 +542,10 @@ mod tests {
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Simple("OK".into()));
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Error("ERR bad".into()));
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Int(42));
-        assert_eq!(read_reply(&mut r).unwrap(), Reply::Bulk(Some(b"abc".to_vec())));
+        assert_eq!(
+            read_reply(&mut r).unwrap(),
+            Reply::Bulk(Some(b"abc".to_vec()))
+        );
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Bulk(None));
         assert_eq!(
             read_reply(&mut r).unwrap(),
@@ -542,16 +553,31 @@ mod tests {
         );
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Array(None));
         assert!(read_reply(&mut r).is_err(), "end of stream");
-        for bad in [&b"?x\r\n"[..], b":x\r\n", b"$5\r\nab\r\n", b"+OK\n", b"$2\r\nabcd"] {
-            assert!(read_reply(&mut std::io::Cursor::new(bad.to_vec())).is_err(), "{bad:?}");
+        for bad in [
+            &b"?x\r\n"[..],
+            b":x\r\n",
+            b"$5\r\nab\r\n",
+            b"+OK\n",
+            b"$2\r\nabcd",
+        ] {
+            assert!(
+                read_reply(&mut std::io::Cursor::new(bad.to_vec())).is_err(),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn info_fields_and_values() {
         let info = "# Persistence\r\nrdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\n";
-        assert_eq!(info_field(info, "rdb_last_bgsave_status").as_deref(), Some("ok"));
-        assert_eq!(info_field(info, "rdb_bgsave_in_progress").as_deref(), Some("0"));
+        assert_eq!(
+            info_field(info, "rdb_last_bgsave_status").as_deref(),
+            Some("ok")
+        );
+        assert_eq!(
+            info_field(info, "rdb_bgsave_in_progress").as_deref(),
+            Some("0")
+        );
         assert_eq!(info_field(info, "missing"), None);
         let mut b = Vec::new();
         value(7, 20, &mut b);

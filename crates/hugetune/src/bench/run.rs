@@ -28,9 +28,13 @@ use std::time::Duration;
 pub enum Job {
     /// `hugetune-work` with these arguments (`{dir}` is replaced by the suite's
     /// scratch directory).
-    Work { args: Vec<String> },
+    Work {
+        args: Vec<String>,
+    },
     /// Any program (argv[0] looked up on PATH); `{dir}` replaced as above.
-    Program { argv: Vec<String> },
+    Program {
+        argv: Vec<String>,
+    },
     Redis(RedisJob),
 }
 
@@ -129,6 +133,9 @@ pub struct RuntimeProof {
     pub errors: Vec<String>,
     pub allocator: String,
     pub plan_valid: bool,
+    /// The main (first) process's per-category backing and arena counters.
+    pub categories: serde_json::Value,
+    pub arena: serde_json::Value,
 }
 
 impl RuntimeProof {
@@ -182,6 +189,10 @@ pub fn runtime_proof(summaries: &[serde_json::Value]) -> Option<RuntimeProof> {
         if s["plan"]["valid"] == serde_json::Value::Bool(false) {
             p.plan_valid = false;
         }
+        if p.categories.is_null() {
+            p.categories = s["categories"].clone();
+            p.arena = s["arena"].clone();
+        }
     }
     Some(p)
 }
@@ -209,6 +220,8 @@ pub struct RunRecord {
     pub pools_after: Vec<PoolCounters>,
     /// hugetlb pages taken during the run, per page size in kB.
     pub pool_pages_used: Vec<(u64, u64)>,
+    /// Free 2 MB pages the pool really had for a budget (pages sweep).
+    pub budget_given: Option<u64>,
     /// Folios faulted in during the run per size in kB (system-wide counters).
     pub folio_faults: Vec<(u64, u64)>,
     pub runtime: Option<RuntimeProof>,
@@ -313,15 +326,11 @@ impl Bench {
     }
 
     fn plan_path(&self, c: &Config) -> Result<PathBuf> {
-        let p = self
-            .dir
-            .path()
-            .join(format!("plan.{}", sanitize(&c.name)));
+        let p = self.dir.path().join(format!("plan.{}", sanitize(&c.name)));
+        // Written for every run: configurations of the same name differ
+        // between workloads (`peers`' hugetune plan).
         if let Some(plan) = &c.plan {
-            if !p.exists() {
-                std::fs::write(&p, &plan.text)
-                    .with_context(|| format!("writing {}", p.display()))?;
-            }
+            std::fs::write(&p, &plan.text).with_context(|| format!("writing {}", p.display()))?;
         }
         Ok(p)
     }
@@ -344,8 +353,9 @@ impl Bench {
                 if c.needs_root() && !self.held.holds_lock() {
                     skipped.push(Missing {
                         what: c.name.clone(),
-                        reason: "needs root (hugetlb pool or THP settings under the kernel-state lock)"
-                            .into(),
+                        reason:
+                            "needs root (hugetlb pool or THP settings under the kernel-state lock)"
+                                .into(),
                     });
                     false
                 } else {
@@ -434,7 +444,7 @@ impl Bench {
 
     /// One run of `w` under `c`, with its proof of backing.
     pub fn run_one(&self, w: &Workload, c: &Config, round: usize) -> Result<RunRecord> {
-        let _settings = self.held.for_run(c)?;
+        let settings = self.held.for_run(c)?;
         let plan = self.plan_path(c)?;
         let sdir = self.summary_dir()?;
         pipeline::take_summaries(&sdir);
@@ -446,8 +456,16 @@ impl Bench {
         let mut rec = RunRecord {
             round,
             pools_before: pools_before.clone(),
+            budget_given: settings.budget_given,
             ..Default::default()
         };
+        if let (Some(want), Some(got)) = (c.budget_2m, settings.budget_given) {
+            if got < want {
+                rec.notes.push(format!(
+                    "the kernel gave {got} of the {want} 2 MB pages of the budget"
+                ));
+            }
+        }
         let peak: HugeUsage;
         match &w.job {
             Job::Work { .. } | Job::Program { .. } => {
@@ -555,6 +573,7 @@ impl Bench {
                     }
                 }
                 rec.notes.extend(stderr_notes(&out.log_tail));
+                rec.notes.extend(stderr_notes(&out.stderr_tail));
                 rec.output = serde_json::json!({
                     "used_memory": out.used_memory,
                     "used_memory_rss": out.used_memory_rss,
@@ -599,6 +618,7 @@ impl Bench {
             runtime: rec.runtime.as_ref().map(|r| r.huge_bytes()),
         };
         rec.backing = stats::backing_verdict(&rec.figures);
+        drop(settings);
         Ok(rec)
     }
 
@@ -610,8 +630,16 @@ impl Bench {
         if self.tlb_counters {
             let f = self.dir.path().join("perf.out");
             argv.extend(
-                ["perf", "stat", "-x", ",", "-e", "dTLB-load-misses,dTLB-loads,iTLB-load-misses", "-o"]
-                    .map(OsString::from),
+                [
+                    "perf",
+                    "stat",
+                    "-x",
+                    ",",
+                    "-e",
+                    "dTLB-load-misses,dTLB-loads,iTLB-load-misses",
+                    "-o",
+                ]
+                .map(OsString::from),
             );
             argv.push(f.clone().into_os_string());
             argv.push("--".into());
@@ -638,7 +666,13 @@ impl Bench {
 
 fn sanitize(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -660,11 +694,14 @@ fn tree_usage(pid: u32) -> HugeUsage {
     total
 }
 
+/// Per page size (kB): the lowest free count and the most pages in use seen.
+type PoolSamples = (Vec<(u64, u64)>, Vec<(u64, u64)>);
+
 /// Samples the hugetlb pools' free counters while a run goes on: the lowest
 /// free count per page size (pages taken = free before − lowest free).
 struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<(Vec<(u64, u64)>, Vec<(u64, u64)>)>,
+    handle: std::thread::JoinHandle<PoolSamples>,
 }
 
 impl Sampler {
@@ -697,7 +734,7 @@ impl Sampler {
         Sampler { stop, handle }
     }
 
-    fn stop(self) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+    fn stop(self) -> PoolSamples {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }
@@ -970,7 +1007,10 @@ mod tests {
         let p = runtime_proof(&[s.clone(), s]).unwrap();
         assert_eq!(p.processes, 2);
         assert_eq!(p.huge_bytes(), 2 * (4194304 + 2097152 + 65536));
-        assert_eq!(p.fallbacks, vec!["heap-large hugetlb-2m -> thp-2m (ENOMEM) x2"]);
+        assert_eq!(
+            p.fallbacks,
+            vec!["heap-large hugetlb-2m -> thp-2m (ENOMEM) x2"]
+        );
         assert_eq!(p.errors.len(), 2);
         assert!(!p.plan_valid);
         assert!(runtime_proof(&[]).is_none());
@@ -980,7 +1020,10 @@ mod tests {
     fn redis_log_lines() {
         let log = "1:M 22 Nov 2026 20:40:00.123 * Background saving started by pid 7\n\
                    1:M 22 Nov 2026 20:40:01.456 # Background saving terminated by signal 7\n";
-        assert_eq!(redis_log_message(log), "Background saving terminated by signal 7");
+        assert_eq!(
+            redis_log_message(log),
+            "Background saving terminated by signal 7"
+        );
         assert_eq!(redis_log_message(""), "");
     }
 
@@ -1030,7 +1073,11 @@ mod tests {
         assert_eq!((r.failures, r.ok), (1, false));
         assert_eq!(r.primary.unwrap().median, 3.0);
         assert_eq!(r.wall.unwrap().median, 4.0);
-        assert!(r.flags.iter().any(|f| f.contains("backed by huge pages")), "{:?}", r.flags);
+        assert!(
+            r.flags.iter().any(|f| f.contains("backed by huge pages")),
+            "{:?}",
+            r.flags
+        );
         assert!(r.flags.iter().any(|f| f.contains("1 of 3 runs failed")));
         let mut b = Config::new("4k", "");
         b.expects_huge = false;

@@ -205,4 +205,3 @@ pub fn render(r: &RuntimeReport) -> String {
         table(&["workload", "no library", "inert", "record", "apply (untouched)"], &rows)
     )
 }
-

@@ -4,7 +4,6 @@
 //! for single runs (all restored on drop, error and Ctrl-C by
 //! `hugetune_capture::kernel_state`), and the facts a report states.
 
-use crate::pipeline;
 use anyhow::{Context, Result};
 use hugetune_capture::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, set_mthp_enabled_holding,
@@ -153,34 +152,50 @@ impl Held {
         self.lock.as_ref().expect("the kernel-state lock is held")
     }
 
-    /// The THP and mTHP settings of `c` for one run; dropping the value puts
-    /// the previous settings back.
-    pub fn for_run(&self, c: &Config) -> Result<Vec<ThpChange>> {
-        let mut out = Vec::new();
-        if c.thp.is_none() && c.mthp.is_empty() {
+    /// The THP and mTHP settings and the pool budget of `c` for one run;
+    /// dropping the value puts the previous settings back.
+    pub fn for_run(&self, c: &Config) -> Result<RunSettings> {
+        let mut out = RunSettings {
+            thp: vec![],
+            pool: None,
+            budget_given: None,
+        };
+        if c.thp.is_none() && c.mthp.is_empty() && c.budget_2m.is_none() {
             return Ok(out);
         }
         let Some(lock) = self.lock.as_ref() else {
             anyhow::bail!(
-                "configuration {} changes THP settings, which needs root",
+                "configuration {} changes kernel settings (THP, a pool budget), which needs root",
                 c.name
             );
         };
         if let Some(mode) = &c.thp {
-            out.push(set_thp_enabled_holding(lock, mode).with_context(|| {
-                format!("setting THP to {mode} for {}", c.name)
-            })?);
+            out.thp.push(
+                set_thp_enabled_holding(lock, mode)
+                    .with_context(|| format!("setting THP to {mode} for {}", c.name))?,
+            );
         }
         for (kb, mode) in &c.mthp {
-            out.push(set_mthp_enabled_holding(lock, *kb, mode)?);
+            out.thp.push(set_mthp_enabled_holding(lock, *kb, mode)?);
+        }
+        if let Some(n) = c.budget_2m {
+            let p = machine::pool(2048)
+                .ok_or_else(|| anyhow::anyhow!("this kernel has no 2 MB hugetlb pool"))?;
+            let in_use = p.nr.saturating_sub(p.free);
+            let change = set_hugetlb_pool_holding(lock, 2048, in_use + n)?;
+            out.budget_given = Some(change.now.saturating_sub(in_use));
+            out.pool = Some(change);
         }
         Ok(out)
     }
+}
 
-    /// Sets the `kb` pool to exactly `pages` for one run (pages sweep).
-    pub fn set_pool(&self, kb: u64, pages: u64) -> Result<PoolChange> {
-        set_hugetlb_pool_holding(self.lock(), kb, pages)
-    }
+/// Settings held for one run (restored when dropped: the pool first, then THP).
+pub struct RunSettings {
+    pub pool: Option<PoolChange>,
+    pub thp: Vec<ThpChange>,
+    /// Free 2 MB pages the kernel really gave for a budget.
+    pub budget_given: Option<u64>,
 }
 
 /// What a report says about the machine it ran on.
@@ -273,7 +288,10 @@ pub fn machine_facts() -> MachineFacts {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+        })
         .unwrap_or_else(|| "unknown".into());
     let mem = std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
@@ -304,11 +322,6 @@ pub fn machine_facts() -> MachineFacts {
         load_after: String::new(),
         root: is_root(),
     }
-}
-
-/// Says in the log that something is skipped and why.
-pub fn skip_note(what: &str, why: &str) {
-    pipeline::note(format!("{what}: {why}"));
 }
 
 #[cfg(test)]

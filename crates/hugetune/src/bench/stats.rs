@@ -40,15 +40,6 @@ impl Spread {
             q3: quantile(&v, 0.75),
         })
     }
-
-    /// Relative half-width of the range around the median: (max - min) / 2 / median.
-    pub fn relative_spread(&self) -> f64 {
-        if self.median > 0.0 {
-            (self.max - self.min) / 2.0 / self.median
-        } else {
-            0.0
-        }
-    }
 }
 
 /// Quantile of sorted values, linear between order statistics (type 7).
@@ -186,7 +177,11 @@ pub fn peers_verdict(
         .iter()
         .filter(|p| p.ok && !p.times.is_empty())
         .max_by(|a, b| sp(&a.times).total_cmp(&sp(&b.times)));
-    let hs = if hugetune.ok { sp(&hugetune.times) } else { 0.0 };
+    let hs = if hugetune.ok {
+        sp(&hugetune.times)
+    } else {
+        0.0
+    };
     let (best_name, best_sp, best_bytes, speedup_met) = match best {
         Some(b) => {
             let within = match (Spread::of(&b.times), Spread::of(&hugetune.times)) {
@@ -224,10 +219,7 @@ pub fn peers_verdict(
 /// The PMB of each point of a measured curve: time saved against the baseline as
 /// a share of the best saving (0..100).
 pub fn measured_pmb(baseline: f64, medians: &[f64]) -> Vec<f64> {
-    let best = medians
-        .iter()
-        .map(|t| baseline - t)
-        .fold(0.0f64, f64::max);
+    let best = medians.iter().map(|t| baseline - t).fold(0.0f64, f64::max);
     medians
         .iter()
         .map(|t| hugetune_model::rank::pmb(baseline - t, best))
@@ -283,11 +275,16 @@ mod tests {
         assert!(Spread::of(&[f64::NAN]).is_none());
         let one = Spread::of(&[2.0]).unwrap();
         assert_eq!((one.q1, one.median, one.q3), (2.0, 2.0, 2.0));
-        assert!((Spread::of(&[9.0, 11.0]).unwrap().relative_spread() - 0.1).abs() < 1e-12);
         let b = Spread::of(&[10.0, 10.0]).unwrap();
         assert!((speedup(&b, &Spread::of(&[5.0]).unwrap()) - 2.0).abs() < 1e-12);
-        assert!(overlaps(&Spread::of(&[1.0, 3.0]).unwrap(), &Spread::of(&[2.0, 5.0]).unwrap()));
-        assert!(!overlaps(&Spread::of(&[1.0, 2.0]).unwrap(), &Spread::of(&[2.5]).unwrap()));
+        assert!(overlaps(
+            &Spread::of(&[1.0, 3.0]).unwrap(),
+            &Spread::of(&[2.0, 5.0]).unwrap()
+        ));
+        assert!(!overlaps(
+            &Spread::of(&[1.0, 2.0]).unwrap(),
+            &Spread::of(&[2.5]).unwrap()
+        ));
     }
 
     #[test]
@@ -372,9 +369,15 @@ mod tests {
         assert!(peers_verdict(&base, &peers, &close, false).speedup_met);
         // Controls: a significant slowdown is flagged, noise is not.
         let loss = outcome("hugetune", &[11.0, 11.1, 11.2, 11.0, 11.3], 0);
-        assert_eq!(peers_verdict(&base, &[], &loss, true).no_slowdown, Some(false));
+        assert_eq!(
+            peers_verdict(&base, &[], &loss, true).no_slowdown,
+            Some(false)
+        );
         let same = outcome("hugetune", &[10.1, 9.9, 10.0, 10.2, 10.0], 0);
-        assert_eq!(peers_verdict(&base, &[], &same, true).no_slowdown, Some(true));
+        assert_eq!(
+            peers_verdict(&base, &[], &same, true).no_slowdown,
+            Some(true)
+        );
         // A failed hugetune run meets nothing.
         let failed = PeerOutcome {
             ok: false,

@@ -25,26 +25,26 @@ use std::path::PathBuf;
 pub struct Args {
     /// Timed runs of each mapping (after one untimed warm-up run each), interleaved
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
-    runs: u32,
+    pub runs: u32,
     /// Reference source of the profile
     #[arg(long, value_enum, default_value = "qemu")]
-    refs: RefSource,
+    pub refs: RefSource,
     /// Profile bundle: reused when it exists, written otherwise
     #[arg(long)]
-    bundle: Option<PathBuf>,
+    pub bundle: Option<PathBuf>,
     /// Also run the exact set-associative TLB simulation and report the fully
     /// associative approximation's error against it
     #[arg(long)]
-    simulate: bool,
+    pub simulate: bool,
     /// A name for the workload in the report
     #[arg(long)]
-    name: Option<String>,
+    pub name: Option<String>,
     /// Print the result as JSON
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// The command
     #[arg(last = true, required = true)]
-    command: Vec<OsString>,
+    pub command: Vec<OsString>,
 }
 
 /// One mapping: predicted and measured.
@@ -180,7 +180,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     Ok(0)
 }
 
-fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
+pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     let art = crate::artifacts::find()?;
     let m = machine::machine(ctx.tlb.as_deref())?;
     let tmp = tempfile::Builder::new()
