@@ -78,12 +78,16 @@ fn resting() -> Value {
     })
 }
 
+/// The kernels of the built `hugetune-work`: its --help's list, and the list
+/// its error for an unknown kernel gives.
 fn kernels() -> Vec<String> {
-    let o = Command::new(WORK).arg("--help").output().unwrap();
-    let t = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let text = |args: &[&str]| {
+        let o = Command::new(WORK).args(args).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+    };
     let mut out = Vec::new();
     let mut inside = false;
-    for l in t.lines() {
+    for l in text(&["--help"]).lines() {
         if l.trim_end() == "kernels:" {
             inside = true;
             continue;
@@ -93,6 +97,19 @@ fn kernels() -> Vec<String> {
         }
         if inside && l.starts_with("  ") && !l.starts_with("   ") {
             out.extend(l.split_whitespace().next().map(String::from));
+        }
+    }
+    let err = text(&["hugetune-no-such-kernel"]);
+    if let Some(i) = err.find("(expected ") {
+        let list = err[i + 10..]
+            .split(')')
+            .next()
+            .unwrap_or("")
+            .replace(" or ", ", ");
+        for k in list.split(',').map(|k| k.trim().to_string()) {
+            if !k.is_empty() && !out.contains(&k) {
+                out.push(k);
+            }
         }
     }
     out

@@ -350,7 +350,7 @@ pub fn drop_missing_kernels(
                 missing.push(Missing {
                     what: w.name.clone(),
                     reason: format!(
-                        "{} has no '{k}' kernel (`hugetune-work --help` does not list it; it comes with a newer hugetune-work)",
+                        "{} has no '{k}' kernel (neither its --help nor its list of kernels names it; it comes with a newer hugetune-work)",
                         work.display()
                     ),
                 });

@@ -92,7 +92,7 @@ pub fn workloads(quick: bool) -> Vec<PeerWorkload> {
             "wall",
             "memory",
         ),
-        Some("randmem --size 64M --random-pct 100 --accesses 1000000"),
+        Some("randmem --size 16M --random-pct 100 --accesses 200000"),
         2 << 30,
     );
     add(
@@ -103,7 +103,7 @@ pub fn workloads(quick: bool) -> Vec<PeerWorkload> {
             "wall",
             "memory",
         ),
-        Some("chase --size 32M --accesses 500000"),
+        Some("chase --size 16M --accesses 200000"),
         1 << 30,
     );
     add(
@@ -114,7 +114,7 @@ pub fn workloads(quick: bool) -> Vec<PeerWorkload> {
             "wall",
             "memory",
         ),
-        Some("gups --place heap-small --size 16M --accesses 400000"),
+        Some("gups --place heap-small --size 8M --accesses 100000"),
         (1 << 30) + (1 << 30) / 16,
     );
     add(
@@ -125,7 +125,7 @@ pub fn workloads(quick: bool) -> Vec<PeerWorkload> {
             "wall",
             "memory",
         ),
-        Some("cg --size 16M --iters 1"),
+        Some("cg --size 8M --iters 1"),
         1 << 30,
     );
     add(
@@ -136,7 +136,7 @@ pub fn workloads(quick: bool) -> Vec<PeerWorkload> {
             "wall",
             "memory",
         ),
-        Some("ptrees --size 8M"),
+        Some("ptrees --size 4M"),
         (512 << 20) + (64 << 20),
     );
     add(
@@ -160,7 +160,7 @@ pub fn workloads(quick: bool) -> Vec<PeerWorkload> {
             "io",
         )
         .control(),
-        Some("iocopy --file {dir}/io-train.dat --size 4M"),
+        Some("iocopy --file {dir}/io-train.dat --size 2M"),
         64 << 20,
     );
     add(

@@ -400,10 +400,17 @@ impl Bench {
                     },
                     if rec.ok {
                         format!(
-                            "{} {:.3} s, wall {:.3} s, {} huge ({})",
-                            w.primary,
-                            rec.phase(&w.primary).unwrap_or(f64::NAN),
-                            rec.wall_s,
+                            "{}{} s, {} huge ({})",
+                            if w.primary == "wall" {
+                                String::new()
+                            } else {
+                                format!(
+                                    "{} {:.3} s, ",
+                                    w.primary,
+                                    rec.phase(&w.primary).unwrap_or(f64::NAN)
+                                )
+                            },
+                            format_args!("wall {:.3}", rec.wall_s),
                             hugetune_report::bytes(rec.backing.huge_bytes),
                             rec.backing.label
                         )
@@ -945,17 +952,45 @@ pub fn kernels_listed(help: &str) -> Vec<String> {
     out
 }
 
-/// The kernels this `hugetune-work` has.
-pub fn available_kernels(work: &Path) -> Vec<String> {
-    std::process::Command::new(work)
-        .arg("--help")
-        .output()
-        .map(|o| {
-            let mut t = String::from_utf8_lossy(&o.stdout).into_owned();
-            t.push_str(&String::from_utf8_lossy(&o.stderr));
-            kernels_listed(&t)
+/// The kernels an unknown-kernel error names: `... (expected a, b, c or d)`.
+pub fn kernels_expected(stderr: &str) -> Vec<String> {
+    let Some(i) = stderr.find("(expected ") else {
+        return vec![];
+    };
+    let rest = &stderr[i + "(expected ".len()..];
+    let list = rest.split(')').next().unwrap_or("");
+    list.replace(" or ", ", ")
+        .split(',')
+        .map(|k| k.trim().to_string())
+        .filter(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         })
-        .unwrap_or_default()
+        .collect()
+}
+
+/// The kernels this `hugetune-work` has: those its `--help` lists, and those
+/// its error for an unknown kernel names (a build whose help text lags its
+/// kernels still runs them).
+pub fn available_kernels(work: &Path) -> Vec<String> {
+    let text = |args: &[&str]| {
+        std::process::Command::new(work)
+            .args(args)
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr)
+            })
+            .unwrap_or_default()
+    };
+    let mut v = kernels_listed(&text(&["--help"]));
+    for k in kernels_expected(&text(&["hugetune-no-such-kernel"])) {
+        if !v.contains(&k) {
+            v.push(k);
+        }
+    }
+    v
 }
 
 #[cfg(test)]
@@ -967,6 +1002,11 @@ mod tests {
         let help = "usage: hugetune-work KERNEL [options]\n\nkernels:\n  randmem   read+write one word\n            (default: size/64)\n  cg        conjugate gradient\n  iocopy    copy a file\n\noptions:\n  --size BYTES  memory\n";
         assert_eq!(kernels_listed(help), vec!["randmem", "cg", "iocopy"]);
         assert!(kernels_listed("no kernels here").is_empty());
+        assert_eq!(
+            kernels_expected("hugetune-work: error: unknown kernel 'x' (expected randmem, chase, mg or iocopy)\n"),
+            vec!["randmem", "chase", "mg", "iocopy"]
+        );
+        assert!(kernels_expected("hugetune-work: error: --size 1 is too small").is_empty());
     }
 
     #[test]

@@ -70,8 +70,8 @@ pub struct Held {
     pub got_1g: u64,
 }
 
-/// A page or two of slack per pool: the library's tails and alignment never need
-/// more, and a short pool would silently measure a fallback.
+/// A page or two of slack for the 2 MB pool: the library's tails and alignment
+/// never need more, and a short pool would silently measure a fallback.
 pub const POOL_SLACK: u64 = 2;
 
 impl Held {
@@ -120,7 +120,10 @@ impl Held {
                     .push(format!("this kernel has no {kb} kB hugetlb pool"));
                 continue;
             };
-            let want = pool.nr + need + POOL_SLACK;
+            // 1 GB pages are taken whole (the library's 1 GB heads, mimalloc's
+            // reservation): no slack, it would cost a gigabyte.
+            let slack = if kb == 2048 { POOL_SLACK } else { 0 };
+            let want = pool.nr + need + slack;
             let c = set_hugetlb_pool_holding(held.lock(), kb, want)?;
             let got = c.now.saturating_sub(pool.nr);
             held.notes.push(format!(
@@ -131,7 +134,7 @@ impl Held {
                 held.notes.push(format!(
                     "the {kb} kB pool got {} of {} pages (fragmentation): runs needing more fall back, see their backing",
                     got,
-                    need + POOL_SLACK
+                    need + slack
                 ));
             }
             if kb == 2048 {
