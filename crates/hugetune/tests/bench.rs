@@ -567,3 +567,83 @@ fn bad_arguments_are_clear_errors() {
     assert_ne!(code, 0);
     assert!(err.contains("unrecognized subcommand"), "{err}");
 }
+
+/// The processes whose environment names a suite's scratch directory (the
+/// workloads and servers a suite started).
+fn suite_processes(suite: &str) -> Vec<u32> {
+    let tag = format!("hugetune-bench-{suite}.");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
+            if String::from_utf8_lossy(&env).contains(&tag) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn ctrl_c_restores_the_kernel_settings_and_stops_the_server() {
+    if !is_root() || !Path::new("/usr/bin/redis-server").exists() {
+        eprintln!("SKIPPED ctrl-c: needs root (pools to restore) and redis-server");
+        return;
+    }
+    use std::io::BufRead;
+    let d = tempfile::tempdir().unwrap();
+    let before = resting();
+    let mut child = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(d.path().join("h.db"))
+        .args([
+            "bench",
+            "characterize",
+            "--quick",
+            "--runs",
+            "20",
+            "--workloads",
+            "redis",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l.clone());
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    // Interrupt once the suite holds its pool and has run Redis a few times.
+    let t0 = std::time::Instant::now();
+    let mut seen = 0;
+    while seen < 4 && t0.elapsed() < std::time::Duration::from_secs(120) {
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            if l.contains("characterize redis [") {
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 4, "the suite did not get to Redis");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let stderr = reader.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("kernel settings restored"), "{stderr}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(resting(), before, "settings after Ctrl-C");
+    assert!(
+        suite_processes("characterize").is_empty(),
+        "left running: {:?}",
+        suite_processes("characterize")
+    );
+}

@@ -105,10 +105,10 @@ pub fn backing_verdict(f: &BackingFigures) -> BackingVerdict {
     let proc_huge = f.anon_huge + f.hugetlb;
     // The pool counters see hugetlb pages of the whole system (only ours change
     // while the kernel-state lock is held); smaps sees the process tree.
-    let huge = proc_huge
-        .max(f.anon_huge + f.pool_bytes)
-        .max(f.runtime.unwrap_or(0))
-        + f.mthp_bytes;
+    // mTHP folios show in neither smaps figure; the runtime library's own
+    // figure already has them (its pagemap census), so it is not added to.
+    let huge = (proc_huge.max(f.anon_huge + f.pool_bytes) + f.mthp_bytes)
+        .max(f.runtime.unwrap_or(0));
     let footprint = (f.rss + f.hugetlb).max(f.rss + f.pool_bytes).max(1);
     let fraction = (huge as f64 / footprint as f64).min(1.0);
     let label = if fraction < NONE_BELOW {
@@ -327,6 +327,14 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(v.label, "huge");
+        // The library's figure has the same mTHP folios: not counted twice.
+        let v = backing_verdict(&BackingFigures {
+            rss: 100 * M,
+            mthp_bytes: 90 * M,
+            runtime: Some(90 * M),
+            ..Default::default()
+        });
+        assert_eq!(v.huge_bytes, 90 * M);
         // Nothing at all: no division by zero.
         assert_eq!(backing_verdict(&BackingFigures::default()).label, "none");
         assert_eq!(pages_2m(0), 0);
