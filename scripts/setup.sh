@@ -14,11 +14,15 @@
 # chromium-headless-shell (Chromium's headless-only build, lighter than the
 # chromium browser package) loads `hugetune report --html` pages in the tests
 # (crates/hugetune/tests/report.rs): DOM, console errors and a screenshot.
+# `hugetune bench peers` puts hugetune next to the allocators and libraries
+# people use for huge pages today: libjemalloc2 (MALLOC_CONF=thp:always),
+# libmimalloc2.0 (large OS pages), libhugetlbfs0 + libhugetlbfs-bin (morecore,
+# hugectl, hugeadm); a suite reports a missing one as missing.
 set -euo pipefail
 
 packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
   libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
-  chromium-headless-shell)
+  chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" 2>/dev/null | grep '^Status: install ok installed' >/dev/null || missing+=("$p")

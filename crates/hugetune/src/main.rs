@@ -2,6 +2,7 @@
 //! evidence. One module per command; the stages live in `pipeline`.
 
 mod artifacts;
+mod bench;
 mod cmd;
 mod pipeline;
 mod profile;
@@ -52,8 +53,9 @@ enum Command {
     Machine(cmd::machine::Args),
     /// Measure this machine's TLB-miss and page-fault costs per page size
     Calibrate(cmd::calibrate::Args),
-    /// Benchmarks that print figures (runtime library overhead, ...)
-    Bench(cmd::bench::Args),
+    /// Benchmarks and the seeds' experiments: characterize, pages-sweep, integration,
+    /// scaling, categories, peers (docs/reproducing.md); runtime, capture, model
+    Bench(bench::Args),
     /// Inspect the database
     Db(cmd::db::Args),
     /// Predicted vs measured ranking of every base mapping of a command (seed 001 §5.3.2)
@@ -97,7 +99,7 @@ fn main() {
         Command::Size(a) => cmd::size::run(&ctx, a),
         Command::Machine(a) => cmd::machine::run(&ctx, a),
         Command::Calibrate(a) => cmd::calibrate::run(&ctx, a),
-        Command::Bench(a) => cmd::bench::run(&ctx, a),
+        Command::Bench(a) => bench::run(&ctx, a),
         Command::Db(a) => cmd::db::run(&ctx, a),
         Command::Rank(a) => cmd::rank::run(&ctx, a),
         Command::Report(a) => cmd::report::run(&ctx, a),

@@ -12,6 +12,9 @@ use std::fmt::Write;
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
+    /// Spread whiskers `(x, low, high)` drawn in the series' colour (the range
+    /// of repeated measurements around a median); for bars x is the category.
+    pub spread: Vec<(f64, f64, f64)>,
 }
 
 impl Series {
@@ -19,7 +22,14 @@ impl Series {
         Series {
             name: name.into(),
             points,
+            spread: Vec::new(),
         }
+    }
+
+    /// The same series with spread whiskers.
+    pub fn with_spread(mut self, spread: Vec<(f64, f64, f64)>) -> Series {
+        self.spread = spread;
+        self
     }
 }
 
@@ -277,7 +287,27 @@ pub fn render(chart: &Chart, width: u32, height: u32) -> String {
             p1: w - right,
         }
     };
-    let (ylo, yhi) = range(kept.iter().flatten().map(|p| p.1), chart.y_log, bar);
+    let whiskers: Vec<Vec<(f64, f64, f64)>> = chart
+        .series
+        .iter()
+        .map(|s| {
+            s.spread
+                .iter()
+                .copied()
+                .filter(|&(x, lo, hi)| {
+                    usable(x, x_log) && usable(lo, chart.y_log) && usable(hi, chart.y_log)
+                })
+                .collect()
+        })
+        .collect();
+    let (ylo, yhi) = range(
+        kept.iter()
+            .flatten()
+            .map(|p| p.1)
+            .chain(whiskers.iter().flatten().flat_map(|w| [w.1, w.2])),
+        chart.y_log,
+        bar,
+    );
     let ya = Axis {
         lo: ylo,
         hi: yhi,
@@ -417,6 +447,32 @@ pub fn render(chart: &Chart, width: u32, height: u32) -> String {
                     );
                 }
             }
+        }
+    }
+    // Spread whiskers.
+    for (i, ws) in whiskers.iter().enumerate() {
+        let c = colour(i);
+        for &(x, lo, hi) in ws {
+            let px = if bar {
+                if !(x >= 0.0 && (x as usize) < ncat) {
+                    continue;
+                }
+                let slot = (xa.p1 - xa.p0) / ncat.max(1) as f64;
+                let bw = slot * 0.8 / nser as f64;
+                xa.t(x.floor()) - slot * 0.4 + bw * (i as f64 + 0.5)
+            } else {
+                xa.t(x)
+            };
+            let (y0, y1) = (ya.t(lo), ya.t(hi));
+            let _ = write!(
+                s,
+                r#"<path class="spread" d="M{:.1},{y0:.1} L{:.1},{y0:.1} M{px:.1},{y0:.1} L{px:.1},{y1:.1} M{:.1},{y1:.1} L{:.1},{y1:.1}" stroke="{}" stroke-width="1.2" fill="none"/>"#,
+                px - 3.0,
+                px + 3.0,
+                px - 3.0,
+                px + 3.0,
+                if bar { "#333".to_string() } else { c.clone() }
+            );
         }
     }
     // Legend.
@@ -570,6 +626,30 @@ mod tests {
                 let s = render(&c, 320, 200);
                 assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
             }
+        }
+    }
+
+    #[test]
+    fn spread_whiskers_are_drawn_and_widen_the_axis() {
+        for kind in [ChartKind::Line, ChartKind::Bar] {
+            let c = chart(
+                kind,
+                vec![
+                    Series::new("a", vec![(0.0, 2.0), (1.0, 3.0)]).with_spread(vec![
+                        (0.0, 1.5, 2.5),
+                        (1.0, 2.0, 9.0),
+                        (f64::NAN, 1.0, 2.0),
+                    ]),
+                    Series::new("b", vec![(0.0, 1.0)]),
+                ],
+            );
+            let s = render(&c, 400, 300);
+            assert_eq!(s.matches("class=\"spread\"").count(), 2, "{s}");
+            assert!(
+                s.contains(">9<") || s.contains(">8<") || s.contains(">10<"),
+                "the axis reaches the whisker: {s}"
+            );
+            assert!(!s.contains("NaN"));
         }
     }
 

@@ -1,7 +1,6 @@
 //! One module per command: argument parsing and rendering; the work is in `pipeline`.
 
 pub mod analyze;
-pub mod bench;
 pub mod calibrate;
 pub mod db;
 pub mod demo;

@@ -28,36 +28,36 @@ use std::path::PathBuf;
 pub struct Args {
     /// Timed runs of each mapping (after one untimed warm-up run each), interleaved
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
-    runs: u32,
+    pub runs: u32,
     /// Keep adding rounds past --runs, up to this many, until every mapping's
     /// measured PMB has a 95 % bootstrap interval narrower than --pmb-ci
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=200))]
-    max_runs: Option<u32>,
+    pub max_runs: Option<u32>,
     /// Widest measured-PMB interval (percentage points) that ends the rounds early
     #[arg(long, default_value_t = 10.0)]
-    pmb_ci: f64,
+    pub pmb_ci: f64,
     /// Run the command on this CPU only (the measuring process stays off it)
     #[arg(long)]
-    cpu: Option<usize>,
+    pub cpu: Option<usize>,
     /// Reference source of the profile
     #[arg(long, value_enum, default_value = "qemu")]
-    refs: RefSource,
+    pub refs: RefSource,
     /// Profile bundle: reused when it exists, written otherwise
     #[arg(long)]
-    bundle: Option<PathBuf>,
+    pub bundle: Option<PathBuf>,
     /// Also run the exact set-associative TLB simulation and report the fully
     /// associative approximation's error against it
     #[arg(long)]
-    simulate: bool,
+    pub simulate: bool,
     /// A name for the workload in the report
     #[arg(long)]
-    name: Option<String>,
+    pub name: Option<String>,
     /// Print the result as JSON
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// The command
     #[arg(last = true, required = true)]
-    command: Vec<OsString>,
+    pub command: Vec<OsString>,
 }
 
 /// Seed of the bootstrap over rounds (the same runs give the same intervals).
@@ -203,7 +203,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     Ok(0)
 }
 
-fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
+pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     if a.pmb_ci.is_nan() || a.pmb_ci <= 0.0 {
         bail!("--pmb-ci must be a positive number of percentage points");
     }

@@ -1,0 +1,595 @@
+//! Redis as a workload (seed 004): a private `redis-server` on 127.0.0.1 and a
+//! free port, with its own scratch directory and no persistence; a dataset
+//! loaded with pipelined SETs, every key read back with pipelined GETs (each
+//! value checked), and, for the fork control, a `BGSAVE` (fork + copy-on-write)
+//! that must end with `rdb_last_bgsave_status:ok`. The server is always shut
+//! down: `SHUTDOWN NOSAVE`, then its process group killed if it lingers, also
+//! when the suite fails or is interrupted (it is a tracked child).
+
+use anyhow::{bail, Context, Result};
+use hugetune_capture::kernel_state::track_child;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RedisJob {
+    pub keys: u64,
+    pub value_bytes: usize,
+    /// Commands per pipelined batch.
+    pub batch: usize,
+    /// Fork control: a BGSAVE after the reads.
+    pub bgsave: bool,
+}
+
+impl RedisJob {
+    /// Bytes of values in the dataset.
+    pub fn dataset_bytes(&self) -> u64 {
+        self.keys * self.value_bytes as u64
+    }
+    /// A generous estimate of the server's memory (values, keys, dict entries,
+    /// the dict table), for sizing hugetlb pools.
+    pub fn memory_estimate(&self) -> u64 {
+        self.keys * (self.value_bytes as u64 + 96) + self.keys * 16 + (64 << 20)
+    }
+}
+
+/// A RESP reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+/// A command in RESP: `*N\r\n` then `$len\r\narg\r\n` per argument.
+pub fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn line(r: &mut impl BufRead) -> Result<String> {
+    let mut l = Vec::new();
+    r.read_until(b'\n', &mut l).context("reading from redis")?;
+    if l.is_empty() {
+        bail!("redis closed the connection");
+    }
+    if !l.ends_with(b"\r\n") {
+        bail!(
+            "malformed reply line from redis: {:?}",
+            String::from_utf8_lossy(&l)
+        );
+    }
+    l.truncate(l.len() - 2);
+    String::from_utf8(l).context("reply line is not UTF-8")
+}
+
+/// Reads one reply.
+pub fn read_reply(r: &mut impl BufRead) -> Result<Reply> {
+    let l = line(r)?;
+    let (kind, rest) = l.split_at(l.chars().next().map_or(0, |c| c.len_utf8()));
+    let num = |s: &str| -> Result<i64> {
+        s.parse()
+            .with_context(|| format!("bad number in redis reply: {s:?}"))
+    };
+    Ok(match kind {
+        "+" => Reply::Simple(rest.into()),
+        "-" => Reply::Error(rest.into()),
+        ":" => Reply::Int(num(rest)?),
+        "$" => {
+            let n = num(rest)?;
+            if n < 0 {
+                Reply::Bulk(None)
+            } else {
+                let mut v = vec![0u8; n as usize + 2];
+                r.read_exact(&mut v).context("reading a bulk reply")?;
+                if &v[n as usize..] != b"\r\n" {
+                    bail!("bulk reply not terminated by CRLF");
+                }
+                v.truncate(n as usize);
+                Reply::Bulk(Some(v))
+            }
+        }
+        "*" => {
+            let n = num(rest)?;
+            if n < 0 {
+                Reply::Array(None)
+            } else {
+                let mut v = Vec::with_capacity(n.min(1024) as usize);
+                for _ in 0..n {
+                    v.push(read_reply(r)?);
+                }
+                Reply::Array(Some(v))
+            }
+        }
+        _ => bail!("unknown reply type in {l:?}"),
+    })
+}
+
+/// `field:value` lines of an INFO reply.
+pub fn info_field(info: &str, field: &str) -> Option<String> {
+    info.lines().find_map(|l| {
+        let (k, v) = l.trim_end_matches('\r').split_once(':')?;
+        (k == field).then(|| v.to_string())
+    })
+}
+
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: BufWriter<TcpStream>,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn open(port: u16) -> Result<Conn> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(300)))?;
+        s.set_nodelay(true)?;
+        Ok(Conn {
+            r: BufReader::with_capacity(1 << 20, s.try_clone()?),
+            w: BufWriter::with_capacity(1 << 20, s),
+            buf: Vec::new(),
+        })
+    }
+    fn send(&mut self, args: &[&[u8]]) -> Result<()> {
+        self.buf.clear();
+        encode(&mut self.buf, args);
+        self.w.write_all(&self.buf)?;
+        Ok(())
+    }
+    fn call(&mut self, args: &[&[u8]]) -> Result<Reply> {
+        self.send(args)?;
+        self.w.flush()?;
+        read_reply(&mut self.r)
+    }
+    fn info(&mut self, section: &str) -> Result<String> {
+        match self.call(&[b"INFO", section.as_bytes()])? {
+            Reply::Bulk(Some(b)) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            r => bail!("INFO {section}: unexpected reply {r:?}"),
+        }
+    }
+}
+
+/// The value of key `i`: `value_bytes` bytes, the key number in the first 8.
+fn value(i: u64, n: usize, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.extend_from_slice(&i.to_le_bytes());
+    while buf.len() < n {
+        buf.push(b'a' + ((buf.len() as u64 + i) % 26) as u8);
+    }
+    buf.truncate(n);
+}
+
+/// What the server's run measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RedisOutcome {
+    /// (phase, seconds): `load`, `read`, `total` (load + read), `bgsave` and
+    /// `all` (load + read + BGSAVE) when a BGSAVE ran.
+    pub phases: Vec<(String, f64)>,
+    pub used_memory: u64,
+    pub used_memory_rss: u64,
+    pub keys: u64,
+    /// The BGSAVE's fork, in microseconds (`latest_fork_usec`).
+    pub fork_usec: Option<u64>,
+    /// `rdb_last_bgsave_status` after the BGSAVE (`ok` or `err`); `None` when no
+    /// BGSAVE ran (or the server failed before it).
+    pub bgsave_status: Option<String>,
+    /// Whatever went wrong (the run counts as failed).
+    pub error: Option<String>,
+    /// The server's exit: code, or 128 + signal.
+    pub exit_code: i32,
+    pub wall_s: f64,
+    pub user_s: f64,
+    pub sys_s: f64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub max_rss_kb: u64,
+    /// The last lines of the server's log.
+    pub log_tail: String,
+    /// The last lines of its stderr (preloaded libraries speak there).
+    pub stderr_tail: String,
+}
+
+/// A running server; dropping it kills its process group and reaps it.
+struct Server {
+    child: Child,
+    pid: u32,
+    _tracked: hugetune_capture::kernel_state::ChildGuard,
+    reaped: bool,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // SAFETY: signalling our own child's process group.
+            unsafe { libc::kill(-(self.pid as i32), libc::SIGKILL) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn spawn(
+    server: &Path,
+    wrapper: &[String],
+    env: &[(String, String)],
+    env_remove: &[&str],
+    dir: &Path,
+    port: u16,
+) -> Result<Server> {
+    let mut cmd = match wrapper.split_first() {
+        Some((w, rest)) => {
+            let mut c = Command::new(w);
+            c.args(rest).arg(server);
+            c
+        }
+        None => Command::new(server),
+    };
+    let log = dir.join(format!("redis-{port}.log"));
+    cmd.args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--protected-mode", "no"])
+        .args(["--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .args(["--dbfilename", &format!("dump-{port}.rdb")])
+        .arg("--logfile")
+        .arg(&log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join(format!("redis-{port}.stderr")))
+                .context("creating the server's stderr file")?,
+        ));
+    for k in env_remove {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    cmd.process_group(0);
+    // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between
+    // fork and exec. The server dies with us even if we are killed outright.
+    unsafe {
+        let parent = libc::getpid();
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(111);
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", server.display()))?;
+    let pid = child.id();
+    Ok(Server {
+        child,
+        pid,
+        _tracked: track_child(pid),
+        reaped: false,
+    })
+}
+
+fn exited(pid: u32) -> bool {
+    // SAFETY: waitid with WNOWAIT on our own child, zeroed out-parameter.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        r == 0 && info.si_pid() != 0
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let t = std::fs::read_to_string(path).unwrap_or_default();
+    let v: Vec<&str> = t.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Starts a server (retrying on a port race), waits until it answers PING.
+fn start(
+    server: &Path,
+    wrapper: &[String],
+    env: &[(String, String)],
+    env_remove: &[&str],
+    dir: &Path,
+) -> Result<(Server, u16, Conn)> {
+    let mut last = String::new();
+    for _attempt in 0..3 {
+        let port = free_port()?;
+        let s = spawn(server, wrapper, env, env_remove, dir, port)?;
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            if exited(s.pid) {
+                break;
+            }
+            if let Ok(mut c) = Conn::open(port) {
+                if let Ok(Reply::Simple(p)) = c.call(&[b"PING"]) {
+                    if p == "PONG" {
+                        return Ok((s, port, c));
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        last = format!(
+            "{}\n{}",
+            tail(&dir.join(format!("redis-{port}.log")), 5),
+            tail(&dir.join(format!("redis-{port}.stderr")), 5)
+        );
+        drop(s);
+    }
+    bail!("redis-server did not start: {}", last.trim())
+}
+
+/// Waits for the server to exit (at most `limit`) and returns its wait status
+/// and resource usage; kills its group on timeout.
+fn reap(s: &mut Server, limit: Duration) -> (i32, libc::rusage) {
+    let t0 = Instant::now();
+    // SAFETY: an all-zero rusage is a valid value to be overwritten by wait4.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut status = 0;
+    loop {
+        // SAFETY: wait4 on our own child with valid out-pointers.
+        let r = unsafe { libc::wait4(s.pid as i32, &mut status, libc::WNOHANG, &mut ru) };
+        if r == s.pid as i32 || r < 0 {
+            break;
+        }
+        if t0.elapsed() > limit {
+            // SAFETY: our child's process group.
+            unsafe { libc::kill(-(s.pid as i32), libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    s.reaped = true;
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        -1
+    };
+    (code, ru)
+}
+
+fn tv(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 * 1e-6
+}
+
+/// Runs the job against a fresh server. `on_start` gets the server's pid (the
+/// caller samples its memory). Failures of the workload itself (a failed
+/// BGSAVE, a wrong value, a crash) are reported in the outcome, not as errors;
+/// an `Err` means the server could not be run at all.
+pub fn run(
+    job: &RedisJob,
+    server: &Path,
+    wrapper: &[String],
+    env: &[(String, String)],
+    env_remove: &[&str],
+    dir: &Path,
+    on_start: impl FnOnce(u32),
+) -> Result<RedisOutcome> {
+    let t0 = Instant::now();
+    let (mut s, port, mut c) = start(server, wrapper, env, env_remove, dir)?;
+    on_start(s.pid);
+    let mut out = RedisOutcome::default();
+    let r = drive(job, &mut c, &mut out);
+    if let Err(e) = r {
+        out.error = Some(format!("{e:#}"));
+    }
+    // Shut down without saving; the connection closes instead of replying.
+    let _ = c.send(&[b"SHUTDOWN", b"NOSAVE"]);
+    let _ = c.w.flush();
+    drop(c);
+    let (code, ru) = reap(&mut s, Duration::from_secs(30));
+    out.wall_s = t0.elapsed().as_secs_f64();
+    out.exit_code = code;
+    out.user_s = tv(ru.ru_utime);
+    out.sys_s = tv(ru.ru_stime);
+    out.minor_faults = ru.ru_minflt as u64;
+    out.major_faults = ru.ru_majflt as u64;
+    out.max_rss_kb = ru.ru_maxrss as u64;
+    out.log_tail = tail(&dir.join(format!("redis-{port}.log")), 8);
+    out.stderr_tail = tail(&dir.join(format!("redis-{port}.stderr")), 40);
+    if code != 0 && out.error.is_none() {
+        out.error = Some(format!("redis-server exited with status {code}"));
+    }
+    for f in [
+        format!("dump-{port}.rdb"),
+        format!("redis-{port}.log"),
+        format!("redis-{port}.stderr"),
+    ] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    Ok(out)
+}
+
+fn drive(job: &RedisJob, c: &mut Conn, out: &mut RedisOutcome) -> Result<()> {
+    let mut val = Vec::with_capacity(job.value_bytes);
+    let key = |i: u64| format!("key:{i:010}");
+    // Load.
+    let t = Instant::now();
+    let mut i = 0u64;
+    while i < job.keys {
+        let end = (i + job.batch as u64).min(job.keys);
+        for k in i..end {
+            value(k, job.value_bytes, &mut val);
+            c.send(&[b"SET", key(k).as_bytes(), &val])?;
+        }
+        c.w.flush()?;
+        for k in i..end {
+            match read_reply(&mut c.r)? {
+                Reply::Simple(s) if s == "OK" => {}
+                r => bail!("SET {} answered {r:?}", key(k)),
+            }
+        }
+        i = end;
+    }
+    let load = t.elapsed().as_secs_f64();
+    out.phases.push(("load".into(), load));
+    // Read every key back.
+    let t = Instant::now();
+    let mut i = 0u64;
+    while i < job.keys {
+        let end = (i + job.batch as u64).min(job.keys);
+        for k in i..end {
+            c.send(&[b"GET", key(k).as_bytes()])?;
+        }
+        c.w.flush()?;
+        for k in i..end {
+            match read_reply(&mut c.r)? {
+                Reply::Bulk(Some(v))
+                    if v.len() == job.value_bytes
+                        && v.len() >= 8
+                        && u64::from_le_bytes(v[..8].try_into().unwrap_or_default()) == k => {}
+                r => bail!(
+                    "GET {} returned a wrong value ({})",
+                    key(k),
+                    match r {
+                        Reply::Bulk(Some(v)) => format!("{} bytes", v.len()),
+                        other => format!("{other:?}"),
+                    }
+                ),
+            }
+        }
+        i = end;
+    }
+    let read = t.elapsed().as_secs_f64();
+    out.phases.push(("read".into(), read));
+    out.phases.push(("total".into(), load + read));
+    let mem = c.info("memory")?;
+    out.used_memory = info_field(&mem, "used_memory")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    out.used_memory_rss = info_field(&mem, "used_memory_rss")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    out.keys = match c.call(&[b"DBSIZE"])? {
+        Reply::Int(n) => n.max(0) as u64,
+        r => bail!("DBSIZE answered {r:?}"),
+    };
+    if out.keys != job.keys {
+        bail!("DBSIZE is {} after loading {} keys", out.keys, job.keys);
+    }
+    if job.bgsave {
+        let t = Instant::now();
+        match c.call(&[b"BGSAVE"])? {
+            Reply::Simple(_) => {}
+            r => bail!("BGSAVE answered {r:?}"),
+        }
+        loop {
+            let p = c.info("persistence")?;
+            if info_field(&p, "rdb_bgsave_in_progress").as_deref() == Some("0") {
+                out.bgsave_status = info_field(&p, "rdb_last_bgsave_status");
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(600) {
+                bail!("BGSAVE still running after 10 minutes");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let bg = t.elapsed().as_secs_f64();
+        out.phases.push(("bgsave".into(), bg));
+        out.phases.push(("all".into(), load + read + bg));
+        let st = c.info("stats")?;
+        out.fork_usec = info_field(&st, "latest_fork_usec").and_then(|v| v.parse().ok());
+        // A failed BGSAVE is the caller's verdict (a failure of the fork
+        // control, a finding elsewhere), not an error of the run.
+    }
+    Ok(())
+}
+
+/// `redis-server`, or where to get it.
+pub fn server_path() -> std::result::Result<PathBuf, String> {
+    super::config::find_program("redis-server").ok_or_else(|| {
+        "redis-server is not installed (apt-get install redis-server; scripts/setup.sh does)"
+            .to_string()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resp_round_trip() {
+        let mut v = Vec::new();
+        encode(&mut v, &[b"SET", b"k", b"a\r\nb"]);
+        assert_eq!(v, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4\r\na\r\nb\r\n");
+        let mut r = std::io::Cursor::new(
+            b"+OK\r\n-ERR bad\r\n:42\r\n$3\r\nabc\r\n$-1\r\n*2\r\n:1\r\n$0\r\n\r\n*-1\r\n".to_vec(),
+        );
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Simple("OK".into()));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Error("ERR bad".into()));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Int(42));
+        assert_eq!(
+            read_reply(&mut r).unwrap(),
+            Reply::Bulk(Some(b"abc".to_vec()))
+        );
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Bulk(None));
+        assert_eq!(
+            read_reply(&mut r).unwrap(),
+            Reply::Array(Some(vec![Reply::Int(1), Reply::Bulk(Some(vec![]))]))
+        );
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Array(None));
+        assert!(read_reply(&mut r).is_err(), "end of stream");
+        for bad in [
+            &b"?x\r\n"[..],
+            b":x\r\n",
+            b"$5\r\nab\r\n",
+            b"+OK\n",
+            b"$2\r\nabcd",
+        ] {
+            assert!(
+                read_reply(&mut std::io::Cursor::new(bad.to_vec())).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn info_fields_and_values() {
+        let info = "# Persistence\r\nrdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\n";
+        assert_eq!(
+            info_field(info, "rdb_last_bgsave_status").as_deref(),
+            Some("ok")
+        );
+        assert_eq!(
+            info_field(info, "rdb_bgsave_in_progress").as_deref(),
+            Some("0")
+        );
+        assert_eq!(info_field(info, "missing"), None);
+        let mut b = Vec::new();
+        value(7, 20, &mut b);
+        assert_eq!(b.len(), 20);
+        assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), 7);
+        let j = RedisJob {
+            keys: 1000,
+            value_bytes: 500,
+            batch: 100,
+            bgsave: false,
+        };
+        assert_eq!(j.dataset_bytes(), 500_000);
+        assert!(j.memory_estimate() > j.dataset_bytes());
+    }
+}
