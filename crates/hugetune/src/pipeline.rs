@@ -157,7 +157,7 @@ pub struct RefOptions {
 }
 
 impl RefOptions {
-    /// Valgrind lackey, every reference (what `optimize` uses).
+    /// Valgrind lackey, every reference.
     pub fn valgrind() -> Self {
         RefOptions {
             source: RefSource::Valgrind,
@@ -165,6 +165,34 @@ impl RefOptions {
             max_pages: None,
             seed: 0,
         }
+    }
+
+    /// Every reference, for the model: `Auto` is QEMU's plugin where
+    /// qemu-x86_64 is installed (fast), else valgrind lackey. Sampled and
+    /// region sources are refused: the analysis needs the complete stream.
+    pub fn complete(source: RefSource) -> Result<Self> {
+        let source = match source {
+            RefSource::Auto => {
+                if qemu::find_qemu().is_some() {
+                    RefSource::Qemu
+                } else {
+                    note(format!(
+                        "qemu-x86_64 is not installed: profiling with valgrind lackey (slow); {} for the fast source",
+                        qemu::INSTALL_HINT
+                    ));
+                    RefSource::Valgrind
+                }
+            }
+            s @ (RefSource::Qemu | RefSource::Valgrind) => s,
+            RefSource::Perf | RefSource::Damon => bail!(
+                "--refs {}: the model needs every reference (qemu or valgrind); perf samples in time and DAMON sees regions",
+                if source == RefSource::Perf { "perf" } else { "damon" }
+            ),
+        };
+        Ok(RefOptions {
+            source,
+            ..Self::valgrind()
+        })
     }
 
     /// The concrete source: `auto` decided, options checked.
@@ -1315,6 +1343,26 @@ mod tests {
         assert_eq!(m.fault(Backing::Hugetlb1g), 46e6);
         assert_eq!(m.fault(Backing::Thp2m), d.fault(Backing::Thp2m));
         assert!(m.source.contains("calibrate"));
+    }
+
+    /// optimize's profile: every reference, never a sampled or region source.
+    #[test]
+    fn complete_refs_are_qemu_or_valgrind() {
+        let auto = RefOptions::complete(RefSource::Auto).unwrap().source;
+        let want = if qemu::find_qemu().is_some() {
+            RefSource::Qemu
+        } else {
+            RefSource::Valgrind
+        };
+        assert_eq!(auto, want);
+        for s in [RefSource::Qemu, RefSource::Valgrind] {
+            let o = RefOptions::complete(s).unwrap();
+            assert_eq!((o.source, o.rate, o.max_pages), (s, None, None));
+        }
+        for s in [RefSource::Perf, RefSource::Damon] {
+            let e = RefOptions::complete(s).unwrap_err().to_string();
+            assert!(e.contains("every reference"), "{e}");
+        }
     }
 
     #[test]

@@ -176,6 +176,26 @@ pub fn workloads(quick: bool) -> Vec<PeerWorkload> {
     v
 }
 
+/// The plan `hugetune run -- CMD` chooses from the stored directives (lost
+/// plans excluded), with the pages the suite grants (`pages` more 2 MB pages
+/// than are free now): its text, its 2 MB pages and its label.
+fn agent_plan(ctx: &Ctx, command: &[OsString], pages: u64) -> Result<(String, u64, String)> {
+    let db = ctx.db()?;
+    let Some(st) = pipeline::stored_predictions(&db, command)? else {
+        bail!("no stored profile after optimize")
+    };
+    let mut avail = pipeline::availability_now();
+    avail.hugetlb_2m_free += pages;
+    avail.hugetlb_2m_total += pages;
+    let d = st.choose(&avail, pipeline::DEFAULT_MIN_GAIN);
+    let text = hugetune_capture::launch::plan_text_with(
+        &d.assignments,
+        st.threshold,
+        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
+    );
+    Ok((text, d.hugetlb_pages(), d.label()))
+}
+
 fn redis_workload(job: RedisJob) -> Workload {
     Workload {
         name: "redis-fork".into(),
@@ -435,21 +455,40 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
             reserve: super::state::is_root(),
             min_gain: pipeline::DEFAULT_MIN_GAIN,
             bundle: Some(scratch.path().join(format!("{}.htb", p.w.name))),
+            refs: pipeline::RefSource::Auto,
         };
         pipeline::note(format!("peers: hugetune optimize on {}", p.w.name));
         match optimize::execute(ctx, &opts) {
             Ok(r) => {
-                let pages = r.plan.hugetlb_pages;
+                // What `hugetune run` applies from now on: optimize's plan, or,
+                // where its validation measured a loss, the agent's next choice
+                // (a lost plan is never applied again automatically).
+                let (text, pages, applied) = if r.verdict == "loss" {
+                    let (text, pages, label) =
+                        agent_plan(ctx, &opts.command, r.plan.hugetlb_pages)?;
+                    pipeline::note(format!(
+                        "peers: optimize's plan lost on {} ({:.2}x): hugetune run applies {label} instead",
+                        p.w.name, r.speedup
+                    ));
+                    (text, pages, label)
+                } else {
+                    (
+                        r.plan.text.clone(),
+                        r.plan.hugetlb_pages,
+                        "optimize's plan".to_string(),
+                    )
+                };
                 optimized.push((
                     p.w.name.clone(),
                     json!({
                         "plan": r.plan.assignments, "plan_text": r.plan.text, "reasons": r.plan.reasons,
-                        "hugetlb_pages": pages, "speedup": r.speedup, "speedup_ci": r.validation.speedup_ci,
+                        "hugetlb_pages": r.plan.hugetlb_pages, "speedup": r.speedup, "speedup_ci": r.validation.speedup_ci,
                         "verdict": r.verdict, "runs": r.validation.runs, "huge_bytes_backed": r.huge_bytes_backed,
                         "baseline_median_s": r.baseline_median_s, "optimized_median_s": r.optimized_median_s,
                         "predicted_speedup": r.chosen_prediction.as_ref().map(|c| c.predicted_speedup),
+                        "applied": applied, "applied_plan_text": text,
                     }),
-                    Some(LibPlan::from_text(r.plan.text.clone())),
+                    Some(LibPlan::from_text(text)),
                     pages,
                 ));
             }
@@ -475,7 +514,7 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
         if let Some(plan) = plan {
             let mut h = Config::new(
                 "hugetune",
-                "hugetune optimize's plan, applied by the runtime library",
+                "what `hugetune run` applies after optimize (its plan, or the next one where its validation lost), by the runtime library",
             );
             h.plan = Some(plan.clone());
             // An empty plan (the program gains nothing) is meant to change nothing.
@@ -642,12 +681,20 @@ fn text_extra(r: &SuiteReport) -> String {
         let res = &x["result"];
         if let Some(sp) = res["speedup"].as_f64() {
             s += &format!(
-                "  optimize on {}: plan {}, its own validated speedup {:.2}x ({}, {} pairs)\n",
+                "  optimize on {}: plan {}, its own validated speedup {:.2}x ({}, {} pairs){}\n",
                 x["workload"].as_str().unwrap_or("?"),
                 res["plan"],
                 sp,
                 res["verdict"].as_str().unwrap_or("?"),
-                res["runs"]
+                res["runs"],
+                if res["verdict"] == "loss" {
+                    format!(
+                        "; hugetune run applies {} instead",
+                        res["applied"].as_str().unwrap_or("?")
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
     }

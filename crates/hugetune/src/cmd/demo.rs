@@ -47,6 +47,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         reserve: !a.no_reserve && root,
         min_gain: pipeline::DEFAULT_MIN_GAIN,
         bundle: None,
+        refs: pipeline::RefSource::Auto,
     };
     let r = optimize::execute(ctx, &opts)?;
     if a.json {

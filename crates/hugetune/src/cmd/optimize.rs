@@ -33,6 +33,10 @@ pub struct Args {
     /// Where to keep the profile bundle (default: in the data directory)
     #[arg(long, value_name = "FILE")]
     bundle: Option<PathBuf>,
+    /// Reference source of the profile: auto (qemu where installed, else
+    /// valgrind), qemu or valgrind; the model needs every reference
+    #[arg(long, value_enum, default_value = "auto")]
+    refs: pipeline::RefSource,
     /// Print one JSON object
     #[arg(long)]
     json: bool,
@@ -48,6 +52,8 @@ pub struct Options {
     pub reserve: bool,
     pub min_gain: f64,
     pub bundle: Option<PathBuf>,
+    /// Where the references come from (`RefOptions::complete`).
+    pub refs: pipeline::RefSource,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -125,6 +131,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         reserve: a.reserve,
         min_gain: a.min_gain,
         bundle: a.bundle,
+        refs: a.refs,
     };
     let report = execute(ctx, &opts)?;
     if a.json {
@@ -169,6 +176,7 @@ fn reserve_for(decision: &PlanDecision, avail_now: &Availability) -> Result<Opti
 
 pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let art = crate::artifacts::find()?;
+    let refs = pipeline::RefOptions::complete(o.refs)?;
     let machine = machine::machine(ctx.tlb.as_deref())?;
     let bundle = o
         .bundle
@@ -178,7 +186,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         &art,
         &o.profile_command,
         &bundle,
-        &pipeline::RefOptions::valgrind(),
+        &refs,
         ctx.tlb.as_deref(),
         ctx.verbose,
     )?;
