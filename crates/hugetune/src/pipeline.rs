@@ -922,6 +922,7 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<Sizing> {
     }
     let mut out = Sizing {
         heap_large_pages: 0,
+        heap_small_peak_bytes: 0,
         program: ProgramTraits::default(),
     };
     // One log per process and image: children forked by the program add their own
@@ -934,6 +935,7 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<Sizing> {
             c.apply(ev);
         }
         out.heap_large_pages += c.peak_owned_frames();
+        out.heap_small_peak_bytes += c.stats()[Category::HeapSmall.index()].peak_live_bytes;
         out.program.forks |= inputs.forks;
         out.program.fork_children += inputs.children.len() as u64;
     }
@@ -944,29 +946,79 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<Sizing> {
 pub struct Sizing {
     /// Peak 2 MB pages the runtime library would hold for heap-large blocks.
     pub heap_large_pages: u64,
+    /// Peak live bytes of heap-small objects (malloc below the threshold).
+    pub heap_small_peak_bytes: u64,
     /// Whether the reference input forks (an input the profile did not see may).
     pub program: ProgramTraits,
 }
 
-/// Adjusts predictions of a training profile to the pool pages the reference run needs.
-pub fn with_reference_pages(preds: &[Prediction], heap_large_pages: u64) -> Vec<Prediction> {
+impl Sizing {
+    /// Pool pages the heap-small arena needs on the reference input: its peak
+    /// live bytes at the training profile's pages per byte (`training`: its
+    /// heap-small peak live bytes and the pages its `heap-small:hugetlb`
+    /// prediction needs; the ratio includes the arena's chunk spacing and
+    /// per-thread regions), else at one page per 2 MB plus an eighth.
+    pub fn heap_small_pages(&self, training: Option<(u64, u64)>) -> u64 {
+        if self.heap_small_peak_bytes == 0 {
+            return 0;
+        }
+        let frame = 2.0 * 1024.0 * 1024.0;
+        let per_byte = match training {
+            Some((bytes, pages)) if bytes > 0 && pages > 0 => {
+                (pages as f64 / bytes as f64).max(1.0 / frame)
+            }
+            _ => 1.125 / frame,
+        };
+        (self.heap_small_peak_bytes as f64 * per_byte).ceil() as u64
+    }
+}
+
+/// The training profile's heap-small peak live bytes and the pool pages its
+/// `heap-small:hugetlb` prediction needs (for `Sizing::heap_small_pages`).
+pub fn heap_small_training(result: &AnalysisResult, preds: &[Prediction]) -> Option<(u64, u64)> {
+    let pages = preds
+        .iter()
+        .find(|p| p.assignments == [(Category::HeapSmall, Backing::Hugetlb2m)])?
+        .hugetlb_pages;
+    Some((
+        result.alloc_stats[Category::HeapSmall.index()].peak_live_bytes,
+        pages,
+    ))
+}
+
+/// Adjusts predictions of a training profile to the pool pages the reference
+/// run needs: heap-large's from the sizing run's peak, heap-small's arena pages
+/// from `heap_small_pages` (`Sizing::heap_small_pages`).
+pub fn with_reference_pages(
+    preds: &[Prediction],
+    heap_large_pages: u64,
+    heap_small_pages: u64,
+) -> Vec<Prediction> {
     preds
         .iter()
         .cloned()
         .map(|mut p| {
-            if p.assignments
-                .contains(&(Category::HeapLarge, Backing::Hugetlb2m))
-            {
-                p.hugetlb_pages = heap_large_pages;
+            let has = |c, b| p.assignments.contains(&(c, b));
+            let large_2m = has(Category::HeapLarge, Backing::Hugetlb2m);
+            let large_1g = has(Category::HeapLarge, Backing::Hugetlb1g);
+            let small = has(Category::HeapSmall, Backing::Hugetlb2m);
+            if !(large_2m || large_1g || small) {
+                return p;
+            }
+            let mut pages = 0;
+            if large_2m {
+                pages += heap_large_pages;
             }
             // On 1 GB pages: whole gigabytes, the rest on 2 MB pages (the
             // library's 1 GB layout), from the reference input's 2 MB count.
-            if p.assignments
-                .contains(&(Category::HeapLarge, Backing::Hugetlb1g))
-            {
+            if large_1g {
                 p.hugetlb_1g_pages = heap_large_pages / 512;
-                p.hugetlb_pages = heap_large_pages % 512;
+                pages += heap_large_pages % 512;
             }
+            if small {
+                pages += heap_small_pages;
+            }
+            p.hugetlb_pages = pages;
             p
         })
         .collect()
@@ -1343,6 +1395,64 @@ mod tests {
         assert_eq!(m.fault(Backing::Hugetlb1g), 46e6);
         assert_eq!(m.fault(Backing::Thp2m), d.fault(Backing::Thp2m));
         assert!(m.source.contains("calibrate"));
+    }
+
+    /// Pool pages for the reference input: heap-large's from the sizing run,
+    /// heap-small's from its peak bytes at the training profile's pages per
+    /// byte; both add up in a mapping that has both.
+    #[test]
+    fn reference_pages_for_heap_large_and_the_heap_small_arena() {
+        let pred = |a: Vec<(Category, Backing)>, pages| Prediction {
+            mapping: String::new(),
+            label: hugetune_model::rank::label(&a),
+            base: true,
+            assignments: a,
+            miss_time_ns: 0.0,
+            saving_ns: 1.0,
+            pmb: 100.0,
+            predicted_seconds: 1.0,
+            predicted_speedup: 1.0,
+            hugetlb_pages: pages,
+            hugetlb_1g_pages: 0,
+            thp_pages: 0,
+            sites: vec![],
+            walks: 0,
+            faults: 0,
+        };
+        use Backing::*;
+        use Category::*;
+        let preds = vec![
+            pred(vec![(HeapSmall, Hugetlb2m)], 6),
+            pred(vec![(HeapSmall, Backing::Thp2m)], 0),
+            pred(vec![(HeapLarge, Hugetlb2m)], 3),
+            pred(vec![(HeapSmall, Hugetlb2m), (HeapLarge, Hugetlb2m)], 9),
+            pred(vec![(HeapLarge, Hugetlb1g)], 0),
+        ];
+        let sizing = Sizing {
+            heap_large_pages: 1100,
+            heap_small_peak_bytes: 1 << 30,
+            program: ProgramTraits::default(),
+        };
+        // Training: 6 pages for 10 MiB of live objects (0.6 pages per MiB,
+        // more than the 0.5 of bare 2 MB frames): 1 GiB needs 615 pages.
+        let small = sizing.heap_small_pages(Some((10 << 20, 6)));
+        assert_eq!(small, 615);
+        // Without a training ratio: 2 MB frames plus an eighth.
+        assert_eq!(sizing.heap_small_pages(None), 576);
+        assert_eq!(sizing.heap_small_pages(Some((0, 6))), 576);
+        // Fewer pages per byte than bare frames is not believed.
+        assert_eq!(sizing.heap_small_pages(Some((1 << 30, 1))), 512);
+        let r = with_reference_pages(&preds, sizing.heap_large_pages, small);
+        let pages: Vec<(u64, u64)> = r
+            .iter()
+            .map(|p| (p.hugetlb_pages, p.hugetlb_1g_pages))
+            .collect();
+        assert_eq!(pages, vec![(615, 0), (0, 0), (1100, 0), (1715, 0), (76, 2)]);
+        let none = Sizing {
+            heap_small_peak_bytes: 0,
+            ..sizing
+        };
+        assert_eq!(none.heap_small_pages(Some((10 << 20, 6))), 0);
     }
 
     /// optimize's profile: every reference, never a sampled or region source.

@@ -1097,4 +1097,79 @@ mod site_tests {
             hot_only.label
         );
     }
+
+    /// Small objects: heap-small on 2 MB pages comes as THP (glibc's heap or the
+    /// arena on THP) and as the arena on pool pages, one page per 2 MB frame the
+    /// objects touch.
+    #[test]
+    fn heap_small_comes_on_thp_and_on_pool_pages() {
+        let mut cat = Categorizer::new(AddressSpace::default(), 128 * 1024);
+        let base = 0x5555_0000_0000u64;
+        let n = 40_000u64; // 40 000 x 272 B: 10.4 MB, 6 frames of 2 MB
+        for i in 0..n {
+            cat.apply(&AllocEvent {
+                seq: i + 1,
+                op: AllocOp::Alloc {
+                    addr: base + i * 272,
+                    size: 256,
+                    via: AllocVia::Malloc,
+                    site: None,
+                },
+            });
+        }
+        let g = TlbGeometry {
+            levels: vec![TlbLevel::new(
+                "L1",
+                vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)],
+                None,
+            )],
+            source: "t".into(),
+        };
+        let mut an = Analyzer::new(
+            g.clone(),
+            vec![],
+            Mapping::candidates(&[Category::HeapSmall], false, &[], &[]),
+        );
+        let mut x = 7u64;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let addr = base + (x % n) * 272;
+            let id = cat.classify(addr).unwrap();
+            an.feed(cat.object(id), addr);
+        }
+        let result = AnalysisResult {
+            refs: an.refs(),
+            mappings: an.finish(),
+            heap_large_peak_pages: 0,
+            heap_large_peak_pages_1g: (0, 0),
+            site_peak_pages: vec![],
+            alloc_stats: cat.stats().clone(),
+            geometry: g,
+        };
+        let preds = predictions(&result, &CostModel::default(), 1.0);
+        let get = |b: Backing| {
+            preds
+                .iter()
+                .find(|p| p.assignments == vec![(Category::HeapSmall, b)])
+                .unwrap_or_else(|| panic!("no heap-small {b:?}: {preds:?}"))
+                .clone()
+        };
+        let (thp, pool) = (get(Backing::Thp2m), get(Backing::Hugetlb2m));
+        assert_eq!(pool.label, "heap-small:hugetlb");
+        assert_eq!((thp.hugetlb_pages, pool.hugetlb_pages), (0, 6));
+        assert!(thp.thp_pages > 0 && pool.thp_pages == 0);
+        // The same references on the same page size: the same TLB saving; only
+        // the fault costs differ.
+        assert!(pool.saving_ns > 0.0 && thp.saving_ns > 0.0);
+        let faults = CostModel::default();
+        let diff = (faults.fault(Backing::Thp2m) - faults.fault(Backing::Hugetlb2m)) * 6.0;
+        assert!(
+            ((pool.saving_ns - thp.saving_ns) - diff).abs() < 1.0,
+            "{} {} {diff}",
+            pool.saving_ns,
+            thp.saving_ns
+        );
+    }
 }

@@ -98,10 +98,13 @@ pub fn default_backing(c: Category) -> Backing {
 }
 
 /// The backings a category on resolution `res` can really get: every 2 MB
-/// mechanism the runtime library has for it; other sizes have one mechanism.
+/// mechanism the runtime library has for it (heap-large blocks and the
+/// heap-small arena take pool pages or THP; static data and glibc's heap only
+/// THP); other sizes have one mechanism.
 fn backings_for(c: Category, res: Backing) -> Vec<Backing> {
     match (c, res) {
         (Category::HeapLarge, Backing::Thp(21)) => vec![Backing::Hugetlb2m, Backing::Thp2m],
+        (Category::HeapSmall, Backing::Thp(21)) => vec![Backing::Thp2m, Backing::Hugetlb2m],
         (_, Backing::Thp(21)) => vec![default_backing(c)],
         (_, b) => vec![b],
     }
@@ -221,6 +224,11 @@ pub fn predictions(
                     (Category::HeapLarge, Backing::Hugetlb1g) => {
                         hugetlb_1g += result.heap_large_peak_pages_1g.0;
                         hugetlb += result.heap_large_peak_pages_1g.1;
+                    }
+                    // The arena's 2 MB chunks: one pool page per 2 MB frame
+                    // of heap-small data the profile touched.
+                    (Category::HeapSmall, Backing::Hugetlb2m) => {
+                        hugetlb += m.cell(c, Backing::Thp2m).faults
                     }
                     (_, Backing::Thp(_)) => thp += m.cell(c, b).faults,
                     _ => {}

@@ -68,15 +68,19 @@ pub fn best_on<'a>(preds: &'a [Prediction], pool: Pool, policy: &Policy) -> Opti
         .max_by(|a, b| a.saving_ns.total_cmp(&b.saving_ns))
 }
 
-/// The pages a full hugetlb mapping on `pool` needs: the most any analysed
-/// mapping that uses that pool takes.
+/// The pages a full hugetlb mapping on `pool` needs: those of the mapping on
+/// that pool that saves most (the fewer pages on a tie), so that a mapping
+/// which adds pages without adding saving does not raise the need.
 pub fn pages_needed(preds: &[Prediction], pool: Pool) -> u64 {
     preds
         .iter()
-        .filter(|p| uses(p, pool))
-        .map(|p| pool.pages(p))
-        .max()
-        .unwrap_or(0)
+        .filter(|p| uses(p, pool) && pool.pages(p) > 0)
+        .max_by(|a, b| {
+            a.saving_ns
+                .total_cmp(&b.saving_ns)
+                .then(pool.pages(b).cmp(&pool.pages(a)))
+        })
+        .map_or(0, |p| pool.pages(p))
 }
 
 /// What the planner knows of a program.
@@ -197,6 +201,39 @@ mod tests {
 
     fn sig() -> Significance {
         crate::plan::tests::sig(true)
+    }
+
+    /// The need is the pages of the mapping that saves most on the pool: the
+    /// heap-small arena's page more does not count unless it saves more.
+    #[test]
+    fn pages_needed_follows_the_best_mapping() {
+        use Category::*;
+        let large = vec![(HeapLarge, Backing::Hugetlb2m)];
+        let both = vec![
+            (HeapSmall, Backing::Hugetlb2m),
+            (HeapLarge, Backing::Hugetlb2m),
+        ];
+        let preds = |both_saves| {
+            vec![
+                pred("heap-large:hugetlb", large.clone(), 400.0, 16),
+                pred(
+                    "heap-small:hugetlb heap-large:hugetlb",
+                    both.clone(),
+                    both_saves,
+                    17,
+                ),
+                pred(
+                    "heap-large:thp",
+                    vec![(HeapLarge, Backing::Thp2m)],
+                    900.0,
+                    0,
+                ),
+            ]
+        };
+        assert_eq!(pages_needed(&preds(399.0), Pool::P2m), 16);
+        assert_eq!(pages_needed(&preds(400.0), Pool::P2m), 16);
+        assert_eq!(pages_needed(&preds(401.0), Pool::P2m), 17);
+        assert_eq!(pages_needed(&[], Pool::P2m), 0);
     }
 
     fn curve(thp: ThpMode) -> Vec<CurvePoint> {

@@ -206,7 +206,9 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     );
     let sizing = pipeline::sizing_run(&art, &o.command)?;
     let ref_pages = sizing.heap_large_pages;
-    let preds = pipeline::with_reference_pages(&an.predictions, ref_pages);
+    let small_pages =
+        sizing.heap_small_pages(pipeline::heap_small_training(&an.result, &an.predictions));
+    let preds = pipeline::with_reference_pages(&an.predictions, ref_pages, small_pages);
     // The reference input may fork where the training input did not.
     let program = ProgramTraits {
         forks: an.program.forks || sizing.program.forks,
@@ -225,8 +227,8 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let avail_now = pipeline::availability_now();
     let mut avail_plan = avail_now.clone();
     if o.reserve {
-        avail_plan.hugetlb_2m_free += ref_pages;
-        avail_plan.hugetlb_2m_total += ref_pages;
+        avail_plan.hugetlb_2m_free += ref_pages + small_pages;
+        avail_plan.hugetlb_2m_total += ref_pages + small_pages;
     }
     // Plans of this program that lost a validation before stay out.
     let policy = plan::Policy {

@@ -112,7 +112,13 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     };
     pipeline::note("sizing run in record mode (the pages this input needs; not timed)");
     let sizing = pipeline::sizing_run(&art, &a.command)?;
-    st.predictions = pipeline::with_reference_pages(&st.predictions, sizing.heap_large_pages);
+    // The stored directives keep no allocation statistics: heap-small's pool
+    // pages come from the reference run's peak bytes alone.
+    st.predictions = pipeline::with_reference_pages(
+        &st.predictions,
+        sizing.heap_large_pages,
+        sizing.heap_small_pages(None),
+    );
     let avail = pipeline::availability_now();
     let policy = st.policy(a.min_gain);
     let curve = size::pmb_curve(
