@@ -100,6 +100,25 @@ pub fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Sum of the huge page usage of `pid` and all its descendants (at most 4096
+/// processes are read).
+pub fn tree_usage(pid: u32) -> HugeUsage {
+    let mut total = HugeUsage::default();
+    let mut stack = vec![pid];
+    let mut seen = 0;
+    while let Some(p) = stack.pop() {
+        seen += 1;
+        if seen > 4096 {
+            break;
+        }
+        if let Some(u) = read_huge_usage(p) {
+            total = total.plus(u);
+        }
+        stack.extend(children(p));
+    }
+    total
+}
+
 /// Reads a small sysfs/procfs value, trimmed.
 pub fn read_trimmed(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)

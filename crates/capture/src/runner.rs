@@ -3,7 +3,7 @@
 //! /proc/PID/smaps_rollup while it runs.
 
 use crate::kernel_state::track_child;
-use crate::procfs::{children, read_huge_usage, HugeUsage};
+use crate::procfs::{tree_usage, HugeUsage};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -91,24 +91,6 @@ pub struct RunStats {
 
 fn tv(t: libc::timeval) -> f64 {
     t.tv_sec as f64 + t.tv_usec as f64 * 1e-6
-}
-
-/// Sum of the huge page usage of `pid` and all its descendants.
-fn tree_usage(pid: u32) -> HugeUsage {
-    let mut total = HugeUsage::default();
-    let mut stack = vec![pid];
-    let mut seen = 0;
-    while let Some(p) = stack.pop() {
-        seen += 1;
-        if seen > 4096 {
-            break;
-        }
-        if let Some(u) = read_huge_usage(p) {
-            total = total.plus(u);
-        }
-        stack.extend(children(p));
-    }
-    total
 }
 
 /// The affinity mask this process had before `keep_off_cpu` narrowed it:

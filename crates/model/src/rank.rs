@@ -315,7 +315,7 @@ pub fn ranking_error(pairs: &[(f64, f64)]) -> Option<f64> {
 }
 
 /// Median of a sample (NaN when empty).
-fn median_of(v: &[f64]) -> f64 {
+pub fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -333,7 +333,7 @@ fn median_of(v: &[f64]) -> f64 {
 /// mapping 0 is all-small): the saving of its median time against all-small's
 /// median over the best such saving (seed 001 §5.3.2; losses count as 0).
 pub fn measured_pmbs(times: &[Vec<f64>]) -> Vec<f64> {
-    let med: Vec<f64> = times.iter().map(|t| median_of(t)).collect();
+    let med: Vec<f64> = times.iter().map(|t| median(t)).collect();
     let Some(&base) = med.first() else {
         return vec![];
     };

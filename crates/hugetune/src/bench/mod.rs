@@ -154,32 +154,33 @@ enum Suite {
     },
 }
 
+/// A figures suite's result: one JSON object, or its rendered table.
+fn print_figures<T: serde::Serialize>(r: &T, json: bool, render: fn(&T) -> String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+    } else {
+        print!("{}", render(r));
+    }
+    Ok(())
+}
+
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     match a.suite {
-        Suite::Runtime { quick, runs, json } => {
-            let r = runtime::runtime_overhead(quick, runs as usize)?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                print!("{}", runtime::render(&r));
-            }
-        }
-        Suite::Model { quick, runs, json } => {
-            let r = model::model_figures(quick, runs as usize)?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                print!("{}", model::render_model(&r));
-            }
-        }
-        Suite::Capture { quick, runs, json } => {
-            let r = capture::capture_speed(quick, runs as usize)?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                print!("{}", capture::render_capture(&r));
-            }
-        }
+        Suite::Runtime { quick, runs, json } => print_figures(
+            &runtime::runtime_overhead(quick, runs as usize)?,
+            json,
+            runtime::render,
+        )?,
+        Suite::Model { quick, runs, json } => print_figures(
+            &model::model_figures(quick, runs as usize)?,
+            json,
+            model::render_model,
+        )?,
+        Suite::Capture { quick, runs, json } => print_figures(
+            &capture::capture_speed(quick, runs as usize)?,
+            json,
+            capture::render_capture,
+        )?,
         Suite::Characterize(o) => characterize::run(&o)?,
         Suite::PagesSweep { opts, pcts } => pages_sweep::run(ctx, &opts, &pcts)?,
         Suite::Integration(o) => integration::run(&o)?,

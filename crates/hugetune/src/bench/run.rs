@@ -13,7 +13,7 @@ use crate::artifacts::Artifacts;
 use crate::pipeline;
 use anyhow::{Context, Result};
 use hugetune_capture::machine::{self, HUGEPAGES_SYSFS, THP_SYSFS};
-use hugetune_capture::procfs::{children, read_huge_usage, HugeUsage};
+use hugetune_capture::procfs::{tree_usage, HugeUsage};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -681,24 +681,6 @@ fn sanitize(s: &str) -> String {
             }
         })
         .collect()
-}
-
-/// Sum of the huge page usage of `pid` and its descendants.
-fn tree_usage(pid: u32) -> HugeUsage {
-    let mut total = HugeUsage::default();
-    let mut stack = vec![pid];
-    let mut seen = 0;
-    while let Some(p) = stack.pop() {
-        seen += 1;
-        if seen > 4096 {
-            break;
-        }
-        if let Some(u) = read_huge_usage(p) {
-            total = total.plus(u);
-        }
-        stack.extend(children(p));
-    }
-    total
 }
 
 /// Per page size (kB): the lowest free count and the most pages in use seen.
