@@ -18,3 +18,4 @@ pub mod qemu;
 pub mod record;
 pub mod refs;
 pub mod runner;
+pub mod session;

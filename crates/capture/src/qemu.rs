@@ -137,6 +137,8 @@ pub struct QemuRun {
     pub elapsed: Duration,
     /// The end of qemu's and the plugin's messages on stderr, for diagnostics.
     pub messages: Vec<String>,
+    /// What the driver did, for a server.
+    pub driver: Option<crate::session::DriverOutcome>,
 }
 
 fn no_comma(what: &str, s: &OsStr) -> Result<()> {
@@ -163,6 +165,9 @@ pub struct QemuSpec<'a> {
     pub markers: bool,
     /// A scratch directory for the progress file.
     pub scratch: &'a Path,
+    /// The program is a server driven by this client (session.rs): qemu gets
+    /// SIGTERM, which the guest's handler sees, when the driver ends.
+    pub driver: Option<&'a crate::session::Driver>,
 }
 
 /// The qemu command line for a capture (without running it).
@@ -247,6 +252,8 @@ pub fn capture(
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", spec.qemu.display()))?;
+    let _tracked = crate::kernel_state::track_child(child.id());
+    let driver = spec.driver.map(|d| crate::session::start(d, child.id()));
     // stderr is the program's and qemu's (and the plugin's): pass it on, keep the end.
     let mut err = child.stderr.take().context("qemu's stderr")?;
     let reader = std::thread::spawn(move || {
@@ -279,6 +286,10 @@ pub fn capture(
         }
     };
     let elapsed = start.elapsed();
+    let driver = driver.map(|d| d.finish());
+    if let Some(e) = driver.as_ref().and_then(|d| d.error.as_ref()) {
+        bail!("the server's session under qemu failed: {e}");
+    }
     let tail = reader.join().unwrap_or_default();
     let messages: Vec<String> = String::from_utf8_lossy(&tail)
         .lines()
@@ -311,6 +322,7 @@ pub fn capture(
         final_threshold: scan.threshold,
         elapsed,
         messages,
+        driver,
     })
 }
 
@@ -413,6 +425,7 @@ mod tests {
             seed: 0,
             markers: true,
             scratch: Path::new("/tmp"),
+            driver: None,
         };
         let e = command(&spec).err().unwrap().to_string();
         assert!(e.contains("comma"), "{e}");

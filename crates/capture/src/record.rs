@@ -192,6 +192,7 @@ pub fn record_with_lackey(
         argv,
         dir,
         show_output,
+        None,
         &mut |n, _, _, t| progress(n, t),
     )
 }
@@ -209,6 +210,7 @@ pub fn record(
     argv: &[OsString],
     dir: &Path,
     show_output: bool,
+    driver: Option<&crate::session::Driver>,
     progress: ProgressFn<'_>,
 ) -> Result<Recorded> {
     let log_pattern = dir.join("alloc.%p.log");
@@ -229,6 +231,9 @@ pub fn record(
     let mut has_refs = true;
     if argv.is_empty() {
         bail!("no command to profile");
+    }
+    if driver.is_some() && !matches!(source, Source::Qemu { .. }) {
+        bail!("a server with a driver is profiled under qemu only (--refs qemu)");
     }
     let capture = match source {
         Source::Valgrind => {
@@ -269,6 +274,7 @@ pub fn record(
                     seed: *seed,
                     markers: true,
                     scratch: dir,
+                    driver,
                 },
                 stdout,
                 |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),

@@ -4,6 +4,7 @@
 
 use crate::kernel_state::track_child;
 use crate::procfs::{tree_usage, HugeUsage};
+use crate::session::{self, Driver};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -44,6 +45,9 @@ pub struct RunSpec {
     /// Run the command on this CPU only (sched_setaffinity before exec), so that
     /// the measuring process and the machine's housekeeping stay off its core.
     pub cpu: Option<usize>,
+    /// The command is a server: this client drives it, and the run ends when
+    /// the driver does (session.rs). `wall_s` is then the driver's time.
+    pub driver: Option<Driver>,
 }
 
 /// Pause between folio censuses: each reads the whole pagemap of the process.
@@ -62,6 +66,7 @@ impl RunSpec {
             sample_every: Duration::from_millis(25),
             folio_census: false,
             cpu: None,
+            driver: None,
         }
     }
 }
@@ -83,6 +88,10 @@ pub struct RunStats {
     /// when asked for (`RunSpec::folio_census`).
     #[serde(default)]
     pub peak_folios: Vec<(u64, u64)>,
+    /// Why a server's session failed (its driver's failure, or the server's
+    /// death under load); `None` for a plain command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_error: Option<String>,
     #[serde(skip)]
     pub stdout: Vec<u8>,
     #[serde(skip)]
@@ -179,6 +188,7 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
         .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
     let pid = child.id();
     let _tracked = track_child(pid);
+    let driver = spec.driver.as_ref().map(|d| session::start(d, pid));
     let reader = |r: Option<Box<dyn Read + Send>>| {
         r.map(|mut r| {
             std::thread::spawn(move || {
@@ -242,17 +252,29 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     let wall = start.elapsed();
     // The child is reaped: keep std from waiting on it again.
     std::mem::forget(child);
-    let (exit_code, signal) = if libc::WIFEXITED(status) {
+    let (mut exit_code, mut signal) = if libc::WIFEXITED(status) {
         (libc::WEXITSTATUS(status), None)
     } else if libc::WIFSIGNALED(status) {
         (128 + libc::WTERMSIG(status), Some(libc::WTERMSIG(status)))
     } else {
         (-1, None)
     };
+    let mut wall_s = wall.as_secs_f64();
+    let mut session_error = None;
+    if let Some(d) = driver {
+        let o = d.finish();
+        exit_code = o.status(exit_code);
+        if exit_code == 0 {
+            signal = None;
+        }
+        wall_s = o.wall_s;
+        session_error = o.error;
+    }
     Ok(RunStats {
         exit_code,
         signal,
-        wall_s: wall.as_secs_f64(),
+        wall_s,
+        session_error,
         user_s: tv(ru.ru_utime),
         sys_s: tv(ru.ru_stime),
         minor_faults: ru.ru_minflt as u64,

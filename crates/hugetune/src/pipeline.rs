@@ -17,6 +17,7 @@ use hugetune_capture::qemu::{self, Sampling};
 use hugetune_capture::record::{self as rec_mod, Source};
 use hugetune_capture::refs::{RefReader, SamplingKind};
 use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
+use hugetune_capture::session::Driver;
 use hugetune_model::analysis::AnalysisResult;
 use hugetune_model::categorize::Categorizer;
 use hugetune_model::category::Category;
@@ -294,6 +295,7 @@ pub fn record(
     refs: &RefOptions,
     tlb_override: Option<&Path>,
     show_output: bool,
+    driver: Option<&Driver>,
 ) -> Result<ProfileMeta> {
     let program = program_of(argv)?;
     let source = refs.resolve(art)?;
@@ -332,6 +334,7 @@ pub fn record(
         argv,
         dir.path(),
         show_output,
+        driver,
         &mut |seen, _written, pages, t| {
             if tty {
                 if pages > 0 {
@@ -377,7 +380,7 @@ pub fn record(
             c.elapsed.as_secs_f64()
         ));
     }
-    let native = native_run(argv)?;
+    let native = native_run(argv, driver)?;
     let meta = ProfileMeta {
         format: profile::FORMAT.into(),
         version: profile::META_VERSION,
@@ -413,18 +416,27 @@ pub fn record(
     profile::write(out, &meta, &log_bytes, refs, extra)
 }
 
+/// `: why` a server's session failed, or nothing.
+pub fn session_why(r: &RunStats) -> String {
+    r.session_error
+        .as_deref()
+        .map_or(String::new(), |e| format!(": {e}"))
+}
+
 /// The uninstrumented time of a command: the median of three runs when it is short
 /// (short runs are noisy), one run otherwise.
-fn native_run(argv: &[OsString]) -> Result<RunStats> {
+fn native_run(argv: &[OsString], driver: Option<&Driver>) -> Result<RunStats> {
     let mut spec = RunSpec::new(argv.to_vec());
     spec.stdout = Output::Null;
+    spec.driver = driver.cloned();
     let mut runs: Vec<RunStats> = Vec::new();
     while runs.len() < 3 && runs.first().is_none_or(|r| r.wall_s < 2.0) {
         let r = runner::run(&spec).context("running the profiled command natively")?;
         if r.exit_code != 0 {
             bail!(
-                "the profiled command exited with status {} when run natively",
-                r.exit_code
+                "the profiled command exited with status {} when run natively{}",
+                r.exit_code,
+                session_why(&r)
             );
         }
         runs.push(r);
@@ -901,7 +913,7 @@ pub fn analysis_options(simulate: bool) -> AnalysisOptions {
 /// Peak 2 MB pages the runtime library will hold for heap-large objects when
 /// `argv` runs, measured by one record-mode run (no reference tracing). It also
 /// warms the machine up before timed runs.
-pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<Sizing> {
+pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -> Result<Sizing> {
     let dir = tempfile::Builder::new()
         .prefix("hugetune-size.")
         .tempdir()?;
@@ -913,11 +925,13 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString]) -> Result<Sizing> {
         summary: None,
         markers: false,
     });
+    spec.driver = driver.cloned();
     let stats = runner::run(&spec)?;
     if stats.exit_code != 0 {
         bail!(
-            "the command exited with status {} in the sizing run",
-            stats.exit_code
+            "the command exited with status {} in the sizing run{}",
+            stats.exit_code,
+            session_why(&stats)
         );
     }
     let mut out = Sizing {
@@ -1220,12 +1234,15 @@ pub fn validate(
     threshold: u64,
     options: &PlanOptions,
     count: RunCount,
+    driver: Option<&Driver>,
 ) -> Result<Validation> {
     let mut applied = applied_spec(art, argv, assignments, threshold, options, Output::Null)?;
+    applied.spec.driver = driver.cloned();
     // SAFETY: geteuid has no preconditions.
     applied.spec.folio_census = unsafe { libc::geteuid() } == 0;
     let mut baseline = RunSpec::new(argv.to_vec());
     baseline.stdout = Output::Null;
+    baseline.driver = driver.cloned();
     let dir = applied.dir.path().to_path_buf();
     if !assignments.is_empty() {
         // Memory first touched since it was given back (freshly reserved hugetlb
@@ -1237,8 +1254,9 @@ pub fn validate(
         take_summaries(&dir);
         if w.exit_code != 0 {
             note(format!(
-                "warning: the warm-up run exited with status {}",
-                w.exit_code
+                "warning: the warm-up run exited with status {}{}",
+                w.exit_code,
+                session_why(&w)
             ));
         }
     }
@@ -1293,6 +1311,12 @@ pub fn validate(
         .all(|s| s.exit_code == r.baseline[0].exit_code);
     if !codes_match {
         note("warning: exit statuses differ between runs");
+    }
+    // A failed session's time is the time to fail: nothing to compare.
+    for (which, runs) in [("baseline", &r.baseline), ("optimized", &r.optimized)] {
+        if let Some(e) = runs.iter().find_map(|s| s.session_error.as_deref()) {
+            bail!("a {which} run's server session failed: {e}");
+        }
     }
     let b: Vec<f64> = r.baseline.iter().map(|s| s.wall_s).collect();
     let o: Vec<f64> = r.optimized.iter().map(|s| s.wall_s).collect();

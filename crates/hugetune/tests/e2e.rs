@@ -593,3 +593,90 @@ fn the_agent_runs_an_unknown_program_unchanged() {
     assert_ne!(code, 0);
     assert!(err.contains("no profile of"), "{err}");
 }
+
+/// A server is optimized under its client: profiled under qemu while the
+/// driver loads it, sized and validated in sessions timed by the driver, and
+/// seen to fork (Redis's BGSAVE); a failing driver fails optimize with its words.
+#[test]
+fn optimize_profiles_and_validates_a_server_under_its_driver() {
+    let server = "/usr/bin/redis-server";
+    if !Path::new(server).exists() {
+        eprintln!(
+            "SKIPPED server driver: redis-server is not installed (scripts/setup.sh installs it)"
+        );
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("s.db");
+    let bundle = d.path().join("s.htb");
+    let dir = d.path().to_str().unwrap();
+    let client = |keys: &str| {
+        format!("{HUGETUNE} bench redis-client --port {{port}} --keys {keys} --value-bytes 200 --bgsave")
+    };
+    let (driver, profile_driver) = (client("20000"), client("5000"));
+    let mut args = vec![
+        "optimize",
+        "--runs",
+        "1",
+        "--max-runs",
+        "1",
+        "--json",
+        "--bundle",
+        bundle.to_str().unwrap(),
+        "--driver",
+        &driver,
+        "--profile-driver",
+        &profile_driver,
+        "--",
+        server,
+        "--port",
+        "{port}",
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        dir,
+        "--dbfilename",
+        "dump-{port}.rdb",
+    ];
+    let (code, out, err) = hugetune(&db, &args);
+    assert_eq!(code, 0, "optimize failed:\n{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert!(err.contains("the command is a server"), "{err}");
+    assert!(
+        r["profile"]["refs"].as_u64().unwrap() > 1_000_000,
+        "{}",
+        r["profile"]
+    );
+    assert_eq!(
+        r["plan"]["program"]["forks"],
+        Value::Bool(true),
+        "{}",
+        r["plan"]
+    );
+    let times = r["baseline_s"].as_array().unwrap();
+    assert_eq!(times.len(), 1);
+    // The driver's time: 20000 SETs, GETs and a BGSAVE, not the server's life.
+    let t = times[0].as_f64().unwrap();
+    assert!(t > 0.0 && t < 60.0, "{t}");
+    // The stored command keeps the placeholder (the port is per run).
+    assert!(
+        r["command"].to_string().contains("{port}"),
+        "{}",
+        r["command"]
+    );
+
+    let bad = "sh -c 'echo the load failed >&2; exit 3'";
+    let pos = args.iter().position(|a| *a == "--driver").unwrap();
+    args[pos + 1] = bad;
+    args[pos + 3] = bad;
+    let (code, _, err) = hugetune(&db, &args);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("the driver exited with status 3") && err.contains("the load failed"),
+        "{err}"
+    );
+}

@@ -100,6 +100,7 @@ fn run(qemu_bin: &Path, dir: &Path, sampling: Sampling, seed: u64, args: &[&str]
         seed,
         markers: false,
         scratch: dir,
+        driver: None,
     };
     let mut cmd = qemu::command(&spec).unwrap();
     let o = cmd.stdin(Stdio::null()).output().unwrap();
@@ -489,6 +490,7 @@ fn markers_survive_sampling() {
         ],
         d.path(),
         false,
+        None,
         &mut |_, _, _, _| {},
     )
     .unwrap();

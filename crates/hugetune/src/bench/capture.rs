@@ -139,6 +139,7 @@ pub fn capture_speed(quick: bool, runs: usize) -> Result<CaptureReport> {
                                 seed: 0,
                                 markers: false,
                                 scratch: dir.path(),
+                                driver: None,
                             },
                             std::process::Stdio::null(),
                             |_, _| {},

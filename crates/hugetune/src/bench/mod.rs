@@ -152,6 +152,26 @@ enum Suite {
         #[arg(long = "peer-lib", value_name = "PEER=PATH")]
         peer_lib: Vec<String>,
     },
+    /// The suites' Redis client against a server already running on 127.0.0.1:PORT:
+    /// load KEYS values with pipelined SETs, read every key back (each value checked),
+    /// then BGSAVE; exits 1 if anything failed. A driver for `optimize --driver`
+    RedisClient {
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+        keys: u64,
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(8..=(64 << 20)))]
+        value_bytes: u64,
+        /// Commands per pipelined batch
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        batch: u64,
+        /// Also BGSAVE (fork + copy-on-write) and require it to succeed
+        #[arg(long)]
+        bgsave: bool,
+        /// Print the phases as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A figures suite's result: one JSON object, or its rendered table.
@@ -187,6 +207,29 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         Suite::Scaling { opts, threads } => scaling::run(&opts, threads)?,
         Suite::Categories(o) => categories::run(ctx, &o)?,
         Suite::Peers { opts, peer_lib } => peers::run(ctx, &opts, &peer_lib)?,
+        Suite::RedisClient {
+            port,
+            keys,
+            value_bytes,
+            batch,
+            bgsave,
+            json,
+        } => {
+            let job = redis::RedisJob {
+                keys,
+                value_bytes: value_bytes as usize,
+                batch: batch as usize,
+                bgsave,
+            };
+            let out = redis::client(&job, port)?;
+            if json {
+                println!("{}", serde_json::to_string(&out)?);
+            } else {
+                for (phase, s) in &out.phases {
+                    println!("{phase:8} {s:.3} s");
+                }
+            }
+        }
     }
     Ok(0)
 }

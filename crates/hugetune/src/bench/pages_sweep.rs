@@ -128,7 +128,7 @@ fn model_prediction(
         max_pages: None,
         seed: 0,
     };
-    pipeline::record(&art, &cmd, &bundle, &refs, ctx.tlb.as_deref(), false)
+    pipeline::record(&art, &cmd, &bundle, &refs, ctx.tlb.as_deref(), false, None)
         .context("profiling the training input")?;
     let cost = pipeline::cost_model_at(&ctx.db_path, &m)?;
     let an = pipeline::analyze(&bundle, &m.tlb.geometry, &cost)?;

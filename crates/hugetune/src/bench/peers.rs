@@ -22,8 +22,6 @@ use crate::Ctx;
 use anyhow::{bail, Result};
 use hugetune_capture::ab::RunCount;
 use hugetune_capture::launch::PlanOptions;
-use hugetune_model::category::Category;
-use hugetune_model::page::Backing;
 use hugetune_report::svg::{self, Chart, ChartKind, Series};
 use hugetune_report::table;
 use serde_json::json;
@@ -357,22 +355,6 @@ pub fn peer_configs(
     v
 }
 
-/// hugetune's configuration for a program `optimize` cannot run (a server):
-/// what its planner does for a program that forks with heap-small and
-/// heap-large data (no private hugetlb memory: THP for both, `fork-safe thp`).
-pub fn server_plan() -> LibPlan {
-    LibPlan::new(
-        &[
-            (Category::HeapSmall, Backing::Thp2m),
-            (Category::HeapLarge, Backing::Thp2m),
-        ],
-        &PlanOptions::for_program(&hugetune_model::plan::ProgramTraits {
-            forks: true,
-            fork_children: 1,
-        }),
-    )
-}
-
 pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
     let overrides = parse_peer_libs(peer_lib)?;
     let all = workloads(o.quick);
@@ -423,25 +405,52 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
     // itself to grow the pool for its runs).
     let mut optimized: Vec<(String, serde_json::Value, Option<LibPlan>, u64)> = Vec::new();
     for p in &pws {
-        let Job::Work { args } = &p.w.job else {
-            optimized.push((
-                p.w.name.clone(),
-                json!({"note": "hugetune optimize needs a command that ends; a server is not profiled. Applied instead: the planner's choice for a program that forks with heap-small and heap-large data (THP for both, fork-safe thp: no private hugetlb memory at a fork)"}),
-                Some(server_plan()),
-                0,
-            ));
-            continue;
+        let (command, profile_command, driver, profile_driver) = match &p.w.job {
+            Job::Work { args } => {
+                let mut command: Vec<OsString> = vec![art.work.clone().into_os_string()];
+                command.extend(args.iter().map(|a| OsString::from(subst(a))));
+                let mut profile_command: Vec<OsString> = vec![art.work.clone().into_os_string()];
+                profile_command.extend(
+                    p.training
+                        .as_deref()
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .map(|a| OsString::from(subst(a))),
+                );
+                (command, profile_command, None, None)
+            }
+            Job::Program { argv } => {
+                let command: Vec<OsString> = argv.iter().map(|a| subst(a).into()).collect();
+                (command.clone(), command, None, None)
+            }
+            // A server: profiled and validated under the suite's own client, a
+            // tenth of the keys for the profile.
+            Job::Redis(job) => {
+                let mut command: Vec<OsString> = vec![super::redis::server_path()
+                    .map_err(anyhow::Error::msg)?
+                    .into()];
+                command.extend(super::redis::server_args(
+                    hugetune_capture::session::PORT,
+                    scratch.path(),
+                ));
+                let exe: OsString = std::env::current_exe()?.into();
+                let client = |job: &RedisJob| {
+                    let mut v = vec![exe.clone()];
+                    v.extend(super::redis::client_args(job));
+                    v
+                };
+                let training = RedisJob {
+                    keys: (job.keys / 10).max(1000),
+                    ..job.clone()
+                };
+                (
+                    command.clone(),
+                    command,
+                    Some(client(job)),
+                    Some(client(&training)),
+                )
+            }
         };
-        let mut command: Vec<OsString> = vec![art.work.clone().into_os_string()];
-        command.extend(args.iter().map(|a| OsString::from(subst(a))));
-        let mut profile_command: Vec<OsString> = vec![art.work.clone().into_os_string()];
-        profile_command.extend(
-            p.training
-                .as_deref()
-                .unwrap_or_default()
-                .split_whitespace()
-                .map(|a| OsString::from(subst(a))),
-        );
         let opts = optimize::Options {
             command,
             profile_command,
@@ -458,6 +467,8 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
             min_gain: pipeline::DEFAULT_MIN_GAIN,
             bundle: Some(scratch.path().join(format!("{}.htb", p.w.name))),
             refs: pipeline::RefSource::Auto,
+            driver,
+            profile_driver,
         };
         pipeline::note(format!("peers: hugetune optimize on {}", p.w.name));
         match optimize::execute(ctx, &opts) {
@@ -870,11 +881,19 @@ mod tests {
         let hl = &c[4];
         assert_eq!(hl.preload, vec!["/l/libhugetlbfs.so.0".to_string()]);
         assert!(hl.env.contains(&("HUGETLB_MORECORE".into(), "yes".into())));
-        let text = server_plan().text;
-        assert!(
-            text.contains("fork-safe thp") && text.contains("heap-large thp-2m"),
-            "{text}"
-        );
+        // The server is optimized under the suite's client, the same server
+        // arguments the suite's runs use.
+        let job = RedisJob {
+            keys: 10,
+            value_bytes: 64,
+            batch: 5,
+            bgsave: true,
+        };
+        let args = super::super::redis::client_args(&job);
+        assert_eq!(args[..4], ["bench", "redis-client", "--port", "{port}"]);
+        assert!(args.iter().any(|a| a == "--bgsave"));
+        let srv = super::super::redis::server_args("{port}", std::path::Path::new("/s"));
+        assert!(srv.iter().any(|a| a == "dump-{port}.rdb"));
         assert_eq!(workloads(true).len(), 3);
         assert!(workloads(false).iter().filter(|p| p.w.control).count() == 3);
     }

@@ -218,6 +218,56 @@ impl Drop for Server {
     }
 }
 
+/// The server's arguments: `port` (a number, or `{port}` for `optimize
+/// --driver`), no persistence but the BGSAVE's dump, files in `dir`.
+pub fn server_args(port: &str, dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = [
+        "--port",
+        port,
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "no",
+        "--daemonize",
+        "no",
+        "--dir",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    v.push(dir.into());
+    v.push("--dbfilename".into());
+    v.push(format!("dump-{port}.rdb").into());
+    v.push("--logfile".into());
+    v.push(dir.join(format!("redis-{port}.log")).into());
+    v
+}
+
+/// `hugetune bench redis-client` arguments for `job` (port `{port}`), after the
+/// hugetune executable.
+pub fn client_args(job: &RedisJob) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = vec![
+        "bench".into(),
+        "redis-client".into(),
+        "--port".into(),
+        hugetune_capture::session::PORT.into(),
+        "--keys".into(),
+        job.keys.to_string().into(),
+        "--value-bytes".into(),
+        job.value_bytes.to_string().into(),
+        "--batch".into(),
+        job.batch.to_string().into(),
+    ];
+    if job.bgsave {
+        v.push("--bgsave".into());
+    }
+    v
+}
+
 fn spawn(
     server: &Path,
     wrapper: &[String],
@@ -234,18 +284,7 @@ fn spawn(
         }
         None => Command::new(server),
     };
-    let log = dir.join(format!("redis-{port}.log"));
-    cmd.args(["--port", &port.to_string()])
-        .args(["--bind", "127.0.0.1"])
-        .args(["--save", ""])
-        .args(["--appendonly", "no"])
-        .args(["--protected-mode", "no"])
-        .args(["--daemonize", "no"])
-        .arg("--dir")
-        .arg(dir)
-        .args(["--dbfilename", &format!("dump-{port}.rdb")])
-        .arg("--logfile")
-        .arg(&log)
+    cmd.args(server_args(&port.to_string(), dir))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(
@@ -420,6 +459,36 @@ pub fn run(
         format!("redis-{port}.stderr"),
     ] {
         let _ = std::fs::remove_file(dir.join(f));
+    }
+    Ok(out)
+}
+
+/// The suites' client on its own, against a server already running on
+/// 127.0.0.1:`port` (the driver of `optimize --driver`): the job's load, read
+/// and BGSAVE; an error when any of them fails, the BGSAVE included.
+pub fn client(job: &RedisJob, port: u16) -> Result<RedisOutcome> {
+    let mut c =
+        Conn::open(port).with_context(|| format!("connecting to redis on 127.0.0.1:{port}"))?;
+    // A server that loads a dump at start accepts connections before it serves.
+    let t = Instant::now();
+    loop {
+        match c.call(&[b"PING"])? {
+            Reply::Simple(p) if p == "PONG" => break,
+            Reply::Error(e)
+                if e.starts_with("LOADING") && t.elapsed() < Duration::from_secs(600) =>
+            {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            r => bail!("PING answered {r:?}"),
+        }
+    }
+    let mut out = RedisOutcome::default();
+    drive(job, &mut c, &mut out)?;
+    if job.bgsave && out.bgsave_status.as_deref() != Some("ok") {
+        bail!(
+            "the BGSAVE failed (rdb_last_bgsave_status: {})",
+            out.bgsave_status.as_deref().unwrap_or("unknown")
+        );
     }
     Ok(out)
 }

@@ -48,6 +48,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         min_gain: pipeline::DEFAULT_MIN_GAIN,
         bundle: None,
         refs: pipeline::RefSource::Auto,
+        driver: None,
+        profile_driver: None,
     };
     let r = optimize::execute(ctx, &opts)?;
     if a.json {

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use hugetune_capture::kernel_state::{reserve_hugetlb, PoolChange};
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
+use hugetune_capture::session::{self, Driver};
 use hugetune_model::plan;
 use hugetune_model::plan::{Availability, PlanDecision, ProgramTraits};
 use hugetune_model::rank::Prediction;
@@ -37,6 +38,18 @@ pub struct Args {
     /// valgrind), qemu or valgrind; the model needs every reference
     #[arg(long, value_enum, default_value = "auto")]
     refs: pipeline::RefSource,
+    /// The command is a server: run this client against it in every run (the
+    /// profile, the sizing run, each timed run), stop the server with SIGTERM
+    /// when the client ends, and time the client. `{port}` in the command,
+    /// --profile-cmd and the client becomes a free port, and the client then
+    /// starts once the server accepts connections there. E.g.
+    /// --driver "redis-benchmark -p {port} -q -t set,get -n 1000000 -d 500 -r 1000000"
+    #[arg(long, value_name = "CMD")]
+    driver: Option<String>,
+    /// The client for the profiled run (default: --driver): a lighter load for
+    /// the training input
+    #[arg(long, value_name = "CMD", requires = "driver")]
+    profile_driver: Option<String>,
     /// Print one JSON object
     #[arg(long)]
     json: bool,
@@ -54,6 +67,45 @@ pub struct Options {
     pub bundle: Option<PathBuf>,
     /// Where the references come from (`RefOptions::complete`).
     pub refs: pipeline::RefSource,
+    /// The command is a server driven by this client (`{port}` placeholders
+    /// allowed), and by `profile_driver` in the profiled run.
+    pub driver: Option<Vec<OsString>>,
+    pub profile_driver: Option<Vec<OsString>>,
+}
+
+/// The commands of one optimize with `{port}` filled in, and their drivers.
+struct Commands {
+    command: Vec<OsString>,
+    profile_command: Vec<OsString>,
+    driver: Option<Driver>,
+    profile_driver: Option<Driver>,
+}
+
+impl Options {
+    fn commands(&self) -> Result<Commands> {
+        let Some(driver) = &self.driver else {
+            return Ok(Commands {
+                command: self.command.clone(),
+                profile_command: self.profile_command.clone(),
+                driver: None,
+                profile_driver: None,
+            });
+        };
+        let port = session::free_port()?;
+        let make = |argv: &[OsString], server: &[OsString]| {
+            let mut d = Driver::new(session::with_port(argv, port));
+            // The client waits for the port only where the server is told it.
+            d.ready_port = session::names_port(server).then_some(port);
+            d
+        };
+        let profile_driver = self.profile_driver.as_deref().unwrap_or(driver);
+        Ok(Commands {
+            command: session::with_port(&self.command, port),
+            profile_command: session::with_port(&self.profile_command, port),
+            driver: Some(make(driver, &self.command)),
+            profile_driver: Some(make(profile_driver, &self.profile_command)),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -124,7 +176,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         a.min_gain.is_finite() && (0.0..1.0).contains(&a.min_gain),
         "--min-gain must be in [0, 1)"
     );
+    let split = |s: &Option<String>, what: &str| {
+        s.as_deref()
+            .map(|s| pipeline::split_command(s).with_context(|| what.to_string()))
+            .transpose()
+    };
     let opts = Options {
+        driver: split(&a.driver, "--driver")?,
+        profile_driver: split(&a.profile_driver, "--profile-driver")?,
         command: a.command,
         profile_command,
         runs: a.runs.count()?,
@@ -182,13 +241,21 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         .bundle
         .clone()
         .unwrap_or_else(|| default_bundle(&o.profile_command));
+    let cmds = o.commands()?;
+    if cmds.driver.is_some() {
+        pipeline::note(format!(
+            "the command is a server: every run is a session of `{}`, timed by the client",
+            pipeline::display_cmd(&cmds.driver.as_ref().map_or(vec![], |d| d.argv.clone()))
+        ));
+    }
     let meta = pipeline::record(
         &art,
-        &o.profile_command,
+        &cmds.profile_command,
         &bundle,
         &refs,
         ctx.tlb.as_deref(),
         ctx.verbose,
+        cmds.profile_driver.as_ref(),
     )?;
     let an: Analysis = pipeline::analyze(
         &bundle,
@@ -204,7 +271,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     pipeline::note(
         "warm-up run in record mode (sizes the hugetlb pages this input needs; not timed)",
     );
-    let sizing = pipeline::sizing_run(&art, &o.command)?;
+    let sizing = pipeline::sizing_run(&art, &cmds.command, cmds.driver.as_ref())?;
     let ref_pages = sizing.heap_large_pages;
     let small_pages =
         sizing.heap_small_pages(pipeline::heap_small_training(&an.result, &an.predictions));
@@ -266,11 +333,12 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
 
     let validation = pipeline::validate(
         &art,
-        &o.command,
+        &cmds.command,
         &decision.assignments,
         an.threshold,
         &plan_options,
         o.runs,
+        cmds.driver.as_ref(),
     )?;
     let reserved_pages = reserved.as_ref().map_or(0, |r| r.added());
     drop(reserved);

@@ -236,6 +236,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             &refs,
             ctx.tlb.as_deref(),
             ctx.verbose,
+            None,
         )?;
     } else {
         pipeline::note(format!("reusing the profile {}", bundle.display()));

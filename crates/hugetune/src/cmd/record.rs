@@ -44,6 +44,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &refs,
         ctx.tlb.as_deref(),
         ctx.verbose,
+        None,
     )?;
     let next = if meta.ref_sampling == "complete" {
         format!("; next: hugetune analyze {}", a.output.display())

@@ -111,7 +111,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         );
     };
     pipeline::note("sizing run in record mode (the pages this input needs; not timed)");
-    let sizing = pipeline::sizing_run(&art, &a.command)?;
+    let sizing = pipeline::sizing_run(&art, &a.command, None)?;
     // The stored directives keep no allocation statistics: heap-small's pool
     // pages come from the reference run's peak bytes alone.
     st.predictions = pipeline::with_reference_pages(

@@ -42,6 +42,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         st.threshold,
         &PlanOptions::for_program(&st.program).with_sites(&d.sites),
         a.runs.count()?,
+        None,
     )?;
     let confidence = pipeline::learn_from(&db, st.profile_id, &d, &v)?;
     let mapping = d.label();
