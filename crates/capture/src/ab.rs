@@ -171,15 +171,8 @@ pub fn speedup_ci(baseline: &[f64], optimized: &[f64]) -> (f64, f64) {
     if baseline.is_empty() || optimized.is_empty() {
         return (f64::NAN, f64::NAN);
     }
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |n: usize| {
-        // splitmix64
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) % n as u64) as usize
-    };
+    let mut rng = hugetune_model::mrc::synth::Rng(0x9e37_79b9_7f4a_7c15);
+    let mut next = |n: usize| rng.below(n as u64) as usize;
     const RESAMPLES: usize = 2000;
     let mut ratios = Vec::with_capacity(RESAMPLES);
     let (mut rb, mut ro) = (vec![0.0; baseline.len()], vec![0.0; optimized.len()]);

@@ -102,8 +102,9 @@ impl DriverRun {
     }
 }
 
-/// Whether the process `pid` (a child of ours) has exited, without reaping it.
-fn exited(pid: u32) -> bool {
+/// Whether the process `pid` (a child of ours) has exited, without reaping it
+/// (also true once it is reaped).
+pub fn exited(pid: u32) -> bool {
     // SAFETY: waitid with WNOWAIT on our own child, zeroed out-parameter.
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();

@@ -209,16 +209,23 @@ fn record_writes_the_v1_format() {
     let d = tempfile::tempdir().unwrap();
     for name in ["r.txt", "r.txt.zst"] {
         let p = d.path().join(name);
-        // Some allocation pressure while recording.
-        let h = std::thread::spawn(|| {
-            for _ in 0..20 {
-                let v = vec![1u8; 8 << 20];
-                std::hint::black_box(&v);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        });
-        let s = trace::record(&p, Duration::from_millis(400)).unwrap();
+        // Allocation pressure for as long as the recording lasts (record may
+        // first wait for the kernel-state lock that another test holds).
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let h = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let v = vec![1u8; 8 << 20];
+                    std::hint::black_box(&v);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+        };
+        let s = trace::record(&p, Duration::from_millis(400));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
         h.join().unwrap();
+        let s = s.unwrap();
         let raw = std::fs::read(&p).unwrap();
         let text = if name.ends_with(".zst") {
             String::from_utf8(zstd::decode_all(&raw[..]).unwrap()).unwrap()

@@ -22,8 +22,9 @@ fn hugetune(db: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn optimize(db: &Path, work_args: &[&str]) -> Value {
-    let bundle = db.with_extension("htb");
+/// `optimize` with one timed pair, JSON out, the bundle at `bundle`, `options`
+/// before the command.
+fn optimize_args<'a>(bundle: &'a str, options: &[&'a str], command: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "optimize",
         "--runs",
@@ -32,11 +33,19 @@ fn optimize(db: &Path, work_args: &[&str]) -> Value {
         "1",
         "--json",
         "--bundle",
-        bundle.to_str().unwrap(),
-        "--",
-        WORK,
+        bundle,
     ];
-    args.extend_from_slice(work_args);
+    args.extend_from_slice(options);
+    args.push("--");
+    args.extend_from_slice(command);
+    args
+}
+
+fn optimize(db: &Path, work_args: &[&str]) -> Value {
+    let bundle = db.with_extension("htb");
+    let mut command = vec![WORK];
+    command.extend_from_slice(work_args);
+    let args = optimize_args(bundle.to_str().unwrap(), &[], &command);
     let (code, out, err) = hugetune(db, &args);
     assert_eq!(code, 0, "optimize failed:\n{err}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}\n{err}"))
@@ -614,20 +623,7 @@ fn optimize_profiles_and_validates_a_server_under_its_driver() {
         format!("{HUGETUNE} bench redis-client --port {{port}} --keys {keys} --value-bytes 200 --bgsave")
     };
     let (driver, profile_driver) = (client("20000"), client("5000"));
-    let mut args = vec![
-        "optimize",
-        "--runs",
-        "1",
-        "--max-runs",
-        "1",
-        "--json",
-        "--bundle",
-        bundle.to_str().unwrap(),
-        "--driver",
-        &driver,
-        "--profile-driver",
-        &profile_driver,
-        "--",
+    let command = [
         server,
         "--port",
         "{port}",
@@ -642,6 +638,12 @@ fn optimize_profiles_and_validates_a_server_under_its_driver() {
         "--dbfilename",
         "dump-{port}.rdb",
     ];
+    let bundle = bundle.to_str().unwrap();
+    let args = optimize_args(
+        bundle,
+        &["--driver", &driver, "--profile-driver", &profile_driver],
+        &command,
+    );
     let (code, out, err) = hugetune(&db, &args);
     assert_eq!(code, 0, "optimize failed:\n{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
@@ -670,9 +672,11 @@ fn optimize_profiles_and_validates_a_server_under_its_driver() {
     );
 
     let bad = "sh -c 'echo the load failed >&2; exit 3'";
-    let pos = args.iter().position(|a| *a == "--driver").unwrap();
-    args[pos + 1] = bad;
-    args[pos + 3] = bad;
+    let args = optimize_args(
+        bundle,
+        &["--driver", bad, "--profile-driver", bad],
+        &command,
+    );
     let (code, _, err) = hugetune(&db, &args);
     assert_ne!(code, 0);
     assert!(

@@ -380,14 +380,8 @@ pub fn ranking_uncertainty(
     {
         return None;
     }
-    let mut state = seed;
-    let mut next = |n: usize| {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) % n as u64) as usize
-    };
+    let mut rng = crate::mrc::synth::Rng(seed);
+    let mut next = |n: usize| rng.below(n as u64) as usize;
     let m = times.len();
     let mut pmbs: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); m];
     let mut errors = Vec::with_capacity(resamples);

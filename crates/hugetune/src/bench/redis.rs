@@ -8,6 +8,7 @@
 
 use anyhow::{bail, Context, Result};
 use hugetune_capture::kernel_state::track_child;
+use hugetune_capture::session::{exited, free_port};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::TcpStream;
@@ -318,25 +319,6 @@ fn spawn(
         _tracked: track_child(pid),
         reaped: false,
     })
-}
-
-fn exited(pid: u32) -> bool {
-    // SAFETY: waitid with WNOWAIT on our own child, zeroed out-parameter.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let r = libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        );
-        r == 0 && info.si_pid() != 0
-    }
-}
-
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
 }
 
 fn tail(path: &Path, lines: usize) -> String {
