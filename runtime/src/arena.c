@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 
 struct ht_mag ht_arena;
@@ -27,9 +28,26 @@ static uint8_t *g_chunk_b; /* backing per 2 MB chunk */
 static int g_want;
 static _Atomic uint64_t g_chunk_bytes[HT_B_COUNT];
 
+static uintptr_t page_down(uintptr_t x) { return x & ~(uintptr_t)4095; }
+static uintptr_t page_up(uintptr_t x) { return (x + 4095) & ~(uintptr_t)4095; }
+
+/* Opens the boundary bitmap's words for [addr, addr + len), and the word
+ * after them (a chunk's size is read from the two words after its start). */
+static int open_bitmap(uintptr_t addr, size_t len)
+{
+    uintptr_t bm = (uintptr_t)ht_arena.bnd;
+    size_t u0 = (addr - ht_arena.base) >> HT_MAG_UNIT_SHIFT, u1 = (addr + len - ht_arena.base) >> HT_MAG_UNIT_SHIFT;
+    uintptr_t lo = page_down(bm + (u0 >> 6) * 8), hi = page_up(bm + ((u1 >> 6) + 2) * 8);
+    return HT_SYSCALL(SYS_mprotect, (void *)lo, hi - lo, PROT_READ | PROT_WRITE) < 0 ? -1 : 0;
+}
+
 static int commit(void *ctx, uintptr_t addr, size_t len)
 {
     (void)ctx;
+    if (open_bitmap(addr, len) != 0) {
+        ht_stats_error("cannot open the arena's bitmap", "");
+        return -1;
+    }
     for (uintptr_t a = addr; a < addr + len; a += HT_MAG_CHUNK) {
         int b = ht_effective_want(g_want, HT_CAT_HEAP_SMALL, HT_MAG_CHUNK);
         int got = HT_B_NONE;
@@ -80,6 +98,18 @@ void ht_arena_thread_flush(struct ht_mag_tcache *t)
         ht_mag_flush_all(&ht_arena, t);
 }
 
+/* The key that marks free chunks: random per process (the kernel's AT_RANDOM
+ * bytes), so no program's data holds it by design. */
+static uint64_t free_key(uintptr_t base)
+{
+    uint64_t k = 0;
+    const unsigned char *r = (const unsigned char *)getauxval(AT_RANDOM);
+    if (r)
+        memcpy(&k, r + 8, sizeof k);
+    k ^= (uint64_t)base * 0x9e3779b97f4a7c15ull;
+    return k ? k : 1;
+}
+
 int ht_arena_setup(void)
 {
     uint64_t bytes = ht_ap.plan.arena_bytes;
@@ -95,15 +125,25 @@ int ht_arena_setup(void)
         ht_sys_munmap((void *)a, base - a);
     if (a + bytes + HT_MAG_CHUNK > base + bytes)
         ht_sys_munmap((void *)(base + bytes), a + bytes + HT_MAG_CHUNK - (base + bytes));
+    /* Metadata: granule bytes, boundary bitmap, chunk backings. The bitmap
+     * (1/128 of the range: 512 MiB for the default 64 GiB) stays PROT_NONE,
+     * which no overcommit policy charges, until commit() opens the part its
+     * chunks need. */
     size_t meta = ht_mag_bytes_needed_meta(bytes) + bytes / HT_MAG_CHUNK;
-    long m = ht_sys_mmap(NULL, meta, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (ht_mmap_failed(m)) {
+    long m = ht_sys_mmap(NULL, meta, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    uintptr_t gr_end = page_up((uintptr_t)m + ht_mag_meta_granules(bytes));
+    uintptr_t cb = page_down((uintptr_t)m + ht_mag_bytes_needed_meta(bytes));
+    if (ht_mmap_failed(m) ||
+        HT_SYSCALL(SYS_mprotect, (void *)m, gr_end - (uintptr_t)m, PROT_READ | PROT_WRITE) < 0 ||
+        HT_SYSCALL(SYS_mprotect, (void *)cb, (uintptr_t)m + meta - cb, PROT_READ | PROT_WRITE) < 0) {
+        if (!ht_mmap_failed(m))
+            ht_sys_munmap((void *)m, meta);
         ht_sys_munmap((void *)base, bytes);
         ht_stats_error("cannot map the arena's metadata", "");
         return -1;
     }
     g_chunk_b = (uint8_t *)m + ht_mag_bytes_needed_meta(bytes);
-    ht_mag_init(&ht_arena, base, bytes, (uint8_t *)m, commit, NULL);
+    ht_mag_init(&ht_arena, base, bytes, (uint8_t *)m, commit, NULL, free_key(base));
     ht_arena_base = base;
     ht_arena_len = bytes;
     ht_arena_on = 1;

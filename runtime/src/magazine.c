@@ -8,17 +8,24 @@
 /* 16 KiB worth of objects per batch, 1..64 (min(64, max(1, 16384 / class
  * size)); unit_magazine checks the table). */
 const uint8_t ht_mag_batch_tab[HT_MAG_NCLASS] = {
-    64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 60,
-    56, 53, 51, 48, 46, 44, 42, 40, 39, 37, 36, 35, 34, 33, 32, 31,
-    30, 29, 28, 27, 26, 26, 25, 24, 24, 23, 23, 22, 22, 21, 21, 20,
-    20, 20, 19, 19, 18, 18, 18, 17, 17, 17, 17, 16, 16, 16, 16, 14,
-    12, 11, 10, 9, 9, 8, 8, 7, 6, 5, 5, 4, 4, 4, 4, 3,
-    3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1,
+    64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 60, 56, 53, 51,
+    48, 46, 44, 42, 40, 39, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 26, 25,
+    24, 24, 23, 23, 22, 22, 21, 21, 20, 20, 20, 19, 19, 18, 18, 18, 17, 17, 17, 17,
+    16, 16, 16, 16, 15, 15, 15, 15, 14, 14, 14, 14, 14, 13, 13, 13, 13, 13, 12, 12,
+    12, 12, 12, 12, 12, 11, 11, 11, 11, 11, 11, 11, 11, 10, 10, 10, 10, 10, 10, 10,
+    10, 10, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 8, 8, 8, 8, 8, 8, 8,
+    8, 8, 8, 8, 8, 8, 8, 8, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7,
+    7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6,
+    6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 2, 2,
+    2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 };
 
 void ht_mag_init(struct ht_mag *m, uintptr_t base, size_t len, uint8_t *meta,
-                 ht_mag_commit_fn commit, void *ctx)
+                 ht_mag_commit_fn commit, void *ctx, uint64_t key)
 {
     memset(m, 0, sizeof *m);
     m->base = base;
@@ -26,11 +33,29 @@ void ht_mag_init(struct ht_mag *m, uintptr_t base, size_t len, uint8_t *meta,
     m->committed = base;
     m->carve = base;
     m->meta = meta;
+    m->bnd = meta ? (_Atomic uint64_t *)(void *)(meta + ht_mag_meta_granules(len)) : NULL;
+    m->key = key ? key : 0x6a09e667f3bcc909ull;
     m->commit = commit;
     m->ctx = ctx;
     pthread_mutex_init(&m->chunk_lock, NULL);
     for (int c = 0; c < HT_MAG_NCLASS; c++)
         pthread_mutex_init(&m->cls[c].lock, NULL);
+}
+
+size_t ht_mag_span_far(const struct ht_mag *m, size_t u)
+{
+    size_t lim = u + (HT_MAG_SCAN_MAX >> HT_MAG_UNIT_SHIFT);
+    size_t units = (m->end - m->base) >> HT_MAG_UNIT_SHIFT;
+    if (lim > units)
+        lim = units; /* the range's end: the last mark there can be */
+    for (size_t i = ((u + 1) >> 6) + 1; i <= (lim >> 6); i++) {
+        uint64_t w = atomic_load_explicit(&m->bnd[i], memory_order_relaxed);
+        if (w) {
+            size_t x = i * 64 + (size_t)__builtin_ctzll(w);
+            return x <= lim ? (x - u) << HT_MAG_UNIT_SHIFT : 0;
+        }
+    }
+    return 0;
 }
 
 /* The next granule [*lo, *lo + R), committed. Chunk lock held. */
@@ -49,20 +74,24 @@ static int carve_granule(struct ht_mag *m, uintptr_t *lo)
     }
     m->carve = s + R;
     m->meta[(s - m->base) >> HT_MAG_GRANULE_SHIFT] = 1;
+    /* Its first unit starts a chunk (unless its owner's region runs on into
+     * it), and so does the next granule's (nobody owns it yet), which ends
+     * this granule's last chunk. */
+    ht_mag_mark(m, s);
+    ht_mag_mark(m, s + R);
     atomic_fetch_add_explicit(&m->regions, 1, memory_order_relaxed);
     *lo = s;
     return 0;
 }
 
 /* A region's unused tail [top, limit) as a free chunk on the thread's list
- * (too small for one: lost). */
+ * (top is marked; the unit at limit is the next granule's first, marked). */
 static void retire(struct ht_mag *m, struct ht_mag_tcache *t, uintptr_t top, uintptr_t limit)
 {
-    if (limit == 0 || limit - top < HT_MAG_MIN_CHUNK + 8)
+    if (limit == 0 || limit - top < HT_MAG_MIN_CHUNK)
         return;
-    size_t s = limit - top - 8; /* top is 8 mod 16, limit 0 mod 16 */
-    ht_mag_set_hdr(top, s, HT_MAG_FREE);
-    ht_mag_push(m, t, (void *)(top + 8), s);
+    ht_mag_set_free(m, (void *)top);
+    ht_mag_push(m, t, (void *)top, limit - top);
 }
 
 /* Gives the thread a region with room for `need` bytes at its top: the next
@@ -75,6 +104,8 @@ static int new_region(struct ht_mag *m, struct ht_mag_tcache *t, size_t need)
     pthread_mutex_lock(&m->chunk_lock);
     if (olim != 0 && olim == m->carve && otop + need <= olim + R && carve_granule(m, &lo) == 0) {
         t->limit = olim + R;
+        if (otop != olim)
+            ht_mag_unmark(m, olim); /* the next chunk spans the two granules */
         atomic_fetch_add_explicit(&m->adjacent, 1, memory_order_relaxed);
         pthread_mutex_unlock(&m->chunk_lock);
         return 0;
@@ -95,7 +126,7 @@ static int new_region(struct ht_mag *m, struct ht_mag_tcache *t, size_t need)
             pthread_mutex_unlock(&m->chunk_lock);
             return -1;
         }
-        top = lo + 8; /* first user pointer 16 bytes into the granule */
+        top = lo; /* marked by the carve */
         limit = lo + R;
     }
     pthread_mutex_unlock(&m->chunk_lock);
@@ -124,14 +155,18 @@ static void refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
     t->n[c] = (uint16_t)(t->n[c] + got);
 }
 
-static void *bump(struct ht_mag_tcache *t, size_t s, int *fresh)
+/* The next s bytes of the region (they fit): a chunk; its end marked unless
+ * it is the region's limit (the next granule's first unit, marked already,
+ * and not this thread's to write). */
+static void *bump(struct ht_mag *m, struct ht_mag_tcache *t, size_t s, int *fresh)
 {
     uintptr_t top = t->top;
     t->top = top + s;
-    ht_mag_set_hdr(top, s, HT_MAG_LIVE);
+    if (top + s < t->limit)
+        ht_mag_mark(m, top + s);
     if (fresh)
         *fresh = 1;
-    return (void *)(top + 8);
+    return (void *)top;
 }
 
 void *ht_mag_alloc_slow(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, int *fresh)
@@ -146,7 +181,7 @@ void *ht_mag_alloc_slow(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, int
     if (p) {
         t->head[c] = *(void **)p;
         t->n[c]--;
-        ht_mag_set_tag(p, HT_MAG_LIVE);
+        ht_mag_set_live(p);
         if (fresh)
             *fresh = 0;
         return p;
@@ -155,7 +190,7 @@ void *ht_mag_alloc_slow(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, int
         atomic_fetch_add_explicit(&m->full, 1, memory_order_relaxed);
         return NULL;
     }
-    return bump(t, s, fresh);
+    return bump(m, t, s, fresh);
 }
 
 void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, size_t align)
@@ -167,18 +202,17 @@ void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, 
     size_t s = ht_mag_chunk_size(n);
     for (int tries = 0; tries < 2; tries++) {
         uintptr_t top = t->top;
-        uintptr_t c0 = ((top + 8 + align - 1) & ~(uintptr_t)(align - 1)) - 8;
-        if (c0 != top && c0 - top < HT_MAG_MIN_CHUNK)
-            c0 += align; /* the gap must hold a chunk */
+        uintptr_t c0 = (top + align - 1) & ~(uintptr_t)(align - 1);
         if (t->limit != 0 && c0 + s <= t->limit) {
-            if (c0 != top) {
-                ht_mag_set_hdr(top, c0 - top, HT_MAG_FREE);
-                ht_mag_push(m, t, (void *)(top + 8), c0 - top);
+            if (c0 != top) { /* the gap [top, c0): a free chunk (top is marked) */
+                ht_mag_mark(m, c0);
+                ht_mag_set_free(m, (void *)top);
+                ht_mag_push(m, t, (void *)top, c0 - top);
             }
             t->top = c0;
-            return bump(t, s, NULL);
+            return bump(m, t, s, NULL);
         }
-        if (new_region(m, t, s + align + HT_MAG_MIN_CHUNK) != 0)
+        if (new_region(m, t, s + align) != 0)
             break;
     }
     atomic_fetch_add_explicit(&m->full, 1, memory_order_relaxed);
@@ -187,17 +221,20 @@ void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, 
 
 int ht_mag_grow(struct ht_mag *m, struct ht_mag_tcache *t, void *p, size_t n)
 {
-    uint64_t h = ht_mag_live_hdr(m, p);
-    if (h == 0 || n > HT_MAG_MAX)
+    size_t s = ht_mag_live_size(m, p);
+    if (s == 0 || n > HT_MAG_MAX)
         return 0;
-    uintptr_t c0 = (uintptr_t)p - 8;
-    size_t s = (uint32_t)h, ns = ht_mag_chunk_size(n);
+    uintptr_t c0 = (uintptr_t)p;
+    size_t ns = ht_mag_chunk_size(n);
     if (ns <= s)
         return 1;
     if (c0 + s != t->top || c0 + ns > t->limit)
         return 0;
+    /* c0 + s = top < limit: marked by this thread */
+    ht_mag_unmark(m, c0 + s);
     t->top = c0 + ns;
-    ht_mag_set_hdr(c0, ns, HT_MAG_LIVE);
+    if (c0 + ns < t->limit)
+        ht_mag_mark(m, c0 + ns);
     return 1;
 }
 

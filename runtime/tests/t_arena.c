@@ -5,9 +5,10 @@
  * Makes 32 MiB of small allocations (16..1024 bytes) in the main thread, then
  * N threads allocate, check and free objects of every class (32 KiB at most),
  * freeing some of each other's (cross-thread frees). Checks: arena objects
- * lie in one range and are 16-byte aligned; consecutive allocations of up to
- * 1016 bytes (glibc's tcache sizes) are adjacent and spaced like glibc's
- * chunks (max(32, (n + 23) & ~15)), as under glibc itself; malloc_usable_size >= request; calloc zeroes reused memory;
+ * lie in one range and are 16-byte aligned; consecutive allocations are
+ * adjacent, spaced by their size rounded up to 16 (the arena's headerless
+ * chunks; glibc's heap would add its 8-byte size field); malloc_usable_size
+ * >= request; calloc zeroes reused memory;
  * realloc within and across classes keeps the contents; posix_memalign,
  * aligned_alloc and memalign return aligned blocks (up to 4 KiB from the
  * arena, larger alignments from the allocator behind us); objects above
@@ -79,10 +80,10 @@ int main(int argc, char **argv)
         objs[i] = malloc(n);
         if (!objs[i])
             die("malloc");
-        size_t pn = 16 + ((i - 1) * 37) % 1009, chunk = (pn + 23) & ~(size_t)15;
-        if (i > 0 && pn <= 1016) {
+        size_t pn = 16 + ((i - 1) * 37) % 1009, chunk = (pn + 15) & ~(size_t)15;
+        if (i > 0) {
             pairs++;
-            adjacent += (uintptr_t)objs[i] - (uintptr_t)objs[i - 1] == (chunk < 32 ? 32 : chunk);
+            adjacent += (uintptr_t)objs[i] - (uintptr_t)objs[i - 1] == chunk;
         }
         memset(objs[i], (int)(i & 0xff), n);
         ok &= ((uintptr_t)objs[i] & 15) == 0;
@@ -159,8 +160,8 @@ int main(int argc, char **argv)
         backing = si.private_hugetlb_kb * 1024 >= (long)((hi - lo) * 9 / 10);
     else if (want && strcmp(want, "thp-2m") == 0)
         backing = si.anon_huge_kb * 1024 >= (long)((hi - lo) / 2);
-    /* in allocation order, adjacent with glibc's spacing (the arena's regions
-     * of one thread follow each other; glibc's heap grows in place) */
+    /* in allocation order, adjacent (the arena's regions of one thread
+     * follow each other) */
     int adjacent_ok = !arena || adjacent >= pairs - pairs / 1000;
     ok = ok && calloc_ok && realloc_ok && al_ok && big_ok && bad == 0 && backing && adjacent_ok;
     printf("{\"pid\":%ld,\"span\":%lu,\"adjacent\":%u,\"pairs\":%u,", (long)getpid(),

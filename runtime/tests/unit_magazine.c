@@ -1,5 +1,6 @@
 /* unit_magazine.c - the small-object arena on ordinary memory: size classes,
- * glibc-like chunk spacing in allocation order (across granules), LIFO reuse,
+ * headerless 16-byte chunk spacing in allocation order (across granules, the
+ * boundary bitmap giving every object's size), LIFO reuse,
  * global lists and cross-thread frees, usable sizes, aligned requests,
  * in-place growth, zero fresh memory, robustness against bad frees,
  * exhaustion, thread exit (stash), a seeded property test that checks every
@@ -40,7 +41,7 @@ static void arena_setup(size_t len, size_t commit_limit)
     g_commits = 0;
     g_committed = 0;
     g_commit_limit = commit_limit;
-    ht_mag_init(&M, (uintptr_t)g_mem, len, g_meta, commit, NULL);
+    ht_mag_init(&M, (uintptr_t)g_mem, len, g_meta, commit, NULL, 0x5eed5eed5eed5eedull);
 }
 
 static void arena_done(void)
@@ -49,10 +50,11 @@ static void arena_done(void)
     free(g_meta);
 }
 
-static size_t glibc_chunk(size_t n)
+/* The chunk of an n-byte request up to 4 KiB: n rounded up to 16, at least 16. */
+static size_t exact_chunk(size_t n)
 {
-    size_t s = (n + 8 + 15) & ~(size_t)15;
-    return s < 32 ? 32 : s;
+    size_t s = (n + 15) & ~(size_t)15;
+    return s < 16 ? 16 : s;
 }
 
 /* xorshift64*: the property tests' fixed-seed generator */
@@ -72,7 +74,7 @@ static size_t rnd_size(void)
     switch (r & 7) {
     case 0: return (r >> 8) % 25;                 /* minimum chunks */
     case 1: return (r >> 8) % (HT_MAG_MAX + 1);   /* anything */
-    case 2: return 1000 + (r >> 8) % 3000;        /* coarse classes */
+    case 2: return 4000 + (r >> 8) % 12000;       /* coarse classes */
     default: return 1 + (r >> 8) % 1024;          /* exact classes */
     }
 }
@@ -90,8 +92,8 @@ static void test_classes(void)
             bad++; /* a freed chunk serves every request of its list */
         if (f + 1 < HT_MAG_NCLASS && ht_mag_class_size(f + 1) <= s)
             bad++; /* ... and goes to the largest list it can */
-        if (s <= 1024 && (c != f || ht_mag_class_size(c) != s))
-            bad++; /* exact to 16 bytes up to 1 KiB */
+        if (s <= HT_MAG_EXACT && (c != f || ht_mag_class_size(c) != s))
+            bad++; /* exact to 16 bytes up to 4 KiB */
         if (ht_mag_class_size(c) * 8 > s * 9 + 1024)
             bad++; /* coarse classes waste at most 1/8 */
     }
@@ -103,22 +105,24 @@ static void test_classes(void)
         size_t b = 16384 / sz;
         CHECK(ht_mag_batch(c) == (b < 1 ? 1 : b > 64 ? 64 : b));
     }
-    CHECK(ht_mag_class_size(0) == 32 && ht_mag_class_size(HT_MAG_NCLASS - 1) == HT_MAG_MAX_CHUNK);
+    CHECK(ht_mag_class_size(0) == 16 && ht_mag_class_size(HT_MAG_NCLASS - 1) == HT_MAG_MAX_CHUNK);
     CHECK(ht_mag_chunk_size(HT_MAG_MAX) == HT_MAG_MAX_CHUNK);
-    /* glibc's request2size on x86-64 up to 1 KiB, above it the class size */
+    /* n rounded up to 16 up to 4 KiB, above it the class size */
     bad = 0;
     for (size_t n = 0; n <= HT_MAG_MAX; n++) {
         int c;
         size_t s = ht_mag_req(n, &c);
-        bad += s != ht_mag_chunk_size(n) || c != ht_mag_class(glibc_chunk(n)) || s != ht_mag_class_size(c);
-        bad += n <= 1016 ? s != glibc_chunk(n) : glibc_chunk(n) <= 1024;
+        bad += s != ht_mag_chunk_size(n) || c != ht_mag_class(exact_chunk(n)) || s != ht_mag_class_size(c);
+        bad += n <= HT_MAG_EXACT ? s != exact_chunk(n) : s < n || s * 8 > n * 9 + 16 * 9;
     }
     CHECK(bad == 0);
-    CHECK(ht_mag_chunk_size(24) == 32 && ht_mag_chunk_size(25) == 48 && ht_mag_chunk_size(100) == 112);
+    CHECK(ht_mag_chunk_size(0) == 16 && ht_mag_chunk_size(16) == 16 && ht_mag_chunk_size(17) == 32);
+    CHECK(ht_mag_chunk_size(24) == 32 && ht_mag_chunk_size(100) == 112 && ht_mag_chunk_size(506) == 512);
+    CHECK(ht_mag_chunk_size(4096) == 4096 && ht_mag_chunk_size(4097) == 4608);
 }
 
-/* Consecutive allocations of one thread are adjacent, spaced like glibc's
- * chunks, across granule (region) boundaries; usable size = chunk - 8. */
+/* Consecutive allocations of one thread are adjacent, spaced by their size
+ * rounded to 16, across granule (region) boundaries; usable size = chunk. */
 static void test_layout(void)
 {
     arena_setup(8u << 20, (size_t)-1);
@@ -134,12 +138,12 @@ static void test_layout(void)
         if (!p)
             break;
         if (i == 0)
-            CHECK((uintptr_t)p == M.base + 16); /* like glibc's first chunk */
+            CHECK((uintptr_t)p == M.base); /* no header */
         if (prev && p - prev != (ptrdiff_t)ht_mag_chunk_size(n_prev))
             bad_gap++;
-        if (prev && n_prev <= 1016 && p - prev != (ptrdiff_t)glibc_chunk(n_prev))
+        if (prev && n_prev <= HT_MAG_EXACT && p - prev != (ptrdiff_t)exact_chunk(n_prev))
             bad_gap++;
-        bad_use += ht_mag_usable(&M, p) != ht_mag_chunk_size(n) - 8;
+        bad_use += ht_mag_usable(&M, p) != ht_mag_chunk_size(n);
         bad_align += ((uintptr_t)p & 15) != 0;
         memset(p, 0x5a, ht_mag_usable(&M, p)); /* all of it is ours */
         prev = p;
@@ -152,8 +156,12 @@ static void test_layout(void)
     /* one thread: every new granule extended its region */
     CHECK(M.regions >= 48 && M.adjacent == M.regions - 1);
     CHECK(g_commits == 2 && g_committed == 2 * HT_MAG_CHUNK);
-    /* headers survived the payload writes */
-    CHECK(ht_mag_usable(&M, prev) == ht_mag_chunk_size(n_prev) - 8);
+    /* every object's size still comes out of the bitmap (objects spanning
+     * granules included) */
+    bad_use = 0;
+    for (char *q = (char *)M.base; q < prev; q += ht_mag_usable(&M, q))
+        bad_use += ht_mag_usable(&M, q) == 0;
+    CHECK(bad_use == 0 && ht_mag_usable(&M, prev) == ht_mag_chunk_size(n_prev));
     arena_done();
 }
 
@@ -175,13 +183,17 @@ static void test_reuse(void)
     CHECK(d == c + 48); /* list empty: back to the region */
     /* a coarse class: chunks have the class size and serve every request
      * of the class */
-    char *e = ht_mag_alloc(&M, &t, 1160); /* glibc: 1184, class 1280 */
-    CHECK(e == d + 112 && ht_mag_usable(&M, e) == 1272);
+    char *e = ht_mag_alloc(&M, &t, 4200); /* class 4608 */
+    CHECK(e == d + 112 && ht_mag_usable(&M, e) == 4608);
     ht_mag_free(&M, &t, e);
-    char *f = ht_mag_alloc(&M, &t, 1300); /* chunk 1312: class 1408 */
-    CHECK(f != e && f == e + 1280);
-    char *g = ht_mag_alloc(&M, &t, 1150); /* chunk 1168: class 1280 */
-    CHECK(g == e && ht_mag_usable(&M, g) == 1272);
+    char *f = ht_mag_alloc(&M, &t, 5000); /* class 5120 */
+    CHECK(f != e && f == e + 4608);
+    char *g = ht_mag_alloc(&M, &t, 4150); /* class 4608 */
+    CHECK(g == e && ht_mag_usable(&M, g) == 4608);
+    /* exact classes: a freed chunk serves its own size only */
+    char *h = ht_mag_alloc(&M, &t, 1900);
+    ht_mag_free(&M, &t, h);
+    CHECK(ht_mag_alloc(&M, &t, 1870) != h && ht_mag_alloc(&M, &t, 1890) == h);
     /* flushing */
     int cl = ht_mag_class(ht_mag_chunk_size(24));
     unsigned bt = ht_mag_batch(cl);
@@ -204,27 +216,31 @@ static void test_reuse(void)
     arena_done();
 }
 
-/* A region's tail can be a free chunk larger than any request's (up to a
- * granule): reused, it is a live object like any other. */
-static void test_big_tail(void)
+/* A region's tail becomes a free chunk that ends where the next granule
+ * (another thread's) starts: its size comes from that granule's first mark.
+ * Reused, it is a live object like any other. */
+static void test_tail(void)
 {
     arena_setup(4u << 20, (size_t)-1);
     struct ht_mag_tcache a = {0}, b = {0};
-    CHECK(ht_mag_alloc(&M, &a, 16) && ht_mag_alloc(&M, &b, 16)); /* b carves after a */
+    CHECK(ht_mag_alloc(&M, &a, 2000) && ht_mag_alloc(&M, &b, 16)); /* b carves after a */
     char *x = ht_mag_alloc(&M, &a, 30000);
+    char *w = ht_mag_alloc(&M, &a, HT_MAG_MAX); /* up to 48 bytes before b's granule */
     uintptr_t top = a.top;
-    size_t tail = a.limit - a.top - 8;
-    CHECK(tail > HT_MAG_MAX_CHUNK && tail < HT_MAG_MAX_CHUNK + HT_MAG_ALIGN_MAX);
-    /* an aligned request that does not fit: a new granule, the tail retired */
-    char *y = ht_mag_alloc_aligned(&M, &a, HT_MAG_MAX, HT_MAG_ALIGN_MAX);
-    CHECK(y && ((uintptr_t)y & (HT_MAG_ALIGN_MAX - 1)) == 0 && (uintptr_t)y > top);
-    char *z = ht_mag_alloc(&M, &a, HT_MAG_MAX);
-    CHECK((uintptr_t)z == top + 8 && ht_mag_usable(&M, z) == tail - 8);
-    memset(z, 0x3c, tail - 8);
+    CHECK(w && a.limit - top == 48);
+    /* 112 bytes do not fit: a new granule, the 48-byte tail retired */
+    char *y = ht_mag_alloc(&M, &a, 100);
+    CHECK(y && (uintptr_t)y == M.base + 2 * HT_MAG_GRANULE);
+    char *z = ht_mag_alloc(&M, &a, 40);
+    CHECK((uintptr_t)z == top && ht_mag_usable(&M, z) == 48);
+    memset(z, 0x3c, 48);
     ht_mag_free(&M, &a, z);
-    CHECK(ht_mag_usable(&M, z) == 0 && a.n[HT_MAG_NCLASS - 1] == 1);
-    CHECK(ht_mag_alloc(&M, &a, HT_MAG_MAX - 4) == z && ht_mag_grow(&M, &a, z, HT_MAG_MAX));
-    CHECK(ht_mag_usable(&M, x) == ht_mag_chunk_size(30000) - 8);
+    CHECK(ht_mag_usable(&M, z) == 0 && a.n[ht_mag_class(48)] == 1);
+    CHECK(ht_mag_alloc(&M, &a, 33) == z && ht_mag_usable(&M, z) == 48);
+    /* b's objects are untouched by all this */
+    char *v = ht_mag_alloc(&M, &b, 16);
+    CHECK((uintptr_t)v == M.base + HT_MAG_GRANULE + 16 && ht_mag_usable(&M, v) == 16);
+    CHECK(ht_mag_usable(&M, x) == ht_mag_chunk_size(30000) && ht_mag_usable(&M, w) == HT_MAG_MAX);
     arena_done();
 }
 
@@ -269,7 +285,7 @@ static void test_cross_thread(void)
     int missing = 0;
     uintptr_t top = t.top;
     for (int i = 0; i < XT_N; i++) {
-        uintptr_t p = (uintptr_t)ht_mag_alloc(&M, &t, 185 + i % 16);
+        uintptr_t p = (uintptr_t)ht_mag_alloc(&M, &t, 193 + i % 16);
         missing += bsearch(&p, sorted, XT_N, sizeof sorted[0], xt_cmp) == NULL;
     }
     CHECK(missing == 0 && t.top == top && M.carve == carve && M.nfree[cl] < ht_mag_batch(cl));
@@ -290,9 +306,15 @@ static void test_bad_free(void)
     CHECK(t.n[cl] == 1);
     ht_mag_free(&M, &t, b + 16); /* inside an object */
     ht_mag_free(&M, &t, b + 8);  /* misaligned */
-    ht_mag_free(&M, &t, (char *)g_mem);                        /* the range's first byte */
+    ht_mag_free(&M, &t, (char *)g_mem + 1);                    /* the range's second byte */
     ht_mag_free(&M, &t, (char *)g_mem + (3u << 20));           /* not carved */
-    CHECK(t.n[cl] == 1 && ht_mag_usable(&M, b) == 72);
+    CHECK(t.n[cl] == 1 && ht_mag_usable(&M, b) == 64 && ht_mag_usable(&M, a) == 0);
+    /* a live object whose bytes 8..15 held the key was... never: malloc
+     * clears it when the chunk is handed out again */
+    char *a2 = ht_mag_alloc(&M, &t, 64);
+    CHECK(a2 == a && ht_mag_usable(&M, a2) == 64);
+    ht_mag_free(&M, &t, a2);
+    CHECK(t.n[cl] == 1);
     CHECK(ht_mag_usable(&M, b + 16) == 0 && ht_mag_usable(&M, (char *)g_mem + (3u << 20)) == 0);
     arena_done();
 }
@@ -307,7 +329,7 @@ static void test_aligned(void)
         size_t al = (size_t)32 << (rnd() % 8); /* 32 .. 4096 */
         size_t n = rnd_size();
         char *p = ht_mag_alloc_aligned(&M, &t, n, al);
-        if (!p || ((uintptr_t)p & (al - 1)) || ht_mag_usable(&M, p) != ht_mag_chunk_size(n) - 8)
+        if (!p || ((uintptr_t)p & (al - 1)) || ht_mag_usable(&M, p) != ht_mag_chunk_size(n))
             bad++;
         else
             memset(p, 0x77, n);
@@ -341,7 +363,7 @@ static void test_fresh_grow(void)
     CHECK(zero);
     memset(p, 0xff, 500);
     /* grows at the region's top, the new bytes zero */
-    CHECK(ht_mag_grow(&M, &t, p, 3000) && ht_mag_usable(&M, p) == ht_mag_chunk_size(3000) - 8);
+    CHECK(ht_mag_grow(&M, &t, p, 3000) && ht_mag_usable(&M, p) == ht_mag_chunk_size(3000));
     zero = 1;
     for (int i = 500; i < 3000; i++)
         zero &= p[i] == 0;
@@ -351,11 +373,11 @@ static void test_fresh_grow(void)
     CHECK(!ht_mag_grow(&M, &t, p, 4000)); /* not the last any more */
     CHECK(ht_mag_grow(&M, &t, p, 100));   /* fits already */
     CHECK(!ht_mag_grow(&M, &t, q, HT_MAG_MAX + 1));
-    /* the freed chunk serves requests of its class (2817 .. 3072) */
+    /* the freed chunk serves requests of its class (2993 .. 3008) */
     ht_mag_free(&M, &t, p);
     CHECK(ht_mag_alloc_fast(&M, &t, 3100, &fresh) != p);
-    p = ht_mag_alloc_fast(&M, &t, 2900, &fresh);
-    CHECK(p && fresh == 0 && p[100] == 0xff && ht_mag_usable(&M, p) == 3072 - 8);
+    p = ht_mag_alloc_fast(&M, &t, 2995, &fresh);
+    CHECK(p && fresh == 0 && p[100] == 0xff && ht_mag_usable(&M, p) == 3008);
     /* a whole region's worth of fresh objects, across granules: all zero */
     zero = 1;
     for (int i = 0; i < 4000; i++) {
@@ -383,8 +405,8 @@ static void test_exhaustion(void)
         got++;
         last = p;
     }
-    /* one run of chunks from base + 8 to the end of the committed chunk */
-    CHECK(got == (HT_MAG_CHUNK - 8) / 1008 && M.full > 0 && g_commits == 1);
+    /* one run of chunks from base to the end of the committed chunk */
+    CHECK(got == HT_MAG_CHUNK / 1008 && M.full > 0 && g_commits == 1);
     /* the tail still serves small requests; larger or aligned ones fail */
     CHECK(ht_mag_alloc(&M, &t, 16) != NULL);
     CHECK(ht_mag_alloc(&M, &t, 5000) == NULL && ht_mag_alloc_aligned(&M, &t, 100, 4096) == NULL);
@@ -398,11 +420,11 @@ static void test_exhaustion(void)
     memset(&t, 0, sizeof t);
     while ((p = ht_mag_alloc(&M, &t, 30000)) != NULL)
         got++;
-    CHECK(got == (HT_MAG_CHUNK - 8) / ht_mag_chunk_size(30000) && M.full > 0 && M.carve == M.end);
+    CHECK(got == HT_MAG_CHUNK / ht_mag_chunk_size(30000) && M.full > 0 && M.carve == M.end);
     arena_done();
     /* an arena that is off owns nothing and serves nothing */
     struct ht_mag off;
-    ht_mag_init(&off, 0, 0, NULL, commit, NULL);
+    ht_mag_init(&off, 0, 0, NULL, commit, NULL, 0);
     struct ht_mag_tcache u = {0};
     CHECK(!ht_mag_owns(&off, (void *)0x1000) && ht_mag_alloc(&off, &u, 10) == NULL);
     CHECK(ht_mag_alloc_aligned(&off, &u, 10, 64) == NULL && ht_mag_usable(&off, (void *)0x1000) == 0);
@@ -421,13 +443,13 @@ static void test_stash(void)
     uint64_t regions = M.regions;
     int fresh = 0;
     unsigned char *q = ht_mag_alloc_slow(&M, &b, 200, &fresh);
-    CHECK((uintptr_t)q == top + 8 && M.stash == 0 && M.regions == regions);
+    CHECK((uintptr_t)q == top && M.stash == 0 && M.regions == regions);
     CHECK(q - (unsigned char *)p == 112);
     /* the stash's link words were cleared: fresh memory is zero */
     int zero = fresh == 1;
     for (size_t k = 0; k < ht_mag_usable(&M, q); k++)
         zero &= q[k] == 0;
-    CHECK(zero && ht_mag_usable(&M, q) == glibc_chunk(200) - 8);
+    CHECK(zero && ht_mag_usable(&M, q) == exact_chunk(200));
     ht_mag_free(&M, &b, q);
     ht_mag_flush_all(&M, &b);
     arena_done();
@@ -438,7 +460,7 @@ static void test_stash(void)
  * random (as threads: regions interleave, tails and frees cross); every live
  * object is filled with its own pattern over its whole usable size and
  * checked before it is freed and at the end; no two live objects overlap
- * (headers included). */
+ * (whole chunks). */
 #define PT_SLOTS 2048
 struct pt_obj {
     unsigned char *p;
@@ -534,7 +556,7 @@ static void test_property(void)
     qsort(live, nl, sizeof live[0], cmp_obj);
     long overlap = 0;
     for (size_t i = 1; i < nl; i++)
-        overlap += live[i - 1].p + ht_mag_usable(&M, live[i - 1].p) + 8 > live[i].p;
+        overlap += live[i - 1].p + ht_mag_usable(&M, live[i - 1].p) > live[i].p;
     CHECK(bad == 0 && overlap == 0 && allocs > 50000 && grown > 0 && nl > 100);
     /* lists are consistent: every listed chunk is a free chunk of a size
      * its class serves */
@@ -548,10 +570,11 @@ static void test_property(void)
     for (int c = 0; c < HT_MAG_NCLASS; c++) {
         uint32_t n = 0;
         for (char *p = M.cls[c].free; p; p = *(char **)p) {
-            uint64_t h;
-            memcpy(&h, p - 8, 8);
-            badlist += (uint32_t)(h >> 32) != HT_MAG_FREE || (uint32_t)h < ht_mag_class_size(c) ||
-                       ht_mag_class_floor((uint32_t)h) != c;
+            uint64_t k;
+            memcpy(&k, p + 8, 8);
+            size_t sz = ht_mag_span(&M, ((uintptr_t)p - M.base) >> HT_MAG_UNIT_SHIFT);
+            badlist += k != M.key || ht_mag_usable(&M, p) != 0 || sz < ht_mag_class_size(c) ||
+                       ht_mag_class_floor(sz) != c;
             n++;
         }
         badlist += n != M.nfree[c];
@@ -649,7 +672,7 @@ int main(void)
     test_classes();
     test_layout();
     test_reuse();
-    test_big_tail();
+    test_tail();
     test_cross_thread();
     test_bad_free();
     test_aligned();
