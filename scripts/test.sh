@@ -12,7 +12,7 @@ echo "== format and lint"
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
-echo "== runtime library: C unit tests, plain and with ASan/UBSan"
+echo "== runtime library: C unit tests, plain and with ASan/UBSan (the arena also with TSan)"
 make -C runtime BUILD_DIR="$PWD/target/c-check/runtime" check
 
 echo "== runtime library: fuzz corpus regression (plain and with ASan/UBSan)"
