@@ -907,6 +907,7 @@ pub fn analysis_options(simulate: bool) -> AnalysisOptions {
         mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
         simulate,
         sites: vec![],
+        threads: 0,
     }
 }
 

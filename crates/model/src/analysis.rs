@@ -525,6 +525,58 @@ impl Analyzer {
         self.refs
     }
 
+    /// Mappings analysed.
+    pub fn len(&self) -> usize {
+        self.mappings.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mappings.is_empty()
+    }
+
+    /// Splits the mappings into `n` analyzers of consecutive mappings (at least
+    /// one each, fewer analyzers when there are fewer mappings). Every mapping's
+    /// state is its own, so each part can be fed the same references on a thread
+    /// of its own; [`Analyzer::join`] puts them back in order.
+    pub fn split(self, n: usize) -> Vec<Analyzer> {
+        let n = n.clamp(1, self.mappings.len().max(1));
+        let per = self.mappings.len().div_ceil(n).max(1);
+        let mut rest = self.mappings;
+        let mut parts = Vec::with_capacity(n);
+        while !rest.is_empty() {
+            let tail = rest.split_off(per.min(rest.len()));
+            parts.push(Analyzer {
+                static_segments: self.static_segments.clone(),
+                mappings: rest,
+                levels: self.levels,
+                refs: self.refs,
+                last: self.last,
+            });
+            rest = tail;
+        }
+        if parts.is_empty() {
+            parts.push(Analyzer {
+                static_segments: self.static_segments,
+                mappings: Vec::new(),
+                levels: self.levels,
+                refs: self.refs,
+                last: self.last,
+            });
+        }
+        parts
+    }
+
+    /// The parts of [`Analyzer::split`], fed the same references, as one analyzer.
+    pub fn join(parts: Vec<Analyzer>) -> Analyzer {
+        let mut it = parts.into_iter();
+        let mut first = it.next().expect("split gives at least one part");
+        for p in it {
+            debug_assert_eq!(p.refs, first.refs, "parts fed different streams");
+            first.mappings.extend(p.mappings);
+        }
+        first
+    }
+
     pub fn finish(self) -> Vec<MappingResult> {
         let all = Backing::all();
         self.mappings

@@ -131,7 +131,15 @@ pub struct AnalysisOptions {
     /// Allocation sites whose heap-large objects are also evaluated alone.
     #[serde(default)]
     pub sites: Vec<Site>,
+    /// Threads that analyse the mappings side by side (each thread a share of
+    /// them, every one over the whole stream); 0: one per CPU. The results do not
+    /// depend on it.
+    #[serde(default)]
+    pub threads: usize,
 }
+
+/// References categorized at a time before the analysis threads take them.
+const BATCH: usize = 1 << 18;
 
 /// How many of the largest heap-large allocation sites get a mapping of their own.
 pub const TOP_SITES: usize = 3;
@@ -146,6 +154,12 @@ pub fn top_sites(cat: &Categorizer) -> Vec<Site> {
     sites.into_iter().take(TOP_SITES).map(|(s, _)| s).collect()
 }
 
+fn feed_batch(a: &mut Analyzer, cat: &Categorizer, batch: &[(u32, u64)]) {
+    for &(id, addr) in batch {
+        a.feed(cat.object(id), addr);
+    }
+}
+
 /// Second pass: the full analysis of the candidate mappings of `present`.
 pub fn analyze_stream(
     spec: &StreamSpec,
@@ -156,17 +170,53 @@ pub fn analyze_stream(
 ) -> (AnalysisResult, StreamSummary, Categorizer) {
     let mut d = Driver::new(spec);
     d.cat.track_sites(&opts.sites);
-    let mut a = Analyzer::with_simulation(
+    let a = Analyzer::with_simulation(
         geometry.clone(),
         spec.space.static_segments.clone(),
         Mapping::candidates(present, opts.gigantic, &opts.mthp, &opts.sites),
         opts.simulate,
     );
-    for addr in refs {
-        if let Some(id) = d.step(addr) {
-            a.feed(d.cat.object(id), addr);
+    let threads = match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let a = if threads <= 1 || a.len() <= 1 {
+        let mut a = a;
+        for addr in refs {
+            if let Some(id) = d.step(addr) {
+                a.feed(d.cat.object(id), addr);
+            }
         }
-    }
+        a
+    } else {
+        // The categorizer runs ahead on this thread a batch at a time (objects
+        // are never changed in what the analysis reads, only added), then every
+        // part of the mappings takes the batch on its own thread.
+        let mut parts = a.split(threads);
+        let mut batch: Vec<(u32, u64)> = Vec::with_capacity(BATCH);
+        let mut refs = refs.peekable();
+        while refs.peek().is_some() {
+            batch.clear();
+            for addr in refs.by_ref() {
+                if let Some(id) = d.step(addr) {
+                    batch.push((id, addr));
+                    if batch.len() == BATCH {
+                        break;
+                    }
+                }
+            }
+            let cat = &d.cat;
+            let batch = &batch;
+            std::thread::scope(|s| {
+                let (first, rest) = parts.split_first_mut().expect("at least one part");
+                for p in rest {
+                    s.spawn(move || feed_batch(p, cat, batch));
+                }
+                feed_batch(first, cat, batch);
+            });
+        }
+        Analyzer::join(parts)
+    };
     let result = AnalysisResult {
         refs: a.refs(),
         mappings: a.finish(),
@@ -245,6 +295,7 @@ mod tests {
             mthp: vec![16],
             simulate: true,
             sites: vec![],
+            threads: 0,
         };
         let (r, _, cat) = analyze_stream(&spec, &g, &present, &opts, refs.into_iter());
         assert_eq!(r.refs, 4);
@@ -258,6 +309,85 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    /// Mappings split across threads give exactly the serial analysis: a stream
+    /// of several batches, objects allocated and freed between its references.
+    #[test]
+    fn threaded_analysis_equals_serial() {
+        let base = 0x9000_0000u64;
+        let heap = (0x100_0000u64, 0x200_0000u64);
+        let mut events = Vec::new();
+        let mut refs = Vec::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Three large blocks, each allocated, walked at random next to the
+        // small heap, then freed; a marker before each event.
+        for (i, seq) in (1..=6u64).enumerate() {
+            let block = 0x4000_0000 + (i as u64 / 2) * 0x1000_0000;
+            let op = if seq % 2 == 1 {
+                AllocOp::Alloc {
+                    addr: block,
+                    size: 64 << 20,
+                    via: AllocVia::Malloc,
+                    site: None,
+                }
+            } else {
+                AllocOp::Free { addr: block }
+            };
+            events.push(AllocEvent { seq, op });
+            refs.push(base + seq);
+            for _ in 0..100_000 {
+                let r = rnd();
+                refs.push(if r & 1 == 0 {
+                    block + (r >> 8) % (64 << 20)
+                } else {
+                    heap.0 + (r >> 8) % (heap.1 - heap.0)
+                });
+            }
+        }
+        let spec = StreamSpec {
+            space: AddressSpace {
+                heap_ranges: vec![heap],
+                ..Default::default()
+            },
+            events,
+            threshold: 128 << 10,
+            markers: (base, 1 << 20),
+        };
+        let (present, _, _) = present_categories(&spec, refs.iter().copied());
+        let g = TlbGeometry {
+            levels: vec![
+                TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m], 64, 0)], None),
+                TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 512, 0)], None),
+            ],
+            source: "t".into(),
+        };
+        let mut opts = AnalysisOptions {
+            gigantic: true,
+            mthp: vec![16],
+            simulate: true,
+            sites: vec![],
+            threads: 1,
+        };
+        let (serial, s1, _) = analyze_stream(&spec, &g, &present, &opts, refs.iter().copied());
+        assert!(
+            serial.mappings.len() >= 4,
+            "{present:?} {:?}",
+            serial.mappings.iter().map(|m| &m.name).collect::<Vec<_>>()
+        );
+        assert!(serial.refs as usize > 2 * BATCH);
+        for threads in [3, 64] {
+            opts.threads = threads;
+            let (par, s2, _) = analyze_stream(&spec, &g, &present, &opts, refs.iter().copied());
+            assert_eq!(par, serial, "{threads} threads");
+            assert_eq!(s2, s1);
+        }
     }
 
     #[test]

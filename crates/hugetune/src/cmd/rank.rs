@@ -247,6 +247,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         mthp: vec![],
         simulate: a.simulate,
         sites: vec![],
+        threads: 0,
     };
     let an = pipeline::analyze_with(&bundle, &m.tlb.geometry, &cost, &opts)?;
     let set = measured_set(&an.predictions);
