@@ -63,12 +63,29 @@ pub struct Args {
 /// Seed of the bootstrap over rounds (the same runs give the same intervals).
 const UNCERTAINTY_SEED: u64 = 0x5eed_0001;
 
+/// A number that JSON wrote as null because it was not finite: an unbounded speedup.
+fn null_is_infinite<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+}
+
+/// "1.23x", or "∞" for an unbounded speedup.
+fn speedup_text(s: f64) -> String {
+    if s.is_finite() {
+        format!("{s:.2}x")
+    } else {
+        "∞".into()
+    }
+}
+
 /// One mapping: predicted and measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RankedMapping {
     pub label: String,
     pub predicted_saving_ms: f64,
     pub predicted_pmb: f64,
+    /// Infinite when the predicted saving exceeds the measured 4 KB time (JSON
+    /// writes it as null).
+    #[serde(deserialize_with = "null_is_infinite")]
     pub predicted_speedup: f64,
     pub measured_median_s: f64,
     pub measured_min_s: f64,
@@ -440,7 +457,7 @@ fn render(r: &RankReport) -> String {
                 format!("{:.1}", m.predicted_saving_ms),
                 format!("{:.0}%", m.predicted_pmb),
                 format!("{:.0}%{ci}", m.measured_pmb),
-                format!("{:.2}x", m.predicted_speedup),
+                speedup_text(m.predicted_speedup),
                 format!("{:.2}x", m.measured_speedup),
                 format!(
                     "{:.3} s [{:.3}, {:.3}]",
@@ -506,6 +523,36 @@ mod tests {
             walks: 0,
             faults: 0,
         }
+    }
+
+    /// A saving beyond the measured time: written as null, read back as ∞.
+    #[test]
+    fn an_unbounded_predicted_speedup_round_trips() {
+        let m = RankedMapping {
+            label: "heap-large:hugetlb".into(),
+            predicted_saving_ms: 2400.0,
+            predicted_pmb: 100.0,
+            predicted_speedup: f64::INFINITY,
+            measured_median_s: 1.4,
+            measured_min_s: 1.3,
+            measured_max_s: 1.5,
+            measured_pmb: 100.0,
+            measured_speedup: 1.46,
+            huge_bytes: 1 << 30,
+            walks: 0,
+            sim_walks: None,
+        };
+        let j = serde_json::to_string(&m).unwrap();
+        assert!(j.contains("\"predicted_speedup\":null"), "{j}");
+        let back: RankedMapping = serde_json::from_str(&j).unwrap();
+        assert!(back.predicted_speedup.is_infinite());
+        assert_eq!(speedup_text(back.predicted_speedup), "∞");
+        assert_eq!(speedup_text(1.234), "1.23x");
+        let finite: RankedMapping = serde_json::from_str(
+            &j.replace("\"predicted_speedup\":null", "\"predicted_speedup\":1.5"),
+        )
+        .unwrap();
+        assert_eq!(finite.predicted_speedup, 1.5);
     }
 
     #[test]
