@@ -84,9 +84,9 @@
 #define HT_MAG_CHUNK (2ul << 20)
 #define HT_MAG_STASH_MIN 4096u /* smaller remainders of exiting threads become free chunks */
 #define HT_MAG_UNIT_SHIFT 4     /* one boundary bit per 16 bytes */
-/* A free chunk found by free() may be a region's tail: up to a granule, plus
- * the longest chunk that can start in the granule before and span into it. */
-#define HT_MAG_SCAN_MAX (HT_MAG_GRANULE + HT_MAG_MAX_CHUNK)
+/* The farthest free() looks for a chunk's end: no chunk is longer than a
+ * granule (a retired region tail is below one request plus its alignment). */
+#define HT_MAG_SCAN_MAX HT_MAG_GRANULE
 
 struct ht_mag_class {
     pthread_mutex_t lock;

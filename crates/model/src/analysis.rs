@@ -525,15 +525,6 @@ impl Analyzer {
         self.refs
     }
 
-    /// Mappings analysed.
-    pub fn len(&self) -> usize {
-        self.mappings.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.mappings.is_empty()
-    }
-
     /// Splits the mappings into `n` analyzers of consecutive mappings (at least
     /// one each, fewer analyzers when there are fewer mappings). Every mapping's
     /// state is its own, so each part can be fed the same references on a thread

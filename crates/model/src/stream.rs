@@ -180,43 +180,35 @@ pub fn analyze_stream(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let a = if threads <= 1 || a.len() <= 1 {
-        let mut a = a;
-        for addr in refs {
+    // The categorizer runs ahead on this thread a batch at a time (objects are
+    // never changed in what the analysis reads, only added), then every part of
+    // the mappings takes the batch on its own thread (one part: this thread).
+    let mut parts = a.split(threads);
+    let mut batch: Vec<(u32, u64)> = Vec::with_capacity(BATCH);
+    let mut refs = refs;
+    loop {
+        batch.clear();
+        for addr in refs.by_ref() {
             if let Some(id) = d.step(addr) {
-                a.feed(d.cat.object(id), addr);
-            }
-        }
-        a
-    } else {
-        // The categorizer runs ahead on this thread a batch at a time (objects
-        // are never changed in what the analysis reads, only added), then every
-        // part of the mappings takes the batch on its own thread.
-        let mut parts = a.split(threads);
-        let mut batch: Vec<(u32, u64)> = Vec::with_capacity(BATCH);
-        let mut refs = refs.peekable();
-        while refs.peek().is_some() {
-            batch.clear();
-            for addr in refs.by_ref() {
-                if let Some(id) = d.step(addr) {
-                    batch.push((id, addr));
-                    if batch.len() == BATCH {
-                        break;
-                    }
+                batch.push((id, addr));
+                if batch.len() == BATCH {
+                    break;
                 }
             }
-            let cat = &d.cat;
-            let batch = &batch;
-            std::thread::scope(|s| {
-                let (first, rest) = parts.split_first_mut().expect("at least one part");
-                for p in rest {
-                    s.spawn(move || feed_batch(p, cat, batch));
-                }
-                feed_batch(first, cat, batch);
-            });
         }
-        Analyzer::join(parts)
-    };
+        if batch.is_empty() {
+            break; // only a full batch stops the loop above early
+        }
+        let (cat, batch) = (&d.cat, &batch);
+        std::thread::scope(|s| {
+            let (first, rest) = parts.split_first_mut().expect("at least one part");
+            for p in rest {
+                s.spawn(move || feed_batch(p, cat, batch));
+            }
+            feed_batch(first, cat, batch);
+        });
+    }
+    let a = Analyzer::join(parts);
     let result = AnalysisResult {
         refs: a.refs(),
         mappings: a.finish(),
