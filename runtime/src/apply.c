@@ -543,7 +543,8 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
         if (!q)
             return NULL;
         memcpy(q, p, have < n ? have : n);
-        ht_mag_free(&ht_arena, &ht_atls.tc, p);
+        if (have != 0) /* (0: not a live object, already free or never one) */
+            ht_mag_free(&ht_arena, &ht_atls.tc, p);
         return q;
     }
     int owned = ht_owned_lookup(p, &e);

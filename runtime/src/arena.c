@@ -262,6 +262,7 @@ void ht_arena_summary(struct ht_json *j)
         hj_u64(j, "full", atomic_load(&ht_arena.full));
         hj_u64(j, "regions", atomic_load(&ht_arena.regions));
         hj_u64(j, "regions_adjacent", atomic_load(&ht_arena.adjacent));
+        hj_u64(j, "lists_dropped", atomic_load(&ht_arena.dropped));
     }
     hj_u64(j, "forwarded", atomic_load(&ht_ap.arena_forwarded));
     hj_u64(j, "forwarded_bytes", atomic_load(&ht_ap.arena_forwarded_bytes));

@@ -136,21 +136,38 @@ static int new_region(struct ht_mag *m, struct ht_mag_tcache *t, size_t need)
     return 0;
 }
 
-/* Moves up to a batch of class c from the global list to the thread's. */
+void ht_mag_drop(struct ht_mag *m, struct ht_mag_tcache *t, int c)
+{
+    t->head[c] = NULL;
+    t->n[c] = 0;
+    atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
+}
+
+/* Moves up to a batch of class c from the global list to the thread's (whose
+ * list is empty). A bad link ends the global list there. */
 static void refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
 {
     struct ht_mag_class *k = &m->cls[c];
     unsigned want = ht_mag_batch(c), got = 0;
+    uint32_t left;
     pthread_mutex_lock(&k->lock);
+    left = atomic_load_explicit(&m->nfree[c], memory_order_relaxed);
     while (got < want && k->free) {
         void *p = k->free;
+        if (!ht_mag_free_chunk(m, p)) {
+            k->free = NULL;
+            left = got; /* (subtracted below) */
+            atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
+            break;
+        }
         k->free = *(void **)p;
         *(void **)p = t->head[c];
         t->head[c] = p;
         got++;
     }
-    atomic_store_explicit(&m->nfree[c], atomic_load_explicit(&m->nfree[c], memory_order_relaxed) - got,
-                          memory_order_relaxed);
+    /* A count off after a bad link must not stay above zero with nothing
+     * listed: the fast path would keep sending the class here. */
+    atomic_store_explicit(&m->nfree[c], k->free && left > got ? left - got : 0, memory_order_relaxed);
     pthread_mutex_unlock(&k->lock);
     t->n[c] = (uint16_t)(t->n[c] + got);
 }
@@ -177,11 +194,8 @@ void *ht_mag_alloc_slow(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, int
     size_t s = ht_mag_req(n, &c);
     if (!t->head[c] && atomic_load_explicit(&m->nfree[c], memory_order_relaxed))
         refill(m, t, c);
-    void *p = t->head[c];
+    void *p = ht_mag_pop(m, t, c);
     if (p) {
-        t->head[c] = *(void **)p;
-        t->n[c]--;
-        ht_mag_set_live(p);
         if (fresh)
             *fresh = 0;
         return p;
@@ -238,33 +252,33 @@ int ht_mag_grow(struct ht_mag *m, struct ht_mag_tcache *t, void *p, size_t n)
     return 1;
 }
 
-void ht_mag_flush(struct ht_mag *m, struct ht_mag_tcache *t, int c, unsigned keep)
+/* Puts the chain [first .. last] of n chunks on the global list of class c. */
+static void give_back(struct ht_mag *m, int c, void *first, void *last, unsigned n)
 {
-    if (t->n[c] <= keep)
-        return;
-    /* Detach everything after the first `keep` objects, splice it in. */
-    void *chain = t->head[c], *last = NULL;
-    unsigned n = t->n[c] - keep;
-    if (keep == 0) {
-        t->head[c] = NULL;
-    } else {
-        void *p = t->head[c];
-        for (unsigned i = 1; i < keep; i++)
-            p = *(void **)p;
-        chain = *(void **)p;
-        *(void **)p = NULL;
-    }
-    last = chain;
-    for (unsigned i = 1; i < n; i++)
-        last = *(void **)last;
-    t->n[c] = (uint16_t)keep;
     struct ht_mag_class *k = &m->cls[c];
     pthread_mutex_lock(&k->lock);
     *(void **)last = k->free;
-    k->free = chain;
+    k->free = first;
     atomic_store_explicit(&m->nfree[c], atomic_load_explicit(&m->nfree[c], memory_order_relaxed) + n,
                           memory_order_relaxed);
     pthread_mutex_unlock(&k->lock);
+}
+
+void ht_mag_flush(struct ht_mag *m, struct ht_mag_tcache *t, int c)
+{
+    /* The newest n - batch chunks: head .. mark (the mark was pushed when n
+     * became batch + 1 and nothing above it was popped since); no walk, so
+     * a bulk free does not read back the chunks it freed. A mark that is no
+     * free chunk (a double free rewrote the list) drops the list instead. */
+    void *first = t->head[c], *last = t->mark[c];
+    unsigned b = ht_mag_batch(c);
+    if (!ht_mag_free_chunk(m, last)) {
+        ht_mag_drop(m, t, c);
+        return;
+    }
+    t->head[c] = *(void **)last;
+    give_back(m, c, first, last, t->n[c] - b);
+    t->n[c] = (uint16_t)b;
 }
 
 void ht_mag_flush_all(struct ht_mag *m, struct ht_mag_tcache *t)
@@ -281,9 +295,23 @@ void ht_mag_flush_all(struct ht_mag *m, struct ht_mag_tcache *t)
     } else {
         retire(m, t, top, limit);
     }
-    for (int c = 0; c < HT_MAG_NCLASS; c++)
-        if (t->n[c])
-            ht_mag_flush(m, t, c, 0);
+    for (int c = 0; c < HT_MAG_NCLASS; c++) {
+        /* The whole list (checked link by link: cut at a bad one). */
+        void *first = t->head[c], *last = NULL;
+        unsigned n = 0;
+        for (void *p = first; p && n < t->n[c] && ht_mag_free_chunk(m, p); p = *(void **)p) {
+            last = p;
+            n++;
+        }
+        if (last && (*(void **)last != NULL || n != t->n[c]))
+            atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
+        if (last)
+            give_back(m, c, first, last, n);
+        else if (first)
+            atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
+        t->head[c] = NULL;
+        t->n[c] = 0;
+    }
 }
 
 void ht_mag_lock_all(struct ht_mag *m)

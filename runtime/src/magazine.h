@@ -41,13 +41,19 @@
  *     malloc takes from the thread's list first, then (when another thread
  *     has given chunks of the class back) from the global list, then from
  *     its region;
- *   - a free chunk holds its list link and, next to it, the arena's random
- *     key (as glibc's tcache does): free() ignores a chunk that has it (a
- *     double free), a pointer that is not a marked chunk start (inside an
- *     object, misaligned, in a granule never carved) and anything outside;
- *     malloc clears the key of a chunk it hands out again. (One wild pointer
- *     passes: a thread's bump position, marked but never handed out; glibc
- *     does not catch every invalid free either);
+ *   - free() reads only the bitmap, never the object (a bulk free of cold
+ *     objects then costs stores, not a cache miss each): it ignores a
+ *     pointer that is not a marked chunk start (inside an object,
+ *     misaligned, in a granule never carved) and anything outside. A free
+ *     chunk holds its list link and, next to it, the arena's random key;
+ *     every link is checked where it is followed (in the range, carved,
+ *     the key beside it) and malloc clears the key of a chunk it hands out,
+ *     so a double free is caught when a list reaches the chunk the second
+ *     time: the rest of that list is dropped (leaked, counted), never handed
+ *     out twice, never followed into an object (a link overwritten after
+ *     free is caught the same way). (A thread's bump position, marked but
+ *     never handed out, passes as a chunk; glibc does not catch every
+ *     invalid free either);
  *   - per-thread state needs no lock or atomic read-modify-write on the
  *     common path (a relaxed load of the global count per class, written
  *     only under the class lock; bitmap words are written only by the thread
@@ -110,6 +116,7 @@ struct ht_mag {
     _Atomic uint64_t full;    /* requests that found no memory */
     _Atomic uint64_t regions; /* granules carved */
     _Atomic uint64_t adjacent; /* of which extended the thread's region in place */
+    _Atomic uint64_t dropped;  /* lists cut at a bad link (double free, overwritten link) */
     _Atomic uint32_t nfree[HT_MAG_NCLASS]; /* global list lengths (written under the class lock) */
     struct ht_mag_class cls[HT_MAG_NCLASS];
 };
@@ -117,6 +124,9 @@ struct ht_mag {
 struct ht_mag_tcache {
     uintptr_t top, limit; /* region: next chunk at top, chunks end <= limit */
     void *head[HT_MAG_NCLASS];
+    /* While n > batch: the chunk pushed when n became batch + 1, the oldest
+     * of the ones a flush gives back (a flush walks no list). */
+    void *mark[HT_MAG_NCLASS];
     uint16_t n[HT_MAG_NCLASS];
 };
 
@@ -245,22 +255,44 @@ static inline size_t ht_mag_span(const struct ht_mag *m, size_t u)
     return ht_mag_span_far(m, u);
 }
 
-/* The size of a live chunk at p (an owned pointer), else 0. Robust against
- * any pointer in the range: a granule not carved, a misaligned pointer, one
- * that is not a chunk's start, or a free chunk's give 0. */
-static inline size_t ht_mag_live_size(const struct ht_mag *m, const void *p)
+/* 1 when p is 16-byte aligned and lies in a carved (so committed) granule:
+ * its bytes can be read. */
+static inline int ht_mag_carved(const struct ht_mag *m, const void *p)
 {
     uintptr_t off = (uintptr_t)p - m->base;
-    if ((off & 15) != 0 || off >= m->end - m->base || !m->meta[off >> HT_MAG_GRANULE_SHIFT])
-        return 0;
-    size_t u = off >> HT_MAG_UNIT_SHIFT;
-    if (!ht_mag_bit(m, u))
-        return 0;
+    return (off & 15) == 0 && off < m->end - m->base && m->meta[off >> HT_MAG_GRANULE_SHIFT];
+}
+
+static inline uint64_t ht_mag_key_at(const void *p)
+{
     uint64_t k;
     memcpy(&k, (const char *)p + 8, sizeof k);
-    if (k == m->key)
+    return k;
+}
+
+/* The size of the chunk that starts at p, from the bitmap alone (the
+ * object is not read), else 0: a granule not carved, a misaligned pointer,
+ * one that is not a chunk's start. */
+static inline size_t ht_mag_chunk_at(const struct ht_mag *m, const void *p)
+{
+    if (!ht_mag_carved(m, p))
         return 0;
-    return ht_mag_span(m, u);
+    size_t u = ((uintptr_t)p - m->base) >> HT_MAG_UNIT_SHIFT;
+    return ht_mag_bit(m, u) ? ht_mag_span(m, u) : 0;
+}
+
+/* The size of a live chunk at p (an owned pointer), else 0: as
+ * ht_mag_chunk_at, and a free chunk's (its key) gives 0 too. */
+static inline size_t ht_mag_live_size(const struct ht_mag *m, const void *p)
+{
+    size_t s = ht_mag_chunk_at(m, p);
+    return s != 0 && ht_mag_key_at(p) != m->key ? s : 0;
+}
+
+/* A link that may be followed: a free chunk of ours (see the top). */
+static inline int ht_mag_free_chunk(const struct ht_mag *m, const void *p)
+{
+    return ht_mag_carved(m, p) && ht_mag_key_at(p) == m->key;
 }
 
 /* p becomes a free chunk: its link is written by the caller (the list). */
@@ -274,6 +306,26 @@ static inline void ht_mag_set_live(void *p)
     memset((char *)p + 8, 0, 8);
 }
 
+/* A bad link on the thread's list of class c: the list is dropped. */
+void ht_mag_drop(struct ht_mag *m, struct ht_mag_tcache *t, int c);
+
+/* The head of the thread's list of class c, taken off and live; NULL when the
+ * list is empty (or was dropped at a bad link). */
+static inline void *ht_mag_pop(struct ht_mag *m, struct ht_mag_tcache *t, int c)
+{
+    void *p = t->head[c];
+    if (p == NULL)
+        return NULL;
+    if (__builtin_expect(!ht_mag_free_chunk(m, p), 0)) {
+        ht_mag_drop(m, t, c);
+        return NULL;
+    }
+    t->head[c] = *(void **)p;
+    t->n[c]--;
+    ht_mag_set_live(p);
+    return p;
+}
+
 /* The fast path: the thread's list, else its region; NULL when neither can
  * serve without the slow path. *fresh (when non-NULL) is set to 1 for memory
  * never handed out (zero), 0 for a recycled chunk. */
@@ -281,11 +333,8 @@ static inline void *ht_mag_alloc_fast(struct ht_mag *m, struct ht_mag_tcache *t,
 {
     int c;
     size_t s = ht_mag_req(n, &c);
-    void *p = t->head[c];
+    void *p = ht_mag_pop(m, t, c);
     if (__builtin_expect(p != NULL, 1)) {
-        t->head[c] = *(void **)p;
-        t->n[c]--;
-        ht_mag_set_live(p);
         if (fresh)
             *fresh = 0;
         return p;
@@ -316,7 +365,9 @@ static inline void *ht_mag_alloc(struct ht_mag *m, struct ht_mag_tcache *t, size
  * always from the region. NULL when the arena has no memory left. */
 void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, size_t align);
 
-void ht_mag_flush(struct ht_mag *m, struct ht_mag_tcache *t, int c, unsigned keep);
+/* The thread's list of class c is longer than twice the batch: its newest
+ * chunks, down to the mark, go to the global list. */
+void ht_mag_flush(struct ht_mag *m, struct ht_mag_tcache *t, int c);
 
 /* Puts the free chunk p of size s (key already written) on the thread's list. */
 static inline void ht_mag_push(struct ht_mag *m, struct ht_mag_tcache *t, void *p, size_t s)
@@ -324,15 +375,18 @@ static inline void ht_mag_push(struct ht_mag *m, struct ht_mag_tcache *t, void *
     int c = ht_mag_class_floor(s);
     *(void **)p = t->head[c];
     t->head[c] = p;
-    if (__builtin_expect(++t->n[c] > 2 * ht_mag_batch(c), 0))
-        ht_mag_flush(m, t, c, ht_mag_batch(c));
+    unsigned n = ++t->n[c], b = ht_mag_batch(c);
+    if (__builtin_expect(n == b + 1, 0))
+        t->mark[c] = p;
+    else if (__builtin_expect(n > 2 * b, 0))
+        ht_mag_flush(m, t, c);
 }
 
 static inline void ht_mag_free(struct ht_mag *m, struct ht_mag_tcache *t, void *p)
 {
-    size_t s = ht_mag_live_size(m, p);
+    size_t s = ht_mag_chunk_at(m, p);
     if (__builtin_expect(s == 0, 0))
-        return; /* not a live object of ours: ignore rather than corrupt */
+        return; /* not a chunk of ours: ignore rather than corrupt */
     ht_mag_set_free(m, p);
     ht_mag_push(m, t, p, s);
 }

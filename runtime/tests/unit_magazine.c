@@ -203,6 +203,9 @@ static void test_reuse(void)
     for (unsigned i = 0; i < 3 * bt; i++)
         ht_mag_free(&M, &t, ptrs[i]);
     CHECK(t.n[cl] <= 2 * bt && M.nfree[cl] > 0 && t.n[cl] + M.nfree[cl] == 3 * bt);
+    /* one flush, at 2 * batch + 1: the newest batch + 1 went back (no walk);
+     * the thread kept the oldest */
+    CHECK(M.nfree[cl] == bt + 1 && M.cls[cl].free == ptrs[2 * bt] && t.head[cl] == ptrs[3 * bt - 1]);
     ht_mag_flush_all(&M, &t);
     CHECK(t.n[cl] == 0 && t.head[cl] == NULL && M.nfree[cl] == 3 * bt);
     CHECK(t.top == 0 && t.limit == 0); /* the region went to the stash */
@@ -292,30 +295,107 @@ static void test_cross_thread(void)
     arena_done();
 }
 
-/* Bad frees are ignored: double frees, pointers inside objects, misaligned
- * pointers, granules never carved. */
+/* Bad frees never corrupt: pointers inside objects, misaligned pointers,
+ * granules never carved are ignored (free reads only the bitmap); a double
+ * free is caught where a list reaches the chunk again, and so is a link
+ * overwritten after free: the rest of the list is dropped, never handed out
+ * twice or followed. */
 static void test_bad_free(void)
 {
     arena_setup(4u << 20, (size_t)-1);
     struct ht_mag_tcache t = {0};
     char *a = ht_mag_alloc(&M, &t, 64);
     char *b = ht_mag_alloc(&M, &t, 64);
-    ht_mag_free(&M, &t, a);
     int cl = ht_mag_class(ht_mag_chunk_size(64));
-    ht_mag_free(&M, &t, a); /* double free */
-    CHECK(t.n[cl] == 1);
-    ht_mag_free(&M, &t, b + 16); /* inside an object */
-    ht_mag_free(&M, &t, b + 8);  /* misaligned */
-    ht_mag_free(&M, &t, (char *)g_mem + 1);                    /* the range's second byte */
-    ht_mag_free(&M, &t, (char *)g_mem + (3u << 20));           /* not carved */
-    CHECK(t.n[cl] == 1 && ht_mag_usable(&M, b) == 64 && ht_mag_usable(&M, a) == 0);
-    /* a live object whose bytes 8..15 held the key was... never: malloc
-     * clears it when the chunk is handed out again */
-    char *a2 = ht_mag_alloc(&M, &t, 64);
-    CHECK(a2 == a && ht_mag_usable(&M, a2) == 64);
-    ht_mag_free(&M, &t, a2);
-    CHECK(t.n[cl] == 1);
+    ht_mag_free(&M, &t, b + 16);                      /* inside an object */
+    ht_mag_free(&M, &t, b + 8);                       /* misaligned */
+    ht_mag_free(&M, &t, (char *)g_mem + 1);           /* the range's second byte */
+    ht_mag_free(&M, &t, (char *)g_mem + (3u << 20));  /* not carved */
+    CHECK(t.n[cl] == 0 && ht_mag_usable(&M, b) == 64 && ht_mag_usable(&M, a) == 64);
     CHECK(ht_mag_usable(&M, b + 16) == 0 && ht_mag_usable(&M, (char *)g_mem + (3u << 20)) == 0);
+    /* a double free: handed out once, then the list is dropped */
+    ht_mag_free(&M, &t, a);
+    CHECK(ht_mag_usable(&M, a) == 0);
+    ht_mag_free(&M, &t, a);
+    char *x = ht_mag_alloc(&M, &t, 64), *y = ht_mag_alloc(&M, &t, 64);
+    CHECK(x == a && y != a && y != b && M.dropped == 1 && t.n[cl] == 0 && t.head[cl] == NULL);
+    CHECK(ht_mag_usable(&M, x) == 64 && ht_mag_usable(&M, y) == 64);
+    /* another chunk between the two frees (a, c, a: a cycle): a and c once each */
+    char *c = ht_mag_alloc(&M, &t, 64);
+    ht_mag_free(&M, &t, a);
+    ht_mag_free(&M, &t, c);
+    ht_mag_free(&M, &t, a);
+    char *p1 = ht_mag_alloc(&M, &t, 64), *p2 = ht_mag_alloc(&M, &t, 64), *p3 = ht_mag_alloc(&M, &t, 64);
+    CHECK(p1 == a && p2 == c && p3 != a && p3 != c && p3 != b && p3 != y && M.dropped == 2);
+    /* a link overwritten after free (a use after free): cut there */
+    ht_mag_free(&M, &t, a);
+    ht_mag_free(&M, &t, c);
+    memset(c, 0x41, 8);
+    char *q1 = ht_mag_alloc(&M, &t, 64), *q2 = ht_mag_alloc(&M, &t, 64);
+    CHECK(q1 == c && q2 != a && q2 != c && M.dropped == 3);
+    /* ... and the key overwritten too: c is not taken for free */
+    ht_mag_free(&M, &t, c);
+    memset(c, 0, 16);
+    CHECK(ht_mag_alloc(&M, &t, 64) != c && M.dropped == 4);
+    /* realloc's case: usable 0 for a chunk that is free */
+    ht_mag_free(&M, &t, q2);
+    CHECK(ht_mag_usable(&M, q2) == 0 && ht_mag_live_size(&M, q2) == 0 && ht_mag_chunk_at(&M, q2) == 64);
+    arena_done();
+}
+
+/* Double frees at random, through flushes, the global list, another
+ * thread's cache and thread exits: no chunk is ever live twice, every live
+ * object keeps its bytes, and the lists stay bounded. */
+static void test_double_free_property(void)
+{
+    arena_setup(16u << 20, (size_t)-1);
+    struct ht_mag_tcache tc[2] = {{0}};
+    enum { SLOTS = 512 };
+    unsigned char *live[SLOTS] = {0};
+    unsigned char pat[SLOTS];
+    void *freed[64] = {0}; /* recently freed: candidates for a second free */
+    long bad = 0, doubles = 0;
+    for (int it = 0; it < 200000; it++) {
+        uint64_t r = rnd();
+        struct ht_mag_tcache *tp = &tc[r & 1];
+        int i = (int)((r >> 1) % SLOTS);
+        size_t n = 16 + (size_t)((r >> 20) % 6) * 16; /* few classes: lists cycle */
+        if ((r >> 40) % 53 == 0) {
+            void *f = freed[(r >> 48) % 64];
+            if (f) { /* a second free, maybe from the other thread's cache */
+                ht_mag_free(&M, tp, f);
+                doubles++;
+            }
+        } else if (live[i]) {
+            for (size_t k = 0; k < 16; k++)
+                bad += live[i][k] != pat[i];
+            ht_mag_free(&M, tp, live[i]);
+            freed[(r >> 48) % 64] = live[i];
+            live[i] = NULL;
+        } else {
+            unsigned char *p = ht_mag_alloc(&M, tp, n);
+            if (!p) {
+                bad++;
+                continue;
+            }
+            for (int j = 0; j < SLOTS; j++)
+                bad += live[j] == p;
+            for (int j = 0; j < 64; j++) /* live again: a free of it now would be no double free */
+                if (freed[j] == p)
+                    freed[j] = NULL;
+            pat[i] = (unsigned char)(r >> 56);
+            memset(p, pat[i], 16);
+            live[i] = p;
+        }
+        if (it % 20000 == 0)
+            ht_mag_flush_all(&M, tp);
+    }
+    if (bad || doubles <= 1000 || M.dropped == 0 || M.full)
+        fprintf(stderr, "double-free property: bad %ld doubles %ld dropped %lu full %lu\n", bad, doubles,
+                (unsigned long)M.dropped, (unsigned long)M.full);
+    CHECK(bad == 0 && doubles > 1000 && M.dropped > 0 && M.full == 0);
+    for (int c = 0; c < 6; c++)
+        CHECK(tc[0].n[c] <= 2 * ht_mag_batch(c) && tc[1].n[c] <= 2 * ht_mag_batch(c));
     arena_done();
 }
 
@@ -675,6 +755,7 @@ int main(void)
     test_tail();
     test_cross_thread();
     test_bad_free();
+    test_double_free_property();
     test_aligned();
     test_fresh_grow();
     test_exhaustion();
