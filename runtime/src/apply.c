@@ -532,7 +532,7 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
         }
         int b = decide(n, caller, &cat);
         ht_count_alloc(cat, n);
-        size_t have = ht_mag_usable(&ht_arena, p);
+        size_t have = ht_mag_live_size(&ht_arena, p); /* (0: already free) */
         if (b == HT_B_NONE && n <= have && n > have / 2)
             return p;
         /* The last object of this thread's region grows in place. */

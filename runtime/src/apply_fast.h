@@ -99,6 +99,18 @@ static inline int ht_apply_free_fast(void *p)
     return 1;
 }
 
+/* malloc_usable_size of an arena object, inline: programs that count their
+ * memory (Redis's zmalloc) ask it on every malloc and free. 1 when p is the
+ * arena's (*n set), 0 for the slow path (owned blocks) or the allocator. */
+static inline int ht_apply_usable_fast(const void *p, size_t *n)
+{
+    if (HT_LIKELY(ht_arena_owns(p))) {
+        *n = ht_mag_usable(&ht_arena, p);
+        return 1;
+    }
+    return 0;
+}
+
 static inline int ht_apply_realloc_fast(void *p, size_t n, void **out)
 {
     struct ht_apply_tls *t = &ht_atls;

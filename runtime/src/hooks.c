@@ -404,8 +404,8 @@ HT_API size_t malloc_usable_size(void *p)
 {
     size_t n;
     if (HT_UNLIKELY(!inert()) && apply_state() &&
-        (((uintptr_t)p & (HT_HUGE_2M - 1)) == 0 || ht_arena_owns(p)) &&
-        ht_apply_usable_size(p, &n))
+        (ht_apply_usable_fast(p, &n) ||
+         (((uintptr_t)p & (HT_HUGE_2M - 1)) == 0 && ht_apply_usable_size(p, &n))))
         return n;
     return ht_fwd_usable_size(p);
 }

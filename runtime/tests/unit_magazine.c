@@ -175,7 +175,7 @@ static void test_reuse(void)
     CHECK(b - a == 112 && c - b == 112);
     ht_mag_free(&M, &t, a);
     ht_mag_free(&M, &t, b);
-    CHECK(ht_mag_usable(&M, a) == 0); /* freed: no longer live */
+    CHECK(ht_mag_live_size(&M, a) == 0 && ht_mag_usable(&M, a) == 112); /* freed: no longer live, still a chunk */
     int fresh = -1;
     CHECK(ht_mag_alloc_fast(&M, &t, 97, &fresh) == b && fresh == 0); /* same chunk size 112 */
     CHECK(ht_mag_alloc(&M, &t, 104) == a);
@@ -238,7 +238,7 @@ static void test_tail(void)
     CHECK((uintptr_t)z == top && ht_mag_usable(&M, z) == 48);
     memset(z, 0x3c, 48);
     ht_mag_free(&M, &a, z);
-    CHECK(ht_mag_usable(&M, z) == 0 && a.n[ht_mag_class(48)] == 1);
+    CHECK(ht_mag_live_size(&M, z) == 0 && a.n[ht_mag_class(48)] == 1);
     CHECK(ht_mag_alloc(&M, &a, 33) == z && ht_mag_usable(&M, z) == 48);
     /* b's objects are untouched by all this */
     char *v = ht_mag_alloc(&M, &b, 16);
@@ -315,7 +315,7 @@ static void test_bad_free(void)
     CHECK(ht_mag_usable(&M, b + 16) == 0 && ht_mag_usable(&M, (char *)g_mem + (3u << 20)) == 0);
     /* a double free: handed out once, then the list is dropped */
     ht_mag_free(&M, &t, a);
-    CHECK(ht_mag_usable(&M, a) == 0);
+    CHECK(ht_mag_live_size(&M, a) == 0);
     ht_mag_free(&M, &t, a);
     char *x = ht_mag_alloc(&M, &t, 64), *y = ht_mag_alloc(&M, &t, 64);
     CHECK(x == a && y != a && y != b && M.dropped == 1 && t.n[cl] == 0 && t.head[cl] == NULL);
@@ -337,9 +337,9 @@ static void test_bad_free(void)
     ht_mag_free(&M, &t, c);
     memset(c, 0, 16);
     CHECK(ht_mag_alloc(&M, &t, 64) != c && M.dropped == 4);
-    /* realloc's case: usable 0 for a chunk that is free */
+    /* realloc's case: live size 0 for a chunk that is free (malloc_usable_size gives its chunk) */
     ht_mag_free(&M, &t, q2);
-    CHECK(ht_mag_usable(&M, q2) == 0 && ht_mag_live_size(&M, q2) == 0 && ht_mag_chunk_at(&M, q2) == 64);
+    CHECK(ht_mag_live_size(&M, q2) == 0 && ht_mag_usable(&M, q2) == 64 && ht_mag_chunk_at(&M, q2) == 64);
     arena_done();
 }
 
@@ -653,7 +653,7 @@ static void test_property(void)
             uint64_t k;
             memcpy(&k, p + 8, 8);
             size_t sz = ht_mag_span(&M, ((uintptr_t)p - M.base) >> HT_MAG_UNIT_SHIFT);
-            badlist += k != M.key || ht_mag_usable(&M, p) != 0 || sz < ht_mag_class_size(c) ||
+            badlist += k != M.key || ht_mag_live_size(&M, p) != 0 || sz < ht_mag_class_size(c) ||
                        ht_mag_class_floor(sz) != c;
             n++;
         }
