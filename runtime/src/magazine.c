@@ -149,14 +149,12 @@ static void refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
 {
     struct ht_mag_class *k = &m->cls[c];
     unsigned want = ht_mag_batch(c), got = 0;
-    uint32_t left;
     pthread_mutex_lock(&k->lock);
-    left = atomic_load_explicit(&m->nfree[c], memory_order_relaxed);
+    uint32_t left = atomic_load_explicit(&m->nfree[c], memory_order_relaxed);
     while (got < want && k->free) {
         void *p = k->free;
         if (!ht_mag_free_chunk(m, p)) {
-            k->free = NULL;
-            left = got; /* (subtracted below) */
+            k->free = NULL; /* (the count goes to 0 below) */
             atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
             break;
         }
@@ -303,12 +301,10 @@ void ht_mag_flush_all(struct ht_mag *m, struct ht_mag_tcache *t)
             last = p;
             n++;
         }
-        if (last && (*(void **)last != NULL || n != t->n[c]))
+        if (n != t->n[c] || (last && *(void **)last != NULL))
             atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
         if (last)
             give_back(m, c, first, last, n);
-        else if (first)
-            atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
         t->head[c] = NULL;
         t->n[c] = 0;
     }

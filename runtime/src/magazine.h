@@ -395,7 +395,8 @@ static inline void ht_mag_free(struct ht_mag *m, struct ht_mag_tcache *t, void *
  * the bitmap alone. malloc_usable_size must not read the object: programs
  * that count their memory (Redis's zmalloc) call it right after malloc, and
  * a load from a chunk never written stalls where the program's own stores
- * would not (Redis, 1 M SETs: a fifth of the allocator's time). A freed
+ * would not (in a profile of Redis it was the library's hottest
+ * instruction). A freed
  * chunk still gives its size, as it would for a pointer glibc had reused;
  * realloc, which copies the object anyway, checks liveness (live_size). */
 static inline size_t ht_mag_usable(const struct ht_mag *m, const void *p)

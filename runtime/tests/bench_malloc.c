@@ -3,10 +3,10 @@
  *   bench_malloc [threads=2] [ops=10000000 in total] [touch=first|all]
  *                [ring=64] [usable=0|1]
  *
- * Each thread keeps a ring of `ring` blocks and replaces one per op (free +
- * malloc of 16..1024 bytes); a ring larger than the caches makes every free
- * one of a cold object and, until it is full, every malloc one of fresh
- * memory (a heap that grows, as a cache being loaded). usable=1 asks
+ * Each thread keeps a ring of `ring` blocks and replaces a random one per op
+ * (free + malloc of 16..1024 bytes); a ring larger than the caches makes
+ * most frees ones of cold objects, and while it fills most mallocs ones of
+ * fresh memory (a heap that grows, as a cache being loaded). usable=1 asks
  * malloc_usable_size after every malloc and before every free, as programs
  * that count their memory do (Redis's zmalloc). touch=first (default) writes the first byte of each new
  * block: almost nothing but allocator work, the worst case for a recorder.
@@ -34,7 +34,7 @@ static void *worker(void *arg)
         die("out of memory for the ring");
     for (long i = 0; i < g_per_thread; i++) {
         s = s * 1103515245u + 12345u;
-        long k = g_ring == 64 ? (long)((s >> 8) & 63) : i % g_ring;
+        long k = (long)((s >> 8) % (unsigned)g_ring);
         size_t n = 16 + ((s >> 14) % 1009);
         if (g_touch_all && ring[k]) {
             const unsigned char *o = ring[k];
@@ -78,8 +78,8 @@ int main(int argc, char **argv)
         g_ring = atol(v);
     if ((v = arg_value(argc, argv, "usable")))
         g_usable = atoi(v) != 0;
-    if (g_ring < 1 || g_ring > (1L << 28))
-        die("bad ring (1..2^28)");
+    if (g_ring < 1 || g_ring > (1L << 24))
+        die("bad ring (1..2^24)");
     if (threads < 1 || threads > 64)
         die("bad threads");
     g_per_thread = ops / threads;
