@@ -492,10 +492,8 @@ int ht_apply_free(void *p)
 int ht_apply_usable_size(void *p, size_t *out)
 {
     struct ht_reg_entry e;
-    if (ht_arena_owns(p)) {
-        *out = ht_mag_usable(&ht_arena, p);
+    if (ht_apply_usable_fast(p, out))
         return 1;
-    }
     if (!ht_owned_lookup(p, &e))
         return 0;
     *out = ht_owned_usable(&e);
@@ -559,6 +557,10 @@ void *ht_apply_realloc(void *p, size_t n, const void *caller)
     if (owned) {
         if (b != HT_B_NONE) {
             void *q = ht_owned_realloc(&e, n, b, cat);
+            if (q == HT_REALLOC_GONE) {
+                errno = ENOMEM;
+                return NULL;
+            }
             if (q)
                 return q;
         }
@@ -618,7 +620,9 @@ void ht_apply_summary(struct ht_json *j, int in_signal)
     hj_u64(j, "moved", atomic_load(&ht_ap.realloc_moved));
     hj_u64(j, "copied", atomic_load(&ht_ap.realloc_copied));
     hj_u64(j, "shrunk", atomic_load(&ht_ap.realloc_shrunk));
+    hj_u64(j, "salvaged", atomic_load(&ht_ap.realloc_salvaged));
     hj_obj_end(j);
+    hj_u64(j, "moves_refused", atomic_load(&ht_ap.moves_refused));
 
     hj_obj_begin(j, "pools");
     for (int k = 0; k < HT_POOL_N; k++) {

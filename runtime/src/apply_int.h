@@ -30,6 +30,9 @@
 
 /* Internal errno value of an injected failure (reported as "injected"). */
 #define HT_EINJECTED 4000
+/* Internal errno value of a block given up because a hole in it could not be
+ * refilled (reported as "hole-lost"). */
+#define HT_EHOLE 4001
 
 /* Pseudo-category of fallbacks that concern the pool itself. */
 #define HT_CAT_POOL HT_CAT_COUNT
@@ -59,6 +62,8 @@ struct ht_apply {
     _Atomic uint64_t round_up_waste;    /* bytes mapped beyond the request by round-up / pool */
     _Atomic uint64_t pool_allocs[HT_POOL_N], pool_misses[HT_POOL_N];
     _Atomic uint64_t realloc_in_place, realloc_moved, realloc_copied, realloc_shrunk;
+    _Atomic uint64_t realloc_salvaged; /* a broken move: the data went to the allocator */
+    _Atomic uint64_t moves_refused;    /* hugetlb placed by MAP_FIXED after a refused move */
     _Atomic uint64_t arena_forwarded, arena_forwarded_bytes;
     _Atomic uint64_t fork_protected, fork_copied_bytes, fork_unprotected, fork_adopted_bytes;
     int sigusr2_installed;
@@ -76,7 +81,9 @@ int ht_owned_lookup(void *p, struct ht_reg_entry *out);
 int ht_owned_free(void *p);
 /* Resizes owned block e (looked up) to n bytes with backing `want` in
  * category cat: in place, by mremap, or new block + copy. NULL: the caller
- * keeps p and forwards. */
+ * keeps p and forwards. HT_REALLOC_GONE: a failed step broke the block and no
+ * memory was left to save its data: p is gone, realloc fails (ENOMEM). */
+#define HT_REALLOC_GONE ((void *)1)
 void *ht_owned_realloc(const struct ht_reg_entry *e, size_t n, int want, int cat);
 static inline size_t ht_owned_usable(const struct ht_reg_entry *e) { return (size_t)ht_layout_total(&e->l); }
 void ht_owned_setup_pools(void);
@@ -85,8 +92,14 @@ void ht_owned_lock(void);
 void ht_owned_unlock(void);
 
 /* Chain steps: place `len` bytes at addr (inside a mapping of ours) with
- * backing b, falling back along the chain; returns the backing it got. */
-int ht_place(uintptr_t addr, size_t len, int b, int cat, uint64_t req_bytes, int copy_from_old, size_t old_bytes);
+ * backing b, falling back along the chain; returns the backing it got, with
+ * the range mapped. copy_from_old: the first old_bytes bytes of the range are
+ * data to keep. HT_B_NONE: a failed step left the range unmapped and it could
+ * not be refilled - it is not ours any more (never touch or unmap it); the
+ * kept bytes are then in *rescue (a mapping of len bytes, the caller's to
+ * unmap) when rescue is given, else lost. */
+int ht_place(uintptr_t addr, size_t len, int b, int cat, uint64_t req_bytes, int copy_from_old, size_t old_bytes,
+             uintptr_t *rescue);
 /* Fallback substitutions that apply before mapping (fork-safe thp). */
 int ht_effective_want(int want, int cat, uint64_t bytes);
 
@@ -96,6 +109,17 @@ int ht_inj(int kind);
 long ht_owned_mmap(void *addr, size_t len, int prot, int flags);
 long ht_hugetlb_mmap(size_t len, int backing);
 long ht_madvise_huge(void *addr, size_t len);
+/* Any other madvise of owned memory (injection kind madvise). */
+long ht_owned_madvise(void *addr, size_t len, int advice);
+/* mremap(MREMAP_MAYMOVE | MREMAP_FIXED) of a whole mapping. On failure the
+ * destination is unmapped (the kernel unmaps it before moving). */
+long ht_owned_move(void *from, size_t len, void *to);
+long ht_owned_munmap(void *addr, size_t len);
+/* Maps ordinary memory into a hole of ours (MAP_FIXED_NOREPLACE: never over
+ * what another thread mapped there meanwhile). 0 or -errno. */
+long ht_refill(uintptr_t addr, size_t len, int prot, int flags);
+/* 1 when every page of [addr, addr + len) is mapped (mincore). */
+int ht_range_mapped(uintptr_t addr, size_t len);
 
 /* Sizes below: forwarded by the fast path (copied into each thread's TLS). */
 extern uint64_t ht_apply_fast_max;

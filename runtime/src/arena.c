@@ -3,10 +3,12 @@
  * per-thread lists and regions handed back at thread exit.
  *
  * The reservation is PROT_NONE + MAP_NORESERVE (address space only). A chunk
- * becomes hugetlb by mapping 2 MB elsewhere and moving it over the
- * reservation with mremap (atomic, no hole); THP and 4 KB chunks are the
- * reservation made writable with mprotect (NORESERVE memory is not charged
- * to the commit limit) and advised. Per-chunk backings are kept for the
+ * is first made writable with mprotect (NORESERVE memory is not charged to
+ * the commit limit), then placed like an owned block's segment (owned.c): a
+ * hugetlb chunk is mapped elsewhere and moved over it with mremap, THP and
+ * 4 KB chunks are advised. A chunk whose range a refused move lost (the hole
+ * could not be refilled) ends the arena's growth: nothing past it is ever
+ * committed or carved. Per-chunk backings are kept for the
  * summary and for fork protection (forksafe.c copies hugetlb chunks). */
 #include "apply_int.h"
 #include "next.h"
@@ -50,40 +52,23 @@ static int commit(void *ctx, uintptr_t addr, size_t len)
     }
     for (uintptr_t a = addr; a < addr + len; a += HT_MAG_CHUNK) {
         int b = ht_effective_want(g_want, HT_CAT_HEAP_SMALL, HT_MAG_CHUNK);
-        int got = HT_B_NONE;
-        if (b == HT_B_HUGETLB2M) {
-            long h = ht_hugetlb_mmap(HT_MAG_CHUNK, b);
-            long err = h;
-            if (!ht_mmap_failed(h)) {
-                long m = ht_sys_mremap((void *)h, HT_MAG_CHUNK, HT_MAG_CHUNK,
-                                       MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a);
-                if (!ht_mmap_failed(m))
-                    got = b;
-                else {
-                    ht_sys_munmap((void *)h, HT_MAG_CHUNK);
-                    err = m;
-                }
-            }
-            if (got == HT_B_NONE) {
-                if (err == -HT_EINJECTED)
-                    ht_stats_fallback(HT_CAT_HEAP_SMALL, b, HT_B_THP2M, "injected", HT_MAG_CHUNK);
-                else
-                    ht_stats_fallback_errno(HT_CAT_HEAP_SMALL, b, HT_B_THP2M, (int)-err, HT_MAG_CHUNK);
-                b = HT_B_THP2M;
-            }
+        /* Writable first, then placed along the chain (a hugetlb chunk is
+         * moved over it; a refused move is refilled, see owned.c). */
+        long r = ht_inj(HT_INJ_MMAP) ? -HT_EINJECTED
+                                     : HT_SYSCALL(SYS_mprotect, (void *)a, HT_MAG_CHUNK, PROT_READ | PROT_WRITE);
+        if (r < 0) {
+            if (r == -HT_EINJECTED)
+                ht_stats_fallback(HT_CAT_HEAP_SMALL, b, HT_B_NONE, "injected", HT_MAG_CHUNK);
+            else
+                ht_stats_fallback_errno(HT_CAT_HEAP_SMALL, b, HT_B_NONE, (int)-r, HT_MAG_CHUNK);
+            return -1;
         }
+        int got = ht_place(a, HT_MAG_CHUNK, b, HT_CAT_HEAP_SMALL, HT_MAG_CHUNK, 0, 0, NULL);
         if (got == HT_B_NONE) {
-            /* Writable first, then advise (ht_place handles thp -> 4k). */
-            long r = ht_inj(HT_INJ_MMAP) ? -HT_EINJECTED
-                                         : HT_SYSCALL(SYS_mprotect, (void *)a, HT_MAG_CHUNK, PROT_READ | PROT_WRITE);
-            if (r < 0) {
-                if (r == -HT_EINJECTED)
-                    ht_stats_fallback(HT_CAT_HEAP_SMALL, b, HT_B_NONE, "injected", HT_MAG_CHUNK);
-                else
-                    ht_stats_fallback_errno(HT_CAT_HEAP_SMALL, b, HT_B_NONE, (int)-r, HT_MAG_CHUNK);
-                return -1;
-            }
-            got = ht_place(a, HT_MAG_CHUNK, b, HT_CAT_HEAP_SMALL, HT_MAG_CHUNK, 0, 0);
+            /* The chunk's range is not ours any more: the arena must never
+             * commit (mprotect) or carve past it. It stops growing here. */
+            ht_arena.end = a;
+            return -1;
         }
         g_chunk_b[(a - ht_arena.base) / HT_MAG_CHUNK] = (uint8_t)got;
         atomic_fetch_add(&g_chunk_bytes[got], HT_MAG_CHUNK);

@@ -206,14 +206,21 @@ void ht_fork_child(void)
         struct snap *s = &g_snaps[i];
         if (!s->snap)
             continue;
-        long m = ht_sys_mremap((void *)s->snap, s->len, s->len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)s->addr);
+        long m = ht_owned_move((void *)s->snap, s->len, (void *)s->addr);
         if (ht_mmap_failed(m)) {
-            /* The range is a hole in the child (MADV_DONTFORK): fill it. */
+            /* The range is a hole in the child (MADV_DONTFORK): fill it. The
+             * child has one thread: MAP_FIXED hits nothing of another's. */
             long r = ht_sys_mmap((void *)s->addr, s->len, PROT_READ | PROT_WRITE,
                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-            if (!ht_mmap_failed(r))
+            if (!ht_mmap_failed(r)) {
                 memcpy((void *)s->addr, (void *)s->snap, s->len);
-            ht_sys_munmap((void *)s->snap, s->len);
+                ht_sys_munmap((void *)s->snap, s->len);
+            } else {
+                /* Nothing can be mapped: one more move, else the snapshot
+                 * stays where it is and the range stays a hole. */
+                ht_sys_mremap((void *)s->snap, s->len, s->len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)s->addr);
+                ht_stats_error("fork: a protected range could not be restored in the child", "");
+            }
             s->snap_b = HT_B_4K;
         }
         ht_stats_released(s->from_b, s->len);

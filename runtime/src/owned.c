@@ -12,7 +12,26 @@
  *     mremap(MREMAP_FIXED), which replaces the old pages atomically. A
  *     MAP_FIXED hugetlb mmap would be simpler, but on this kernel a failed one
  *     leaves a hole that another thread's mmap can take (checked: the
- *     reservation under it is gone); the mremap way never opens a hole;
+ *     reservation under it is gone); the mremap way opens none on a short
+ *     pool, the common failure;
+ *   - a failed move DOES open one: the kernel unmaps the destination before
+ *     it moves anything (mremap_to), and Linux 6.18 refuses with ENOMEM most
+ *     moves of an unpopulated hugetlb mapping of more than 1 GiB (measured: 23
+ *     of 30 moves of 2 716 pages; the runtime library once handed a program a
+ *     5.7 GB block with nothing mapped under it). So the hole is refilled at
+ *     once with MAP_FIXED_NOREPLACE (never over another thread's mapping),
+ *     the hugetlb pages go back, and a MAP_FIXED hugetlb mmap onto the refilled
+ *     range is tried (it succeeds where the move did not; a failure again
+ *     leaves a hole, refilled the same way); then the chain goes on;
+ *   - a hole that cannot be refilled is not ours any more: ht_place says so
+ *     (HT_B_NONE) and the caller unwinds - a new block is unmapped and the
+ *     allocation goes to the allocator behind us, a realloc's data is copied
+ *     out of its pieces into the allocator's memory. Nothing returned to the
+ *     program ever has an unmapped page under it;
+ *   - never move part of a hugetlb mapping with mremap: on 6.18 moving a
+ *     1 GiB-aligned piece of one leaked the kernel's hugetlb reservations
+ *     (HugePages_Rsvd stayed up after the process exited). Every move here
+ *     takes a whole mapping;
  *   - THP and mTHP segments are MADV_HUGEPAGE on their part of the range, the
  *     4 KB tail MADV_NOHUGEPAGE (so THP settings aimed elsewhere, or THP
  *     `always`, do not reach it);
@@ -87,10 +106,118 @@ long ht_madvise_huge(void *addr, size_t len)
     return ht_sys_madvise(addr, len, MADV_HUGEPAGE);
 }
 
+long ht_owned_madvise(void *addr, size_t len, int advice)
+{
+    if (ht_inj(HT_INJ_MADVISE))
+        return -HT_EINJECTED;
+    return ht_sys_madvise(addr, len, advice);
+}
+
+long ht_owned_move(void *from, size_t len, void *to)
+{
+    if (ht_inj(HT_INJ_MREMAP)) {
+        /* As the kernel fails: the destination is already unmapped. */
+        ht_sys_munmap(to, len);
+        return -HT_EINJECTED;
+    }
+    return ht_sys_mremap(from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+}
+
+long ht_owned_munmap(void *addr, size_t len)
+{
+    if (ht_inj(HT_INJ_MUNMAP))
+        return -HT_EINJECTED;
+    return ht_sys_munmap(addr, len);
+}
+
+long ht_refill(uintptr_t addr, size_t len, int prot, int flags)
+{
+    long r = ht_owned_mmap((void *)addr, len, prot, MAP_FIXED_NOREPLACE | flags);
+    if (ht_mmap_failed(r))
+        return r;
+    if ((uintptr_t)r != addr) {
+        /* A kernel without NOREPLACE took it as a hint: the hole is taken. */
+        ht_sys_munmap((void *)r, len);
+        return -EEXIST;
+    }
+    return 0;
+}
+
+int ht_range_mapped(uintptr_t addr, size_t len)
+{
+    unsigned char vec[512];
+    for (uintptr_t a = addr; a < addr + len; a += sizeof vec * 4096) {
+        size_t n = addr + len - a < sizeof vec * 4096 ? addr + len - a : sizeof vec * 4096;
+        if (HT_SYSCALL(SYS_mincore, (void *)a, n, vec) < 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void hole_error(const char *what, long err)
+{
+    char eb[24];
+    ht_stats_error(what, err == -HT_EINJECTED ? "injected" : ht_errno_name((int)-err, eb));
+}
+
+/* The second way onto hugetlb pages after a refused move: a MAP_FIXED hugetlb
+ * mmap over [addr, addr + len), ordinary memory of ours, whose first `keep`
+ * bytes are saved and put back. 0: done; else the error, with the range
+ * ordinary memory of ours again holding its bytes (1 in *lost: the range is
+ * not ours any more, its bytes are in *saved, the caller's to free). */
+static long fixed_hugetlb(uintptr_t addr, size_t len, int b, size_t keep, uintptr_t *saved, int *lost)
+{
+    uintptr_t sv = 0;
+    if (keep) {
+        /* len bytes (only `keep` touched): a rescue is always len long. */
+        long t = ht_owned_mmap(NULL, len, PROT_READ | PROT_WRITE, 0);
+        if (ht_mmap_failed(t))
+            return t;
+        sv = (uintptr_t)t;
+        memcpy((void *)sv, (void *)addr, keep);
+    }
+    long r;
+    if (ht_inj(HT_INJ_HUGETLB)) {
+        ht_sys_munmap((void *)addr, len); /* as the kernel fails: a hole */
+        r = -HT_EINJECTED;
+    } else {
+        int f = MAP_HUGETLB | MAP_FIXED | (b == HT_B_HUGETLB1G ? HT_MAP_HUGE_1GB : HT_MAP_HUGE_2MB);
+        r = ht_sys_mmap((void *)addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | f, -1, 0);
+        if (!ht_mmap_failed(r) && (uintptr_t)r != addr) { /* cannot happen with MAP_FIXED */
+            ht_sys_munmap((void *)r, len);
+            r = -EINVAL;
+        }
+    }
+    if (!ht_mmap_failed(r)) {
+        if (keep) {
+            memcpy((void *)addr, (void *)sv, keep);
+            ht_sys_munmap((void *)sv, len);
+        }
+        return 0;
+    }
+    /* Failed before unmapping (the range is intact) or after (a hole). */
+    if (!ht_range_mapped(addr, len)) {
+        long f = ht_refill(addr, len, PROT_READ | PROT_WRITE, 0);
+        if (ht_mmap_failed(f)) {
+            hole_error("a refused hugetlb mmap left a hole that could not be refilled: ", f);
+            *lost = 1;
+            *saved = sv;
+            return r;
+        }
+        if (keep)
+            memcpy((void *)addr, (void *)sv, keep);
+    }
+    if (sv)
+        ht_sys_munmap((void *)sv, len);
+    return r;
+}
+
 static void fallback(int cat, int from, int to, long err, uint64_t bytes)
 {
     if (err == -HT_EINJECTED)
         ht_stats_fallback(cat, from, to, "injected", bytes);
+    else if (err == -HT_EHOLE)
+        ht_stats_fallback(cat, from, to, "hole-lost", bytes);
     else
         ht_stats_fallback_errno(cat, from, to, (int)-err, bytes);
 }
@@ -114,20 +241,53 @@ int ht_effective_want(int want, int cat, uint64_t bytes)
     return want;
 }
 
-int ht_place(uintptr_t addr, size_t len, int b, int cat, uint64_t req, int copy_old, size_t old_bytes)
+int ht_place(uintptr_t addr, size_t len, int b, int cat, uint64_t req, int copy_old, size_t old_bytes,
+             uintptr_t *rescue)
 {
+    size_t keep = copy_old ? (old_bytes < len ? old_bytes : len) : 0;
+    if (rescue)
+        *rescue = 0;
     for (;;) {
         if (ht_backing_is_hugetlb(b)) {
             long h = ht_hugetlb_mmap(len, b);
             long err = h;
             if (!ht_mmap_failed(h)) {
-                if (copy_old && old_bytes)
-                    memcpy((void *)h, (void *)addr, old_bytes < len ? old_bytes : len);
-                long m = ht_sys_mremap((void *)h, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)addr);
+                if (keep)
+                    memcpy((void *)h, (void *)addr, keep);
+                long m = ht_owned_move((void *)h, len, (void *)addr);
                 if (!ht_mmap_failed(m))
                     return b;
-                ht_sys_munmap((void *)h, len);
                 err = m;
+                /* [addr, addr + len) is a hole now: ours again, or lost. */
+                long f = ht_refill(addr, len, PROT_READ | PROT_WRITE, 0);
+                if (ht_mmap_failed(f)) {
+                    hole_error("a refused move left a hole that could not be refilled: ", f);
+                    fallback(cat, b, HT_B_NONE, err, req);
+                    if (keep && rescue)
+                        *rescue = (uintptr_t)h; /* the bytes: the caller's */
+                    else
+                        ht_owned_munmap((void *)h, len);
+                    return HT_B_NONE;
+                }
+                if (keep)
+                    memcpy((void *)addr, (void *)h, keep);
+                ht_owned_munmap((void *)h, len); /* its pages back to the pool first */
+                int lost = 0;
+                uintptr_t saved = 0;
+                long r = fixed_hugetlb(addr, len, b, keep, &saved, &lost);
+                if (r == 0) {
+                    atomic_fetch_add(&ht_ap.moves_refused, 1);
+                    return b;
+                }
+                if (lost) {
+                    fallback(cat, b, HT_B_NONE, r, req);
+                    if (rescue && saved)
+                        *rescue = saved;
+                    else if (saved)
+                        ht_sys_munmap((void *)saved, len);
+                    return HT_B_NONE;
+                }
+                err = r;
             }
             fallback(cat, b, chain_next(b), err, req);
             b = chain_next(b);
@@ -141,8 +301,8 @@ int ht_place(uintptr_t addr, size_t len, int b, int cat, uint64_t req, int copy_
             }
             long r = ht_madvise_huge((void *)addr, len);
             if (r == 0) {
-                if (copy_old && old_bytes && b == HT_B_THP2M)
-                    ht_sys_madvise((void *)addr, HT_HUGE_2M < len ? HT_HUGE_2M : len, MADV_COLLAPSE);
+                if (keep && b == HT_B_THP2M)
+                    ht_owned_madvise((void *)addr, HT_HUGE_2M < len ? HT_HUGE_2M : len, MADV_COLLAPSE);
                 return b;
             }
             fallback(cat, b, HT_B_4K, r, req);
@@ -150,8 +310,14 @@ int ht_place(uintptr_t addr, size_t len, int b, int cat, uint64_t req, int copy_
             continue;
         }
         /* Keep THP (e.g. glibc.malloc.hugetlb=1 aimed at heap-small, or THP
-         * `always`) off memory planned for 4 KB pages. */
-        ht_sys_madvise((void *)addr, len, MADV_NOHUGEPAGE);
+         * `always`) off memory planned for 4 KB pages. ENOMEM from madvise
+         * means part of the range is not mapped: never hand that out. */
+        long r = ht_owned_madvise((void *)addr, len, MADV_NOHUGEPAGE);
+        if (r == -ENOMEM && !ht_range_mapped(addr, len)) {
+            ht_stats_error("a range to back was not mapped", "");
+            fallback(cat, HT_B_4K, HT_B_NONE, r, req);
+            return HT_B_NONE;
+        }
         return HT_B_4K;
     }
 }
@@ -165,9 +331,9 @@ static long map_aligned(size_t len, size_t align)
         return r;
     uintptr_t a = (uintptr_t)r, al = up(a, align);
     if (al > a)
-        ht_sys_munmap((void *)a, al - a);
+        ht_owned_munmap((void *)a, al - a);
     if (a + over > al + len)
-        ht_sys_munmap((void *)(al + len), a + over - (al + len));
+        ht_owned_munmap((void *)(al + len), a + over - (al + len));
     return (long)al;
 }
 
@@ -192,7 +358,17 @@ static uintptr_t map_block(struct ht_layout *l, int cat, long *err)
     }
     uintptr_t p = (uintptr_t)r, off = 0;
     for (int i = 0; i < l->nseg; i++) {
-        l->seg[i].backing = ht_place(p + off, l->seg[i].len, l->seg[i].backing, cat, l->size, 0, 0);
+        int got = ht_place(p + off, l->seg[i].len, l->seg[i].backing, cat, l->size, 0, 0, NULL);
+        if (got == HT_B_NONE) {
+            /* Segment i's range is not ours any more: unmap the rest. */
+            if (off)
+                ht_owned_munmap((void *)p, off);
+            if (total > off + l->seg[i].len)
+                ht_owned_munmap((void *)(p + off + l->seg[i].len), total - off - l->seg[i].len);
+            *err = -HT_EHOLE;
+            return 0;
+        }
+        l->seg[i].backing = got;
         off += l->seg[i].len;
     }
     ht_layout_normalize(l);
@@ -428,7 +604,7 @@ void *ht_owned_alloc(size_t size, int want, int cat, size_t align, int zero)
     int r = reg_insert_locked(&e);
     pthread_mutex_unlock(&ht_ap.lock);
     if (r != 0) {
-        ht_sys_munmap((void *)p, ht_layout_total(&e.l));
+        ht_owned_munmap((void *)p, ht_layout_total(&e.l));
         ht_stats_error("owned-allocation registry cannot grow", "");
         return NULL;
     }
@@ -464,7 +640,7 @@ static void owned_release(const struct ht_reg_entry *e)
     /* Uncounted before the pages go back: once unmapped, another thread can
      * map them at once, and counting them twice would overstate the peak. */
     seg_stats(&e->l, e->category, -1);
-    ht_sys_munmap((void *)e->ptr, ht_layout_total(&e->l));
+    ht_owned_munmap((void *)e->ptr, ht_layout_total(&e->l));
 }
 
 int ht_owned_free(void *p)
@@ -519,12 +695,70 @@ static int reg_update(uintptr_t old_ptr, const struct ht_reg_entry *e)
 
 /* ---- realloc ---- */
 
+/* Where a broken realloc's bytes are: up to 2 * HT_LAYOUT_MAX_SEGS + 2 pieces
+ * in block order, and the ranges of ours to unmap afterwards. */
+struct salvage {
+    struct { uintptr_t at; size_t len; } data[2 * HT_LAYOUT_MAX_SEGS + 4], drop[2 * HT_LAYOUT_MAX_SEGS + 4];
+    int nd, nx;
+};
+
+static void sv_data(struct salvage *v, uintptr_t at, size_t len)
+{
+    if (len && v->nd < (int)(sizeof v->data / sizeof v->data[0])) {
+        v->data[v->nd].at = at;
+        v->data[v->nd++].len = len;
+    }
+}
+
+static void sv_drop(struct salvage *v, uintptr_t at, size_t len)
+{
+    if (len && v->nx < (int)(sizeof v->drop / sizeof v->drop[0])) {
+        v->drop[v->nx].at = at;
+        v->drop[v->nx++].len = len;
+    }
+}
+
+/* A realloc whose block a failed step broke (part of it is not ours any
+ * more): the first `copy` bytes of its data go into n bytes of the allocator's memory (an
+ * owned 4 KB block if the allocator has none), everything of ours is
+ * unmapped and the entry at `key` dropped. NULL: no memory anywhere; the
+ * data is lost (the caller must not read the old pointer). */
+static void *salvage(uintptr_t key, const struct ht_layout *orig, int orig_cat, struct salvage *v, size_t n,
+                     size_t copy, int cat)
+{
+    void *g = ht_fwd_malloc(n);
+    if (!g)
+        g = ht_owned_alloc(n, HT_B_4K, cat, 0, 0);
+    if (g) {
+        size_t at = 0;
+        for (int i = 0; i < v->nd && at < copy; i++) {
+            size_t k = v->data[i].len < copy - at ? v->data[i].len : copy - at;
+            memcpy((char *)g + at, (void *)v->data[i].at, k);
+            at += k;
+        }
+    }
+    struct ht_reg_entry e;
+    pthread_mutex_lock(&ht_ap.lock);
+    if (ht_reg_remove(&ht_ap.reg, key, &e) == 0)
+        publish_count();
+    pthread_mutex_unlock(&ht_ap.lock);
+    seg_stats(orig, orig_cat, -1);
+    for (int i = 0; i < v->nx; i++)
+        ht_owned_munmap((void *)v->drop[i].at, v->drop[i].len);
+    atomic_fetch_add(&ht_ap.realloc_salvaged, 1);
+    ht_stats_error(g ? "realloc: a failed step broke an owned block; its data went to the allocator"
+                     : "realloc: a failed step broke an owned block and no memory was left for its data",
+                   "");
+    return g;
+}
+
 /* The block's segments are at p, [p + old_total, p + total(out)) is ordinary
  * memory of ours: put the new head pieces [from, to) in place (copying the
  * old bytes that lie under a hugetlb piece) and advise the tail. Returns the
- * final layout in *fin. */
-static void grow_at(uintptr_t p, const struct ht_layout *old, const struct ht_layout *out,
-                    uint64_t from, uint64_t to, int cat, struct ht_layout *fin)
+ * final layout in *fin, or -1 when a piece's range was lost: *v then says
+ * where the old bytes are and what to unmap (salvage). */
+static int grow_at(uintptr_t p, const struct ht_layout *old, const struct ht_layout *out,
+                   uint64_t from, uint64_t to, int cat, struct ht_layout *fin, struct salvage *v)
 {
     uint64_t old_total = ht_layout_total(old), new_total = ht_layout_total(out);
     struct ht_layout f = *out;
@@ -544,13 +778,27 @@ static void grow_at(uintptr_t p, const struct ht_layout *old, const struct ht_la
         if (a < lo)
             ok &= ht_layout_append(&f, lo - a, bk) == 0;
         size_t old_bytes = lo < old_total ? (size_t)((hi < old_total ? hi : old_total) - lo) : 0;
-        int got = ht_place(p + lo, hi - lo, bk, cat, out->size, 1, old_bytes);
+        uintptr_t rescue = 0;
+        int got = ht_place(p + lo, hi - lo, bk, cat, out->size, 1, old_bytes, &rescue);
+        if (got == HT_B_NONE) {
+            v->nd = v->nx = 0;
+            sv_data(v, p, lo < old_total ? lo : old_total);
+            if (old_bytes && rescue)
+                sv_data(v, rescue, old_bytes);
+            if (hi < old_total)
+                sv_data(v, p + hi, old_total - hi);
+            sv_drop(v, p, lo);
+            sv_drop(v, p + hi, new_total - hi);
+            if (rescue)
+                sv_drop(v, rescue, hi - lo);
+            return -1;
+        }
         ok &= ht_layout_append(&f, hi - lo, got) == 0;
         if (hi < b)
             ok &= ht_layout_append(&f, b - hi, bk) == 0;
     }
     if (new_total > to)
-        ht_sys_madvise((void *)(p + to), new_total - to, MADV_NOHUGEPAGE);
+        ht_owned_madvise((void *)(p + to), new_total - to, MADV_NOHUGEPAGE);
     if (!ok) {
         /* More distinct segments than an entry holds (fallbacks inside a
          * grown head): the range is correct, describe it coarsely. */
@@ -559,25 +807,45 @@ static void grow_at(uintptr_t p, const struct ht_layout *old, const struct ht_la
     }
     ht_layout_normalize(&f);
     *fin = f;
+    return 0;
 }
 
-/* Moves the block's segments from p to q (a fresh mapping of ours, large
- * enough): mremap keeps hugetlb pages and THP page tables without copying; a
- * segment that cannot move is placed anew and copied. */
-static void relocate(uintptr_t p, struct ht_layout *l, uintptr_t q, int cat)
+/* Moves the block's segments from p to q (a fresh mapping of ours of `qlen`
+ * bytes): mremap keeps hugetlb pages and THP page tables without copying; a
+ * segment that cannot move is placed anew and copied. -1 when a segment's
+ * range at q was lost: *v then says where the bytes are (moved segments at q,
+ * the rest still at p) and what to unmap. */
+static int relocate(uintptr_t p, struct ht_layout *l, uintptr_t q, size_t qlen, int cat, struct salvage *v)
 {
     uint64_t off = 0;
     for (int i = 0; i < l->nseg; i++) {
         size_t len = l->seg[i].len;
-        long m = ht_sys_mremap((void *)(p + off), len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)(q + off));
+        long m = ht_owned_move((void *)(p + off), len, (void *)(q + off));
         if (ht_mmap_failed(m)) {
-            l->seg[i].backing = ht_place(q + off, len, l->seg[i].backing, cat, l->size, 0, 0);
+            /* q + off is a hole now (the source is intact): refill, place, copy. */
+            long f = ht_refill(q + off, len, PROT_READ | PROT_WRITE, 0);
+            int got = HT_B_NONE;
+            if (ht_mmap_failed(f))
+                hole_error("realloc: a refused move left a hole that could not be refilled: ", f);
+            else
+                got = ht_place(q + off, len, l->seg[i].backing, cat, l->size, 0, 0, NULL);
+            if (got == HT_B_NONE) {
+                v->nd = v->nx = 0;
+                sv_data(v, q, off);
+                sv_data(v, p + off, ht_layout_total(l) - off);
+                sv_drop(v, q, off);
+                sv_drop(v, q + off + len, qlen - off - len);
+                sv_drop(v, p + off, ht_layout_total(l) - off);
+                return -1;
+            }
+            l->seg[i].backing = got;
             memcpy((void *)(q + off), (void *)(p + off), len);
-            ht_sys_munmap((void *)(p + off), len);
+            ht_owned_munmap((void *)(p + off), len);
         }
         off += len;
     }
     ht_layout_normalize(l);
+    return 0;
 }
 
 void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int cat)
@@ -628,7 +896,7 @@ void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int ca
         uint64_t nt = ht_layout_shrink(&nl, n);
         diff_stats(&e.l, &nl, cat); /* before the pages go back (owned_release) */
         if (nt < usable)
-            ht_sys_munmap((void *)(p + nt), usable - nt);
+            ht_owned_munmap((void *)(p + nt), usable - nt);
         e.l = nl;
         e.category = (uint8_t)cat;
         reg_update(p, &e);
@@ -660,10 +928,12 @@ void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int ca
              * thread's mmap may get that range at once, and its registry insert
              * must not meet a stale entry for p. */
             if (reg_rekey(p, q) != 0) {
-                ht_sys_munmap((void *)q, nt);
+                ht_owned_munmap((void *)q, nt);
                 goto copy;
             }
-            relocate(p, &e.l, q, cat);
+            struct salvage v;
+            if (relocate(p, &e.l, q, nt, cat, &v) != 0)
+                return salvage(q, &orig, e0->category, &v, n, n < usable ? n : usable, cat) ?: HT_REALLOC_GONE;
             if (ht_layout_head_end(&e.l) != from) {
                 /* A segment changed backing while moving: describe anew. */
                 if (ht_layout_extend(&e.l, &w, &out, &from, &to) != 0) {
@@ -674,7 +944,9 @@ void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int ca
             }
         }
         struct ht_layout fin;
-        grow_at(q, &e.l, &out, from, to, cat, &fin);
+        struct salvage v;
+        if (grow_at(q, &e.l, &out, from, to, cat, &fin, &v) != 0)
+            return salvage(q, &orig, e0->category, &v, n, n < usable ? n : usable, cat) ?: HT_REALLOC_GONE;
         diff_stats(&orig, &fin, cat);
         e.l = fin;
         e.l.size = n;
@@ -686,7 +958,7 @@ void *ht_owned_realloc(const struct ht_reg_entry *e0, size_t n, int want, int ca
             if (g)
                 memcpy(g, (void *)q, n);
             seg_stats(&e.l, cat, -1);
-            ht_sys_munmap((void *)q, ht_layout_total(&e.l));
+            ht_owned_munmap((void *)q, ht_layout_total(&e.l));
             ht_stats_error("owned-allocation registry cannot grow", "");
             return g;
         }

@@ -104,6 +104,23 @@ static void record(uintptr_t lo, uintptr_t hi, int b)
     ht_stats_backed(HT_CAT_STATIC, b, hi - lo);
 }
 
+/* Copies the copy's pages that hold data back to [lo, lo + len): those
+ * resident in it (mincore), which are the pages copy_data wrote. */
+static void restore_data(uintptr_t lo, uintptr_t copy, size_t len)
+{
+    unsigned char vec[512];
+    for (size_t off = 0; off < len; off += sizeof vec * 4096) {
+        size_t n = len - off < sizeof vec * 4096 ? len - off : sizeof vec * 4096;
+        if (HT_SYSCALL(SYS_mincore, (void *)(copy + off), n, vec) < 0) {
+            memcpy((void *)(lo + off), (void *)(copy + off), n);
+            continue;
+        }
+        for (size_t i = 0; i < (n + 4095) / 4096; i++)
+            if (vec[i] & 1)
+                memcpy((void *)(lo + off + i * 4096), (void *)(copy + off + i * 4096), 4096);
+    }
+}
+
 /* In place: MADV_HUGEPAGE + MADV_COLLAPSE (THP only). */
 static int advise_in_place(uintptr_t lo, uintptr_t hi, int b)
 {
@@ -180,11 +197,27 @@ static void apply_range(uintptr_t lo, uintptr_t hi, uintptr_t file_end, int b, i
         nm = (long)al;
     }
     copy_data(lo, hi, file_end, (uintptr_t)nm);
-    long mv = ht_sys_mremap((void *)nm, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)lo);
+    long mv = ht_owned_move((void *)nm, len, (void *)lo);
     if (ht_mmap_failed(mv)) {
+        /* The kernel unmapped the segment's interior before it refused: put
+         * ordinary memory back and the program's data from the copy. One
+         * thread (checked above), so MAP_FIXED can hit nothing of another's. */
         char eb[24];
+        ht_stats_error("static: mremap onto the segment failed: ",
+                       mv == -HT_EINJECTED ? "injected" : ht_errno_name((int)-mv, eb));
+        long f = ht_refill(lo, len, PROT_READ | PROT_WRITE, 0);
+        if (ht_mmap_failed(f))
+            f = ht_sys_mmap((void *)lo, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (ht_mmap_failed(f)) {
+            /* Nothing can be mapped there: leave the copy in place rather
+             * than a hole (its pages are the program's data). */
+            ht_sys_mremap((void *)nm, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)lo);
+            ht_stats_error("static: the segment could not be mapped again", "");
+            record(lo, hi, b);
+            return;
+        }
+        restore_data(lo, (uintptr_t)nm, len);
         ht_sys_munmap((void *)nm, len);
-        ht_stats_error("static: mremap onto the segment failed: ", ht_errno_name((int)-mv, eb));
         record(lo, hi, advise_in_place(lo, hi, b));
         return;
     }
