@@ -223,14 +223,23 @@ pub fn reserve_hugetlb_holding(
     change_pool(lock.try_clone()?, page_kb, |previous| previous + extra)
 }
 
-/// Sets the `page_kb` pool to exactly `pages` (tests, `frag --try`).
-pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolChange> {
-    check_pool_request(page_kb)?;
-    change_pool(lock_kernel_state()?, page_kb, |_| pages)
+/// Pages of the `page_kb` pool that are not ours to use (`HugetlbPool::taken`).
+fn taken_pages(page_kb: u64) -> u64 {
+    crate::machine::pool(page_kb).map_or(0, |p| p.taken())
 }
 
-/// `set_hugetlb_pool` for a caller that already holds the kernel-state lock (a
-/// second pool, or a pool and THP settings changed together).
+/// Sets the `page_kb` pool so that `pages` pages are free for new mappings: that
+/// many, plus those in use or reserved by others (tests, `frag --try`). On a
+/// machine where nobody else holds huge pages the pool is exactly `pages`.
+pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolChange> {
+    check_pool_request(page_kb)?;
+    let lock = lock_kernel_state()?;
+    let taken = taken_pages(page_kb);
+    change_pool(lock, page_kb, |_| pages + taken)
+}
+
+/// Sets the `page_kb` pool to exactly `pages` for a caller that already holds the
+/// kernel-state lock and counts what others hold itself (`HugetlbPool::taken`).
 pub fn set_hugetlb_pool_holding(
     lock: &KernelStateLock,
     page_kb: u64,

@@ -1413,6 +1413,14 @@ pub struct HugetlbPool {
 }
 
 impl HugetlbPool {
+    /// Pages that are not free for a new mapping: in use (`nr - free`) or free
+    /// but reserved for a mapping (`resv`), by other processes or by the kernel
+    /// itself (Linux 6.18 can leak reservations: docs/testing.md). A smaller
+    /// `nr_hugepages` cannot free them; the kernel keeps them as surplus pages.
+    pub fn taken(&self) -> u64 {
+        self.nr.saturating_sub(self.free) + self.resv.min(self.free)
+    }
+
     /// Pages a new mapping can reserve now.
     pub fn available(&self) -> u64 {
         self.free.saturating_sub(self.resv)

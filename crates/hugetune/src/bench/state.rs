@@ -184,7 +184,7 @@ impl Held {
         if let Some(n) = c.budget_2m {
             let p = machine::pool(2048)
                 .ok_or_else(|| anyhow::anyhow!("this kernel has no 2 MB hugetlb pool"))?;
-            let in_use = p.nr.saturating_sub(p.free);
+            let in_use = p.taken();
             let change = set_hugetlb_pool_holding(lock, 2048, in_use + n)?;
             out.budget_given = Some(change.now.saturating_sub(in_use));
             out.pool = Some(change);

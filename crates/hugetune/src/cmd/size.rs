@@ -229,7 +229,7 @@ fn sweep(
     let kb = a.size.page_kb();
     let pool = machine::pool(kb)
         .ok_or_else(|| anyhow::anyhow!("this kernel has no {kb} kB hugetlb pool"))?;
-    let held = pool.nr.saturating_sub(pool.free);
+    let held = pool.taken();
     let mut specs = Vec::new();
     for &i in &idx {
         let p = &r.predicted[i];
