@@ -145,7 +145,9 @@ fn write_nr(path: &Path, n: u64) -> Result<()> {
 pub struct PoolChange {
     pub page_kb: u64,
     pub previous: u64,
-    /// What the kernel actually gave (fragmentation can make it fewer than asked).
+    /// What the kernel actually gave (fragmentation can make it fewer than asked):
+    /// the pool's size, less the pages others held when it was set
+    /// (`set_hugetlb_pool`; 0 for the other changes).
     pub now: u64,
     _restore: Restore,
     _lock: KernelStateLock,
@@ -182,6 +184,7 @@ fn change_pool(
     lock: KernelStateLock,
     page_kb: u64,
     target: impl FnOnce(u64) -> u64,
+    taken: u64,
 ) -> Result<PoolChange> {
     let path = nr_path(page_kb);
     let previous = read_nr(&path)?;
@@ -195,7 +198,7 @@ fn change_pool(
         }
     });
     write_nr(&path, target(previous))?;
-    let now = read_nr(&path)?;
+    let now = read_nr(&path)?.saturating_sub(taken);
     Ok(PoolChange {
         page_kb,
         previous,
@@ -208,7 +211,12 @@ fn change_pool(
 /// Grows the `page_kb` pool by `extra` pages.
 pub fn reserve_hugetlb(page_kb: u64, extra: u64) -> Result<PoolChange> {
     check_pool_request(page_kb)?;
-    change_pool(lock_kernel_state()?, page_kb, |previous| previous + extra)
+    change_pool(
+        lock_kernel_state()?,
+        page_kb,
+        |previous| previous + extra,
+        0,
+    )
 }
 
 /// `reserve_hugetlb` for a caller that already holds the kernel-state lock (e.g.
@@ -220,7 +228,7 @@ pub fn reserve_hugetlb_holding(
     extra: u64,
 ) -> Result<PoolChange> {
     check_pool_request(page_kb)?;
-    change_pool(lock.try_clone()?, page_kb, |previous| previous + extra)
+    change_pool(lock.try_clone()?, page_kb, |previous| previous + extra, 0)
 }
 
 /// Pages of the `page_kb` pool that are not ours to use (`HugetlbPool::taken`).
@@ -229,13 +237,14 @@ fn taken_pages(page_kb: u64) -> u64 {
 }
 
 /// Sets the `page_kb` pool so that `pages` pages are free for new mappings: that
-/// many, plus those in use or reserved by others (tests, `frag --try`). On a
-/// machine where nobody else holds huge pages the pool is exactly `pages`.
+/// many, plus those in use or reserved by others (tests). On a machine where
+/// nobody else holds huge pages the pool is exactly `pages`. `now` counts the
+/// caller's pages only.
 pub fn set_hugetlb_pool(page_kb: u64, pages: u64) -> Result<PoolChange> {
     check_pool_request(page_kb)?;
     let lock = lock_kernel_state()?;
     let taken = taken_pages(page_kb);
-    change_pool(lock, page_kb, |_| pages + taken)
+    change_pool(lock, page_kb, |_| pages + taken, taken)
 }
 
 /// Sets the `page_kb` pool to exactly `pages` for a caller that already holds the
@@ -246,7 +255,7 @@ pub fn set_hugetlb_pool_holding(
     pages: u64,
 ) -> Result<PoolChange> {
     check_pool_request(page_kb)?;
-    change_pool(lock.try_clone()?, page_kb, |_| pages)
+    change_pool(lock.try_clone()?, page_kb, |_| pages, 0)
 }
 
 /// One mTHP size's control (`hugepages-<kb>kB/enabled`) changed for as long as
