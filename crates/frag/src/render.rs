@@ -5,9 +5,9 @@ use crate::scan::{BlockState, Scan};
 use crate::snapshot::{Snapshot, ZoneReport};
 use crate::trace::{ExtfragCounts, RecordSummary};
 use crate::trial::TrialResult;
-use hugetune_report::html::Page;
-use hugetune_report::svg::{self, Chart, ChartKind, Series};
-use hugetune_report::{bytes, table};
+use hugetune_render::html::Page;
+use hugetune_render::svg::{self, Chart, ChartKind, Series};
+use hugetune_render::{bytes, table};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 

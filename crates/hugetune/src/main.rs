@@ -6,6 +6,7 @@ mod bench;
 mod cmd;
 mod pipeline;
 mod profile;
+mod report;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -522,7 +522,7 @@ pub fn analyze_with(
         note(format!(
             "bundle section '{}' ({}) is kept for other tools; the model does not use it",
             x.name,
-            hugetune_report::bytes(x.data.len() as u64)
+            hugetune_render::bytes(x.data.len() as u64)
         ));
     }
     let Some(refs) = &b.refs else {
@@ -1300,7 +1300,7 @@ pub fn validate(
                 i + 1,
                 s.wall_s,
                 s.minor_faults,
-                hugetune_report::bytes(s.peak.huge())
+                hugetune_render::bytes(s.peak.huge())
             ))
         },
     )?;

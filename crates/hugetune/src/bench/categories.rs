@@ -11,8 +11,8 @@ use crate::cmd::rank::{self, RankReport};
 use crate::pipeline::RefSource;
 use crate::Ctx;
 use anyhow::{bail, Result};
-use hugetune_report::svg::{self, Chart, ChartKind, Series};
-use hugetune_report::table;
+use hugetune_render::svg::{self, Chart, ChartKind, Series};
+use hugetune_render::table;
 use serde_json::json;
 use std::ffi::OsString;
 
@@ -145,7 +145,7 @@ fn rows(r: &RankReport) -> Vec<Vec<String>> {
                     output::num(m.measured_min_s),
                     output::num(m.measured_max_s)
                 ),
-                hugetune_report::bytes(m.huge_bytes),
+                hugetune_render::bytes(m.huge_bytes),
             ]
         })
         .collect()

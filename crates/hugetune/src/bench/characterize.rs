@@ -12,7 +12,7 @@ use super::run::{Job, Workload, WorkloadResult};
 use super::{drop_missing_kernels, emit, select, select_configs, Opts, SuiteRun};
 use anyhow::Result;
 use hugetune_capture::machine::{self, THP_SYSFS};
-use hugetune_report::svg::{self, Chart, ChartKind, Series};
+use hugetune_render::svg::{self, Chart, ChartKind, Series};
 use serde_json::json;
 use std::path::Path;
 
@@ -348,7 +348,7 @@ fn html(r: &SuiteReport) -> String {
                         x["bgsave_status"].to_string(),
                         x["used_memory"]
                             .as_u64()
-                            .map_or("-".into(), hugetune_report::bytes),
+                            .map_or("-".into(), hugetune_render::bytes),
                     ]
                 })
                 .collect::<Vec<_>>(),

@@ -6,7 +6,7 @@
 use crate::pipeline;
 use anyhow::{bail, Context, Result};
 use hugetune_capture::ab::median;
-use hugetune_report::table;
+use hugetune_render::table;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

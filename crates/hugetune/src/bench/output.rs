@@ -6,9 +6,9 @@ use super::run::{ConfigResult, WorkloadResult};
 use super::state::{KernelSnapshot, MachineFacts};
 use super::stats::Spread;
 use anyhow::{Context, Result};
-use hugetune_report::html::Page;
-use hugetune_report::svg::{self, Chart, ChartKind, Series};
-use hugetune_report::{bytes, table};
+use hugetune_render::html::Page;
+use hugetune_render::svg::{self, Chart, ChartKind, Series};
+use hugetune_render::{bytes, table};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -50,7 +50,7 @@ pub fn num(v: f64) -> String {
     if a == 0.0 {
         "0".into()
     } else if a >= 1e6 {
-        hugetune_report::count(v)
+        hugetune_render::count(v)
     } else if a >= 100.0 {
         format!("{v:.0}")
     } else if a >= 10.0 {
@@ -74,7 +74,7 @@ pub fn config_rows(w: &WorkloadResult) -> Vec<Vec<String>> {
                 fmt_spread(&r.wall),
                 fmt_spread(&r.sys),
                 r.minor_faults
-                    .map_or("-".into(), |s| hugetune_report::count(s.median)),
+                    .map_or("-".into(), |s| hugetune_render::count(s.median)),
                 format!(
                     "{} ({}, {:.0} %)",
                     bytes(r.huge_bytes),

@@ -23,7 +23,7 @@ use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
-use hugetune_report::svg::{self, Chart, ChartKind, Series};
+use hugetune_render::svg::{self, Chart, ChartKind, Series};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::ffi::OsString;
@@ -205,7 +205,7 @@ pub fn run(ctx: &Ctx, o: &Opts, pcts: &[u32]) -> Result<()> {
     let need = footprint.div_ceil(2 << 20);
     sr.notes.push(format!(
         "footprint {} (peak Rss of a run without huge pages) = {need} 2 MB pages",
-        hugetune_report::bytes(footprint)
+        hugetune_render::bytes(footprint)
     ));
     let mut configs = vec![base];
     for (p, pages) in stats::budgets(need, pcts) {

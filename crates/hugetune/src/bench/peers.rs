@@ -22,8 +22,8 @@ use crate::Ctx;
 use anyhow::{bail, Result};
 use hugetune_capture::ab::RunCount;
 use hugetune_capture::launch::PlanOptions;
-use hugetune_report::svg::{self, Chart, ChartKind, Series};
-use hugetune_report::table;
+use hugetune_render::svg::{self, Chart, ChartKind, Series};
+use hugetune_render::table;
 use serde_json::json;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -680,8 +680,8 @@ fn text_extra(r: &SuiteReport) -> String {
             x["best_peer"].as_str().unwrap_or("-"),
             x["best_peer_speedup"].as_f64().unwrap_or(f64::NAN),
             if x["speedup_met"].as_bool() == Some(true) { "met" } else { "NOT met" },
-            hugetune_report::bytes(x["hugetune_huge_bytes"].as_u64().unwrap_or(0)),
-            hugetune_report::bytes(x["best_peer_huge_bytes"].as_u64().unwrap_or(0)),
+            hugetune_render::bytes(x["hugetune_huge_bytes"].as_u64().unwrap_or(0)),
+            hugetune_render::bytes(x["best_peer_huge_bytes"].as_u64().unwrap_or(0)),
             if x["fewer_pages"].as_bool() == Some(true) { "fewer or equal" } else { "MORE" },
             match x["no_slowdown"].as_bool() {
                 Some(true) => "; control: no slowdown".to_string(),
@@ -786,8 +786,8 @@ fn html(r: &SuiteReport) -> String {
                 x["speedup_met"].to_string(),
                 format!(
                     "{} / {}",
-                    hugetune_report::bytes(x["hugetune_huge_bytes"].as_u64().unwrap_or(0)),
-                    hugetune_report::bytes(x["best_peer_huge_bytes"].as_u64().unwrap_or(0))
+                    hugetune_render::bytes(x["hugetune_huge_bytes"].as_u64().unwrap_or(0)),
+                    hugetune_render::bytes(x["best_peer_huge_bytes"].as_u64().unwrap_or(0))
                 ),
                 x["fewer_pages"].to_string(),
                 x["no_slowdown"].to_string(),

@@ -411,7 +411,7 @@ impl Bench {
                                 )
                             },
                             format_args!("wall {:.3}", rec.wall_s),
-                            hugetune_report::bytes(rec.backing.huge_bytes),
+                            hugetune_render::bytes(rec.backing.huge_bytes),
                             rec.backing.label
                         )
                     } else {

@@ -10,7 +10,7 @@ use hugetune_capture::launch;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
-use hugetune_report::table;
+use hugetune_render::table;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 

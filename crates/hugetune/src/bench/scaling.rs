@@ -10,7 +10,7 @@ use super::run::{Workload, WorkloadResult};
 use super::stats;
 use super::{drop_missing_kernels, emit, select, select_configs, Opts, SuiteRun};
 use anyhow::Result;
-use hugetune_report::svg::{self, Chart, ChartKind, Series};
+use hugetune_render::svg::{self, Chart, ChartKind, Series};
 use serde_json::json;
 
 pub const KERNELS: [(&str, &str); 3] = [

@@ -49,7 +49,7 @@ pub fn print_analysis(an: &pipeline::Analysis) {
     println!(
         "profile    {} ({} references from {}, native run {:.3} s)",
         an.meta.command.join(" "),
-        hugetune_report::count(s.refs as f64),
+        hugetune_render::count(s.refs as f64),
         an.meta.ref_source,
         an.meta.native.wall_s
     );
@@ -69,8 +69,8 @@ pub fn print_analysis(an: &pipeline::Analysis) {
     let sig = &an.significance;
     println!(
         "significance  {} TLB misses/s, {} faults/s with 4 KB pages (model estimate): {}",
-        hugetune_report::count(sig.tlb_misses_per_s),
-        hugetune_report::count(sig.faults_per_s),
+        hugetune_render::count(sig.tlb_misses_per_s),
+        hugetune_render::count(sig.faults_per_s),
         if sig.passes {
             "passes"
         } else {

@@ -5,7 +5,7 @@ use crate::{pipeline, Ctx};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::calibrate::{self, Calibration, LEAF};
 use hugetune_capture::machine;
-use hugetune_report::table;
+use hugetune_render::table;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -144,7 +144,7 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
             let f = figure("walk", LEAF[i], Some(x));
             rows.push(vec![
                 LEAF_TEXT[i].to_string(),
-                hugetune_report::bytes(x as u64),
+                hugetune_render::bytes(x as u64),
                 ns_text(y),
                 f.and_then(|f| f.ns.as_ref())
                     .map_or("extrapolated".into(), range_text),

@@ -2,7 +2,7 @@
 
 use crate::Ctx;
 use anyhow::{Context, Result};
-use hugetune_report::table;
+use hugetune_render::table;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

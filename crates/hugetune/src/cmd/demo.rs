@@ -62,7 +62,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         a.size,
         r.speedup,
         if r.speedup >= 1.0 { "faster" } else { "slower" },
-        hugetune_report::bytes(r.huge_bytes_backed),
+        hugetune_render::bytes(r.huge_bytes_backed),
         r.verdict
     );
     Ok(0)

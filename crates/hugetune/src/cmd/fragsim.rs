@@ -6,8 +6,8 @@ use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use fragsim::workload::{run_highalloc, run_kbuild, HighallocParams, KbuildParams, RunOpts};
 use fragsim::{replay, AllocMode, PolicyKind, SimConfig, Summary, ZoneSpec};
-use hugetune_report::svg::{self, Chart, ChartKind, Series};
-use hugetune_report::{count, html, table};
+use hugetune_render::svg::{self, Chart, ChartKind, Series};
+use hugetune_render::{count, html, table};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -431,7 +431,7 @@ fn write_html(
         a.workload,
         a.seed,
         results.first().map_or(0, |r| r.pages),
-        hugetune_report::bytes(results.first().map_or(0, |r| r.pages) * 4096),
+        hugetune_render::bytes(results.first().map_or(0, |r| r.pages) * 4096),
         results
             .iter()
             .map(|r| r.policy.as_str())

@@ -2,7 +2,7 @@ use crate::Ctx;
 use anyhow::Result;
 use hugetune_capture::machine::{self, TlbChoice, TlbReport};
 use hugetune_model::page::PageSize;
-use hugetune_report::table;
+use hugetune_render::table;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,7 +33,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     println!(
         "           {} cores, {} memory, kernel {}",
         m.cores,
-        hugetune_report::bytes(m.mem_total_kb * 1024),
+        hugetune_render::bytes(m.mem_total_kb * 1024),
         m.kernel
     );
     if let Some(h) = &m.cpu.hypervisor {
@@ -55,7 +55,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         .iter()
         .map(|p| {
             vec![
-                hugetune_report::bytes(p.page_kb * 1024),
+                hugetune_render::bytes(p.page_kb * 1024),
                 p.nr.to_string(),
                 p.free.to_string(),
                 p.resv.to_string(),

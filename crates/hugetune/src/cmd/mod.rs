@@ -46,7 +46,7 @@ impl RunCountArgs {
         })
     }
 }
-use hugetune_report::{count, table};
+use hugetune_render::{count, table};
 
 /// The prediction table shared by `analyze` and `optimize`.
 pub fn predictions_table(preds: &[Prediction]) -> String {
@@ -117,7 +117,7 @@ pub fn folio_proof(v: &crate::pipeline::Validation) -> Option<String> {
     if !v.folio_bytes.is_empty() {
         parts.push(format!(
             "mapped {} (pagemap + kpageflags)",
-            list(&v.folio_bytes, &|b| hugetune_report::bytes(b))
+            list(&v.folio_bytes, &|b| hugetune_render::bytes(b))
         ));
     }
     if !v.folio_faults_per_run.is_empty() {

@@ -12,7 +12,7 @@ use hugetune_capture::session::{self, Driver};
 use hugetune_model::plan;
 use hugetune_model::plan::{Availability, PlanDecision, ProgramTraits};
 use hugetune_model::rank::Prediction;
-use hugetune_report::{bytes, secs};
+use hugetune_render::{bytes, secs};
 use hugetune_store::db::NewRun;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -432,7 +432,7 @@ pub fn render(r: &Report) -> String {
         "profile      {}{}: {} references ({}) in {:.1} s; native {}\n",
         r.profile_command.join(" "),
         if same { "" } else { " (training input)" },
-        hugetune_report::count(r.profile.refs as f64),
+        hugetune_render::count(r.profile.refs as f64),
         r.profile.ref_source,
         r.profile.capture_s,
         secs(r.profile.native_s)
@@ -440,8 +440,8 @@ pub fn render(r: &Report) -> String {
     let sig = &r.significance;
     s += &format!(
         "significance {} TLB misses/s, {} faults/s with 4 KB pages (model): {}\n",
-        hugetune_report::count(sig.tlb_misses_per_s),
-        hugetune_report::count(sig.faults_per_s),
+        hugetune_render::count(sig.tlb_misses_per_s),
+        hugetune_render::count(sig.faults_per_s),
         if sig.passes { "passes" } else { "fails" }
     );
     s += &format!(
@@ -500,7 +500,7 @@ pub fn render(r: &Report) -> String {
         })
         .collect();
     s += "\npredicted (profiled input) next to measured (this command)\n";
-    s += &hugetune_report::table(
+    s += &hugetune_render::table(
         &["mapping", "predicted", "PMB", "measured", "median"],
         &rows,
     );

@@ -19,7 +19,7 @@ use hugetune_model::rank::{
 };
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::Backing;
-use hugetune_report::table;
+use hugetune_render::table;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -463,7 +463,7 @@ fn render(r: &RankReport) -> String {
                     "{:.3} s [{:.3}, {:.3}]",
                     m.measured_median_s, m.measured_min_s, m.measured_max_s
                 ),
-                hugetune_report::bytes(m.huge_bytes),
+                hugetune_render::bytes(m.huge_bytes),
                 match m.sim_walks {
                     Some(s) => format!("{} / {}", m.walks, s),
                     None => format!("{}", m.walks),

@@ -6,7 +6,7 @@ use crate::cmd::rank::RankReport;
 use crate::pipeline;
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
-use hugetune_report::view::{Compared, ComparedSet, Report};
+use crate::report::view::{Compared, ComparedSet, Report};
 use hugetune_store::db::Db;
 use hugetune_store::query::{DirectiveRow, ProfileRow, RunRow};
 use std::ffi::OsString;

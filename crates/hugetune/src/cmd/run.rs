@@ -58,7 +58,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     pipeline::note(format!(
         "done in {:.3} s; {} on huge pages",
         stats.wall_s,
-        hugetune_report::bytes(huge)
+        hugetune_render::bytes(huge)
     ));
     for f in super::optimize::fallbacks(&[serde_json::Value::Array(summaries.clone())]) {
         pipeline::note(format!("fallback: {f}"));

@@ -13,7 +13,7 @@ use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::size::{self, CurvePoint, Pool};
-use hugetune_report::table;
+use hugetune_render::table;
 use serde::Serialize;
 use std::ffi::OsString;
 
@@ -170,7 +170,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
 /// The sizing page: the predicted curve and, after `--sweep`, the measured one
 /// in one plot (seed 001 fig. 3, seed 004 experiment 1), then the commands.
 fn html(r: &SizeReport, cmd: &str) -> String {
-    use hugetune_report::{html::Page, svg};
+    use hugetune_render::{html::Page, svg};
     let unit = if r.pool == Pool::P2m { "2 MB" } else { "1 GB" };
     let mut series = vec![svg::Series::new(
         "predicted",
@@ -292,7 +292,7 @@ fn sweep(
                 got[j],
                 r.predicted[i].label,
                 s.wall_s,
-                hugetune_report::bytes(s.peak.huge())
+                hugetune_render::bytes(s.peak.huge())
             ));
             times[j].push(s.wall_s);
         }

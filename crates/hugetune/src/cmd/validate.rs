@@ -83,8 +83,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     );
     println!(
         "backing: {} huge at peak (/proc smaps_rollup), {} reported by the runtime library",
-        hugetune_report::bytes(v.huge_bytes_proc),
-        hugetune_report::bytes(v.huge_bytes_runtime),
+        hugetune_render::bytes(v.huge_bytes_proc),
+        hugetune_render::bytes(v.huge_bytes_runtime),
     );
     if let Some(p) = super::folio_proof(&v) {
         println!("         {p}");

@@ -1,11 +1,15 @@
-//! Rendering helpers shared by the commands: aligned tables and human units,
-//! standalone SVG charts (`svg`) and self-contained HTML pages (`html`); the
-//! content of `hugetune report` (`view`) and its plots (`plots`).
+//! Rendering, and nothing else: aligned terminal tables and human units (here),
+//! standalone SVG charts (`svg`) and self-contained HTML pages (`html`), shared by
+//! the commands, the bench suites and `frag`.
+//!
+//! Invariants: no database, no file or process I/O (callers write what these
+//! functions return), no knowledge of hugetune's data model — so a /proc reader
+//! such as `frag` links it without SQLite. `hugetune report`'s own content (what
+//! a profile predicted, what its runs measured) lives in the CLI crate
+//! (`crates/hugetune/src/report/`).
 
 pub mod html;
-pub mod plots;
 pub mod svg;
-pub mod view;
 
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 

@@ -7,8 +7,9 @@
 //! mapping name or validation details) are not errors: the field is `None` and the
 //! page says "not recorded".
 
-use crate::html::Page;
-use crate::{bytes, plots, secs, table};
+use super::plots;
+use hugetune_render::html::Page;
+use hugetune_render::{bytes, secs, table};
 use hugetune_store::query::{DirectiveRow, ProfileRow, RunRow};
 use serde::{Deserialize, Serialize};
 

@@ -3,8 +3,8 @@
 //! mapping (fig. 4), and a strip plot of the A/B runs, which `svg::Chart` has no
 //! kind for (categories of points with a median mark), drawn here directly.
 
-use crate::svg::{self, colour, escape, tick_label, Chart, ChartKind, Series};
-use crate::view::{ComparedSet, Knee, MappingView, MrcCurve, RunView};
+use hugetune_render::svg::{self, colour, escape, tick_label, Chart, ChartKind, Series};
+use super::view::{ComparedSet, Knee, MappingView, MrcCurve, RunView};
 use std::fmt::Write;
 
 const W: u32 = 760;
@@ -243,7 +243,7 @@ pub fn runs_chart(runs: &[RunView]) -> String {
                     escape(&crate::secs(t))
                 );
             }
-            if let Some(m) = crate::view::median(times) {
+            if let Some(m) = super::view::median(times) {
                 let _ = write!(
                     s,
                     r#"<line class="median" x1="{:.1}" y1="{my:.1}" x2="{:.1}" y2="{my:.1}" stroke="{c}" stroke-width="2.5"/>"#,
@@ -279,8 +279,8 @@ pub fn runs_chart(runs: &[RunView]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::view::tests::sample;
-    use crate::view::Compared;
+    use super::view::tests::sample;
+    use super::view::Compared;
 
     fn mapping(label: &str, pmb: f64, pages: u64) -> MappingView {
         MappingView {
