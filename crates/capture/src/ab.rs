@@ -14,7 +14,7 @@ pub struct AbResult {
     pub summaries: Vec<serde_json::Value>,
 }
 
-pub use hugetune_model::rank::median;
+use hugetune_model::stats::{mann_whitney_p, median, speedup_ci};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -31,87 +31,6 @@ impl Verdict {
             Verdict::NoSignificantChange => "no significant change",
             Verdict::Loss => "loss",
         }
-    }
-}
-
-/// Probability, if both samples came from the same distribution, of a Mann-Whitney
-/// U at least as large as the one observed for "`x` tends to be smaller than `y`"
-/// (U counts pairs with x < y, ties as one half). Exact for up to 60 runs per side
-/// (with ties it rounds U down, which is conservative), normal approximation beyond.
-pub fn mann_whitney_p(x: &[f64], y: &[f64]) -> f64 {
-    let (n, m) = (x.len(), y.len());
-    if n == 0 || m == 0 {
-        return 1.0;
-    }
-    let mut u2 = 0usize; // 2U, so ties stay integral
-    for a in x {
-        for b in y {
-            u2 += if a < b {
-                2
-            } else if a == b {
-                1
-            } else {
-                0
-            };
-        }
-    }
-    let u = u2 / 2;
-    if n <= 60 && m <= 60 {
-        let dist = u_distribution(n, m);
-        let total: f64 = dist.iter().sum();
-        return (dist[u..].iter().sum::<f64>() / total).min(1.0);
-    }
-    let mean = (n * m) as f64 / 2.0;
-    let sd = ((n * m * (n + m + 1)) as f64 / 12.0).sqrt();
-    let z = (u as f64 - 0.5 - mean) / sd;
-    0.5 * erfc(z / std::f64::consts::SQRT_2)
-}
-
-/// Number of orderings of n x's and m y's with U = u, for u in 0..=n*m. Taking the
-/// largest element: an x adds no pair, a y adds one pair per x, so
-/// f(i, j, u) = f(i-1, j, u) + f(i, j-1, u-i).
-fn u_distribution(n: usize, m: usize) -> Vec<f64> {
-    let max_u = n * m;
-    // f[i][u] for the current j.
-    let mut f: Vec<Vec<f64>> = (0..=n)
-        .map(|_| {
-            let mut v = vec![0f64; max_u + 1];
-            v[0] = 1.0;
-            v
-        })
-        .collect();
-    for _j in 1..=m {
-        let mut g: Vec<Vec<f64>> = vec![vec![0f64; max_u + 1]; n + 1];
-        g[0][0] = 1.0;
-        for i in 1..=n {
-            for u in 0..=max_u {
-                let last_x = g[i - 1][u];
-                let last_y = if u >= i { f[i][u - i] } else { 0.0 };
-                g[i][u] = last_x + last_y;
-            }
-        }
-        f = g;
-    }
-    f.swap_remove(n)
-}
-
-/// Complementary error function (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7).
-fn erfc(x: f64) -> f64 {
-    let z = x.abs();
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let poly = -1.26551223
-        + t * (1.00002368
-            + t * (0.37409196
-                + t * (0.09678418
-                    + t * (-0.18628806
-                        + t * (0.27886807
-                            + t * (-1.13520398
-                                + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
-    let r = t * (-z * z + poly).exp();
-    if x >= 0.0 {
-        r
-    } else {
-        2.0 - r
     }
 }
 
@@ -162,32 +81,6 @@ impl RunCount {
         let (lo, hi) = speedup_ci(b, o);
         hi - lo < self.ci_width
     }
-}
-
-/// 95 % percentile-bootstrap confidence interval of the speedup
-/// median(baseline) / median(optimized), each side resampled on its own
-/// (2000 resamples, fixed seed: the same runs give the same interval).
-pub fn speedup_ci(baseline: &[f64], optimized: &[f64]) -> (f64, f64) {
-    if baseline.is_empty() || optimized.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let mut rng = hugetune_model::mrc::synth::Rng(0x9e37_79b9_7f4a_7c15);
-    let mut next = |n: usize| rng.below(n as u64) as usize;
-    const RESAMPLES: usize = 2000;
-    let mut ratios = Vec::with_capacity(RESAMPLES);
-    let (mut rb, mut ro) = (vec![0.0; baseline.len()], vec![0.0; optimized.len()]);
-    for _ in 0..RESAMPLES {
-        for x in rb.iter_mut() {
-            *x = baseline[next(baseline.len())];
-        }
-        for x in ro.iter_mut() {
-            *x = optimized[next(optimized.len())];
-        }
-        ratios.push(median(&rb) / median(&ro));
-    }
-    ratios.sort_by(f64::total_cmp);
-    let at = |q: f64| ratios[((q * (RESAMPLES - 1) as f64).round() as usize).min(RESAMPLES - 1)];
-    (at(0.025), at(0.975))
 }
 
 /// Runs pairs, baseline first in each pair, until `count` says they are enough.

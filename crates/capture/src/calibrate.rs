@@ -73,9 +73,10 @@ pub struct Calibration {
     pub raw: Vec<Measurement>,
 }
 
-/// Median and range of repeated values.
+/// Median and range of one calibration figure over its repetitions (stored with the
+/// calibration; `hugetune_model::stats::Spread` is the general spread of a sample).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Spread {
+pub struct Repeated {
     pub median: f64,
     pub min: f64,
     pub max: f64,
@@ -92,7 +93,7 @@ pub struct Figure {
     /// Walk points: the page-table working set, bytes.
     pub pt_bytes: Option<f64>,
     /// The figure per repetition, ns; `None` when extrapolated or not measured.
-    pub ns: Option<Spread>,
+    pub ns: Option<Repeated>,
     /// Faults: the first, cold pass (host memory possibly taken back), ns per fault.
     pub cold_ns: Option<f64>,
     /// How it was measured, or why it was not.
@@ -212,26 +213,21 @@ impl Calibration {
 // ---------------------------------------------------------------- pure parts
 
 /// Median and range; refuses no values and non-finite ones.
-pub fn spread(samples: &[f64]) -> Result<Spread> {
+pub fn repeated(samples: &[f64]) -> Result<Repeated> {
     if samples.is_empty() {
         bail!("no measurements");
     }
     if let Some(v) = samples.iter().find(|v| !v.is_finite()) {
         bail!("a measurement is {v}");
     }
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    let median = if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    };
-    Ok(Spread {
-        median,
-        min: s[0],
-        max: s[n - 1],
-        reps: n,
+    let (min, max) = samples
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+    Ok(Repeated {
+        median: hugetune_model::stats::median(samples),
+        min,
+        max,
+        reps: samples.len(),
     })
 }
 
@@ -257,7 +253,7 @@ pub fn fractions(leaf: usize, pages: u64, tlb: &TlbParams) -> Fractions {
 
 /// L2-hit cost per repetition from paired differences (A − B, ns per step) of two
 /// chases that never walk: the difference over the difference in L1-miss shares.
-pub fn per_l2_hit(diffs: &[f64], a: Fractions, b: Fractions) -> Result<Spread> {
+pub fn per_l2_hit(diffs: &[f64], a: Fractions, b: Fractions) -> Result<Repeated> {
     if a.walk > 0.0 || b.walk > 0.0 {
         bail!("an L2-hit comparison must not walk");
     }
@@ -265,13 +261,13 @@ pub fn per_l2_hit(diffs: &[f64], a: Fractions, b: Fractions) -> Result<Spread> {
     if share <= 0.0 {
         bail!("configuration A misses the L1 DTLB no more often than B");
     }
-    spread(&diffs.iter().map(|d| d / share).collect::<Vec<_>>())
+    repeated(&diffs.iter().map(|d| d / share).collect::<Vec<_>>())
 }
 
 /// Walk cost per repetition from paired differences (A − B, ns per step): A walks
 /// on a share of its steps, B never does; the L2 hits of both are charged at
 /// `l2_hit_ns` (A's size, B's size) first.
-pub fn per_walk(diffs: &[f64], a: Fractions, b: Fractions, l2_hit_ns: [f64; 2]) -> Result<Spread> {
+pub fn per_walk(diffs: &[f64], a: Fractions, b: Fractions, l2_hit_ns: [f64; 2]) -> Result<Repeated> {
     if b.walk > 0.0 {
         bail!("the comparison configuration walks too");
     }
@@ -279,13 +275,13 @@ pub fn per_walk(diffs: &[f64], a: Fractions, b: Fractions, l2_hit_ns: [f64; 2]) 
         bail!("the configuration never walks");
     }
     let l2 = a.l2_hit * l2_hit_ns[0] - b.l2_hit * l2_hit_ns[1];
-    spread(&diffs.iter().map(|d| (d - l2) / a.walk).collect::<Vec<_>>())
+    repeated(&diffs.iter().map(|d| (d - l2) / a.walk).collect::<Vec<_>>())
 }
 
 /// A walk curve from measured points (page-table bytes, per-walk spread): sorted by
 /// working set; points with a non-finite or non-positive working set or median are
 /// left out with the reason (a negative walk cost is noise, not a cost).
-pub fn curve(points: &[(f64, Spread)]) -> (Vec<(f64, f64)>, Vec<String>) {
+pub fn curve(points: &[(f64, Repeated)]) -> (Vec<(f64, f64)>, Vec<String>) {
     let mut rejected = Vec::new();
     let mut good: Vec<(f64, f64)> = Vec::new();
     for &(x, s) in points {
@@ -1204,7 +1200,7 @@ pub fn options(quick: bool, m: &Machine) -> Options {
 }
 
 fn measurement(config: String, unit: &str, samples: Vec<f64>) -> Result<Measurement> {
-    let s = spread(&samples).with_context(|| config.clone())?;
+    let s = repeated(&samples).with_context(|| config.clone())?;
     Ok(Measurement {
         config,
         unit: unit.into(),
@@ -1449,7 +1445,7 @@ impl Session<'_> {
                     continue;
                 }
             };
-            let s = Spread {
+            let s = Repeated {
                 median: m.median,
                 min: m.min,
                 max: m.max,
@@ -1557,7 +1553,7 @@ pub fn calibrate(
     s.faults(&mut figures, &mut fault_ns);
 
     // L2 hits.
-    let mut l2: [Option<Spread>; 3] = [None; 3];
+    let mut l2: [Option<Repeated>; 3] = [None; 3];
     for leaf in 0..3 {
         let pair = match plan_l2_hit(leaf, o) {
             Ok(p) => p,
@@ -1830,12 +1826,12 @@ mod tests {
 
     #[test]
     fn medians_and_spreads() {
-        let s = spread(&[3.0, 1.0, 2.0]).unwrap();
+        let s = repeated(&[3.0, 1.0, 2.0]).unwrap();
         assert_eq!((s.median, s.min, s.max, s.reps), (2.0, 1.0, 3.0, 3));
-        assert_eq!(spread(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
-        assert!(spread(&[]).is_err());
-        assert!(spread(&[1.0, f64::NAN]).is_err());
-        assert!(spread(&[1.0, f64::INFINITY]).is_err());
+        assert_eq!(repeated(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
+        assert!(repeated(&[]).is_err());
+        assert!(repeated(&[1.0, f64::NAN]).is_err());
+        assert!(repeated(&[1.0, f64::INFINITY]).is_err());
     }
 
     #[test]
@@ -1899,7 +1895,7 @@ mod tests {
 
     #[test]
     fn curves_are_sorted_and_reject_noise() {
-        let s = |m: f64| Spread {
+        let s = |m: f64| Repeated {
             median: m,
             min: m,
             max: m,

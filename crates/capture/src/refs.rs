@@ -118,14 +118,9 @@ impl StreamHeader {
     }
 }
 
-/// MurmurHash3's 64-bit finalizer: the page hash of spatial sampling.
-pub fn fmix64(mut k: u64) -> u64 {
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    k ^= k >> 33;
-    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    k ^ (k >> 33)
-}
+/// MurmurHash3's 64-bit finalizer, the page hash of spatial sampling; its one home
+/// is the model's SHARDS sampler, which the QEMU plugin's samples must agree with.
+pub use hugetune_model::shards::fmix64;
 
 /// Whether `page` is in the sample at `threshold` (docs/formats.md §6).
 pub fn sampled(page: u64, seed: u64, modulus: u64, threshold: u64) -> bool {

@@ -15,6 +15,7 @@ pub mod rank;
 pub mod reuse;
 pub mod shards;
 pub mod size;
+pub mod stats;
 pub mod statstack;
 pub mod stream;
 pub mod tlb;

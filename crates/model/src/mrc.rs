@@ -299,29 +299,7 @@ pub fn mae(exact: &impl MissRatioCurve, approx: &impl MissRatioCurve, capacities
 /// Deterministic synthetic traces of page keys (pure functions of their
 /// arguments), shared by the tests, the benches and `hugetune bench model`.
 pub mod synth {
-    /// SplitMix64: small, fast, and good enough for trace generation.
-    #[derive(Debug, Clone)]
-    pub struct Rng(pub u64);
-
-    impl Rng {
-        pub fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        /// Uniform in `0..n` (multiply-shift; the bias is below 2^-32 for n < 2^32).
-        pub fn below(&mut self, n: u64) -> u64 {
-            ((self.next_u64() as u128 * n as u128) >> 64) as u64
-        }
-
-        /// Uniform in [0, 1).
-        pub fn unit(&mut self) -> f64 {
-            (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-        }
-    }
+    pub use crate::stats::Rng;
 
     /// Base page number of the synthetic traces (a heap-like 4 KB page number).
     pub const BASE: u64 = 0x5555_5000_0000 >> 12;

@@ -2,6 +2,7 @@
 //! the significance test (§5.3.1), the percentage-of-maximal-benefit ranking and the
 //! huge pages each mapping needs.
 
+use crate::stats::median;
 use crate::analysis::{AnalysisResult, MappingResult};
 use crate::categorize::Site;
 use crate::category::Category;
@@ -314,20 +315,6 @@ pub fn ranking_error(pairs: &[(f64, f64)]) -> Option<f64> {
     Some(pairs.iter().map(|(p, m)| (p - m).abs()).sum::<f64>() / pairs.len() as f64)
 }
 
-/// Median of a sample (NaN when empty).
-pub fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
 
 /// Measured PMB of each mapping from its run times (`times[m]`, one per round;
 /// mapping 0 is all-small): the saving of its median time against all-small's

@@ -4,7 +4,7 @@
 
 use crate::pipeline;
 use anyhow::{bail, Result};
-use hugetune_capture::ab::median;
+use hugetune_model::stats::median;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_render::table;
 use serde::{Deserialize, Serialize};

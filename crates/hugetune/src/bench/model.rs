@@ -5,7 +5,7 @@
 
 use crate::pipeline;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::ab::median;
+use hugetune_model::stats::median;
 use hugetune_render::table;
 use serde::{Deserialize, Serialize};
 

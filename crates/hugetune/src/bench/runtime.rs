@@ -5,7 +5,7 @@
 
 use crate::pipeline;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::ab::median;
+use hugetune_model::stats::median;
 use hugetune_capture::launch;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::category::Category;

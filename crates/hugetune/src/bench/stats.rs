@@ -1,7 +1,7 @@
 //! Pure computation of the suites: run orders, spreads, speedups, what a run's
 //! proof of backing says, and the verdicts of `peers`. No I/O here.
 
-use hugetune_capture::ab;
+pub use hugetune_model::stats::{quantile, Spread};
 use serde::{Deserialize, Serialize};
 
 /// The order of the configurations in `round`: every configuration once,
@@ -9,47 +9,6 @@ use serde::{Deserialize, Serialize};
 /// after the same other one (a drifting machine hits them alike).
 pub fn round_order(n: usize, round: usize) -> Vec<usize> {
     (0..n).map(|k| (k + round) % n.max(1)).collect()
-}
-
-/// Median, extremes and quartiles of one measure over the timed runs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Spread {
-    pub n: usize,
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    /// First and third quartiles (linear interpolation between order statistics).
-    pub q1: f64,
-    pub q3: f64,
-}
-
-impl Spread {
-    /// `None` for no values; NaNs are left out.
-    pub fn of(values: &[f64]) -> Option<Spread> {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        Some(Spread {
-            n: v.len(),
-            median: ab::median(&v),
-            min: v[0],
-            max: v[v.len() - 1],
-            q1: quantile(&v, 0.25),
-            q3: quantile(&v, 0.75),
-        })
-    }
-}
-
-/// Quantile of sorted values, linear between order statistics (type 7).
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let h = (sorted.len() - 1) as f64 * q.clamp(0.0, 1.0);
-    let (lo, hi) = (h.floor() as usize, h.ceil() as usize);
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (h - lo as f64)
 }
 
 /// Speedup of a configuration over the baseline: median(baseline) / median(config).
@@ -165,7 +124,7 @@ pub fn peers_verdict(
     hugetune: &PeerOutcome,
     control: bool,
 ) -> PeersVerdict {
-    let med = |v: &[f64]| ab::median(v);
+    let med = |v: &[f64]| hugetune_model::stats::median(v);
     let base = med(baseline);
     let sp = |v: &[f64]| base / med(v);
     let best = peers

@@ -100,7 +100,7 @@ fn ns_text(v: f64) -> String {
     }
 }
 
-fn range_text(s: &calibrate::Spread) -> String {
+fn range_text(s: &calibrate::Repeated) -> String {
     format!("{}–{}", ns_text(s.min), ns_text(s.max))
 }
 

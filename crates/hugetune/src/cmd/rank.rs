@@ -6,7 +6,7 @@
 use crate::pipeline::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::ab::median;
+use hugetune_model::stats::median;
 use hugetune_capture::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, PoolChange, SysfsChange,
 };

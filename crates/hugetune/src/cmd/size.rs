@@ -13,6 +13,7 @@ use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::size::{self, CurvePoint, Pool};
+use hugetune_model::stats;
 use hugetune_render::table;
 use serde::Serialize;
 use std::ffi::OsString;
@@ -297,8 +298,8 @@ fn sweep(
             times[j].push(s.wall_s);
         }
     }
-    let t0 = ab::median(&base_t);
-    let medians: Vec<f64> = times.iter().map(|t| ab::median(t)).collect();
+    let t0 = stats::median(&base_t);
+    let medians: Vec<f64> = times.iter().map(|t| stats::median(t)).collect();
     let best = medians.iter().copied().fold(f64::INFINITY, f64::min);
     r.baseline_median_s = Some(t0);
     r.measured = idx

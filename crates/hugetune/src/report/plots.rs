@@ -243,7 +243,7 @@ pub fn runs_chart(runs: &[RunView]) -> String {
                     escape(&crate::secs(t))
                 );
             }
-            if let Some(m) = super::view::median(times) {
+            if let Some(m) = hugetune_model::stats::median_finite(times) {
                 let _ = write!(
                     s,
                     r#"<line class="median" x1="{:.1}" y1="{my:.1}" x2="{:.1}" y2="{my:.1}" stroke="{c}" stroke-width="2.5"/>"#,

@@ -8,6 +8,7 @@
 //! page says "not recorded".
 
 use super::plots;
+use hugetune_model::stats::median_finite as median;
 use hugetune_render::html::Page;
 use hugetune_render::{bytes, secs, table};
 use hugetune_store::query::{DirectiveRow, ProfileRow, RunRow};
@@ -143,20 +144,6 @@ impl Compared {
     }
 }
 
-/// Median of finite values; `None` for none.
-pub fn median(v: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
 
 fn profile_view(p: &ProfileRow) -> ProfileView {
     let s = &p.summary;
