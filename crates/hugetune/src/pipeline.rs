@@ -18,6 +18,7 @@ use hugetune_capture::record::{self as rec_mod, Source};
 use hugetune_capture::refs::{RefReader, SamplingKind};
 use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
 use hugetune_capture::session::Driver;
+use hugetune_format::summary::Summary;
 use hugetune_model::analysis::AnalysisResult;
 use hugetune_model::categorize::Categorizer;
 use hugetune_model::category::Category;
@@ -26,6 +27,7 @@ use hugetune_model::mrc::PageSizeMrcs;
 use hugetune_model::page::Backing;
 use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits, ThpMode};
 use hugetune_model::rank::{self, Prediction, Significance};
+use hugetune_model::stats;
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
 use hugetune_model::tlb::TlbGeometry;
@@ -1140,12 +1142,8 @@ pub fn take_summaries(dir: &Path) -> Vec<serde_json::Value> {
 pub fn summary_huge_bytes(summaries: &[serde_json::Value]) -> u64 {
     summaries
         .iter()
-        .map(|s| {
-            let b = &s["backed"];
-            b["hugetlb-2m"]["bytes"].as_u64().unwrap_or(0)
-                + b["hugetlb-1g"]["bytes"].as_u64().unwrap_or(0)
-                + b["thp-2m"]["verified_bytes"].as_u64().unwrap_or(0)
-        })
+        .filter_map(|s| Summary::from_value(s).ok())
+        .map(|s| s.huge_bytes())
         .sum()
 }
 
@@ -1218,15 +1216,6 @@ pub fn agreement(predicted_speedup: f64, measured_speedup: f64, ci: (f64, f64)) 
     }
 }
 
-fn median_u64(v: impl Iterator<Item = u64>) -> u64 {
-    let v: Vec<f64> = v.map(|x| x as f64).collect();
-    let m = ab::median(&v);
-    if m.is_nan() {
-        0
-    } else {
-        m as u64
-    }
-}
 
 pub fn validate(
     art: &Artifacts,
@@ -1321,11 +1310,11 @@ pub fn validate(
     }
     let b: Vec<f64> = r.baseline.iter().map(|s| s.wall_s).collect();
     let o: Vec<f64> = r.optimized.iter().map(|s| s.wall_s).collect();
-    let (bm, om) = (ab::median(&b), ab::median(&o));
+    let (bm, om) = (stats::median(&b), stats::median(&o));
     Ok(Validation {
         runs,
         run_count: count,
-        speedup_ci: ab::speedup_ci(&b, &o),
+        speedup_ci: stats::speedup_ci(&b, &o),
         folio_bytes: {
             let mut sizes: Vec<u64> = r
                 .optimized
@@ -1343,7 +1332,7 @@ pub fn validate(
                             .find(|(k, _)| *k == kb)
                             .map_or(0, |&(_, b)| b)
                     });
-                    (kb, median_u64(per_run))
+                    (kb, stats::median_u64(per_run))
                 })
                 .collect()
         },
@@ -1353,17 +1342,17 @@ pub fn validate(
             .map(|(kb, n)| (kb, n / runs.max(1) as u64))
             .collect(),
         verdict: ab::verdict(&b, &o),
-        p_gain: ab::mann_whitney_p(&o, &b),
+        p_gain: stats::mann_whitney_p(&o, &b),
         speedup: bm / om,
         baseline_median_s: bm,
         optimized_median_s: om,
         baseline_s: b,
         optimized_s: o,
-        baseline_minor_faults: median_u64(r.baseline.iter().map(|s| s.minor_faults)),
-        optimized_minor_faults: median_u64(r.optimized.iter().map(|s| s.minor_faults)),
-        huge_bytes_proc: median_u64(r.optimized.iter().map(|s| s.peak.huge())),
-        huge_bytes_runtime: median_u64(per_run_runtime.into_iter()),
-        baseline_huge_bytes_proc: median_u64(r.baseline.iter().map(|s| s.peak.huge())),
+        baseline_minor_faults: stats::median_u64(r.baseline.iter().map(|s| s.minor_faults)),
+        optimized_minor_faults: stats::median_u64(r.optimized.iter().map(|s| s.minor_faults)),
+        huge_bytes_proc: stats::median_u64(r.optimized.iter().map(|s| s.peak.huge())),
+        huge_bytes_runtime: stats::median_u64(per_run_runtime.into_iter()),
+        baseline_huge_bytes_proc: stats::median_u64(r.baseline.iter().map(|s| s.peak.huge())),
         runtime_summaries: r.summaries,
         exit_codes_match: codes_match,
     })

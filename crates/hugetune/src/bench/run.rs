@@ -5,6 +5,7 @@
 //! and after, the kernel's per-size folio fault counters), and per configuration
 //! medians and spreads of wall, kernel-phase, user and system time and faults.
 
+use hugetune_format::summary::Summary;
 use super::config::{Config, Missing, SCRUB};
 use super::redis::{self, RedisJob};
 use super::state::Held;
@@ -154,44 +155,34 @@ pub fn runtime_proof(summaries: &[serde_json::Value]) -> Option<RuntimeProof> {
         plan_valid: true,
         ..Default::default()
     };
-    let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    for s in summaries {
-        let b = &s["backed"];
-        p.hugetlb_2m_bytes += u(&b["hugetlb-2m"]["bytes"]);
-        p.hugetlb_1g_bytes += u(&b["hugetlb-1g"]["bytes"]);
-        p.thp_verified_bytes += u(&b["thp-2m"]["verified_bytes"]);
-        if let Some(m) = s["verify"]["thp_sizes"]["bytes"].as_object() {
-            for (k, v) in m {
-                if k != "4k" && k != "2m" {
-                    p.mthp_bytes += u(v);
-                }
+    for v in summaries {
+        let s = match Summary::from_value(v) {
+            Ok(s) => s,
+            Err(e) => {
+                p.errors.push(format!("unreadable runtime summary: {e}"));
+                continue;
             }
-        }
-        for f in s["fallbacks"].as_array().into_iter().flatten() {
-            let line = format!(
-                "{} {} -> {} ({}) x{}",
-                f["category"].as_str().unwrap_or("?"),
-                f["from"].as_str().unwrap_or("?"),
-                f["to"].as_str().unwrap_or("?"),
-                f["reason"].as_str().unwrap_or("?"),
-                u(&f["count"])
-            );
+        };
+        p.hugetlb_2m_bytes += s.hugetlb_2m_bytes();
+        p.hugetlb_1g_bytes += s.hugetlb_1g_bytes();
+        p.thp_verified_bytes += s.thp_verified_bytes();
+        p.mthp_bytes += s.mthp_bytes();
+        for f in &s.fallbacks {
+            let line = format!("{} x{}", f.describe("->"), f.count);
             if !p.fallbacks.contains(&line) {
                 p.fallbacks.push(line);
             }
         }
-        for e in s["errors"].as_array().into_iter().flatten() {
-            p.errors.push(e.as_str().unwrap_or("?").to_string());
+        p.errors.extend(s.errors.iter().cloned());
+        if let Some(a) = &s.allocator {
+            p.allocator = a.clone();
         }
-        if let Some(a) = s["allocator"].as_str() {
-            p.allocator = a.to_string();
-        }
-        if s["plan"]["valid"] == serde_json::Value::Bool(false) {
+        if s.plan_refused() {
             p.plan_valid = false;
         }
         if p.categories.is_null() {
-            p.categories = s["categories"].clone();
-            p.arena = s["arena"].clone();
+            p.categories = s.categories;
+            p.arena = s.arena;
         }
     }
     Some(p)

@@ -6,6 +6,7 @@ use crate::pipeline::{self, Analysis, Validation};
 use crate::Ctx;
 use anyhow::{Context, Result};
 use hugetune_capture::kernel_state::{reserve_hugetlb, PoolChange};
+use hugetune_format::summary::Summary;
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::machine;
 use hugetune_capture::session::{self, Driver};
@@ -529,15 +530,11 @@ pub fn fallbacks(summaries: &[serde_json::Value]) -> Vec<String> {
     let mut out = Vec::new();
     for run in summaries {
         for proc in run.as_array().into_iter().flatten() {
-            for f in proc["fallbacks"].as_array().into_iter().flatten() {
-                let line = format!(
-                    "{} {} → {} ({}), {} time(s)",
-                    f["category"].as_str().unwrap_or("?"),
-                    f["from"].as_str().unwrap_or("?"),
-                    f["to"].as_str().unwrap_or("?"),
-                    f["reason"].as_str().unwrap_or("?"),
-                    f["count"].as_u64().unwrap_or(0)
-                );
+            let Ok(s) = Summary::from_value(proc) else {
+                continue;
+            };
+            for f in &s.fallbacks {
+                let line = format!("{}, {} time(s)", f.describe("→"), f.count);
                 if !out.contains(&line) {
                     out.push(line);
                 }

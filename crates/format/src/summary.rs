@@ -1,0 +1,217 @@
+//! The runtime library's exit summary (docs/formats.md §4), typed: what the tool
+//! reads of it — what was backed by which page size, the verified THP and mTHP
+//! bytes, the fallbacks and errors, the allocator and the plan's validity. The
+//! rest (per-category and arena counters) is kept as JSON for the reports.
+//!
+//! Invariants: every field the library may leave out (record mode, older
+//! versions) has a default; unknown fields are ignored; numbers out of range or
+//! of the wrong type are an error naming the field (serde's path), never a panic.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    #[error("reading runtime summary {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("runtime summary {path} is not a valid summary: {source}")]
+    Parse {
+        path: String,
+        source: serde_json::Error,
+    },
+}
+
+/// Bytes one backing holds (`backed.<backing>`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Backed {
+    pub bytes: u64,
+    pub held_bytes: u64,
+    pub peak_bytes: u64,
+    /// THP: bytes smaps showed on huge pages.
+    pub verified_bytes: u64,
+    pub unverified_bytes: u64,
+}
+
+/// One entry of `fallbacks`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Fallback {
+    pub category: String,
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+    pub count: u64,
+    pub bytes: u64,
+}
+
+impl Fallback {
+    /// `heap-large hugetlb-2m -> thp-2m (ENOMEM)`.
+    pub fn describe(&self, arrow: &str) -> String {
+        format!(
+            "{} {} {arrow} {} ({})",
+            self.category, self.from, self.to, self.reason
+        )
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlanState {
+    /// False: the plan was refused and nothing applied. Record mode has no plan
+    /// (and says nothing): true.
+    pub valid: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ThpSizes {
+    /// Bytes per folio size (`4k`, `16k`, …, `2m`).
+    pub bytes: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Verify {
+    pub thp_sizes: ThpSizes,
+}
+
+/// One process's summary.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Summary {
+    pub version: u64,
+    pub pid: u64,
+    pub mode: String,
+    #[serde(rename = "final")]
+    pub is_final: bool,
+    pub allocator: Option<String>,
+    pub backed: BTreeMap<String, Backed>,
+    pub fallbacks: Vec<Fallback>,
+    pub errors: Vec<String>,
+    pub plan: PlanState,
+    pub verify: Verify,
+    /// Hugetlb segments placed by MAP_FIXED after the kernel refused the move.
+    pub moves_refused: u64,
+    /// Per-category counters and the arena's, as written (the reports show them).
+    pub categories: serde_json::Value,
+    pub arena: serde_json::Value,
+}
+
+impl Summary {
+    pub fn from_value(v: &serde_json::Value) -> Result<Summary, serde_json::Error> {
+        Summary::deserialize(v)
+    }
+
+    pub fn read(path: &Path) -> Result<Summary, SummaryError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SummaryError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| SummaryError::Parse {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    fn bytes(&self, backing: &str) -> Backed {
+        self.backed.get(backing).copied().unwrap_or_default()
+    }
+
+    pub fn hugetlb_2m_bytes(&self) -> u64 {
+        self.bytes("hugetlb-2m").bytes
+    }
+
+    pub fn hugetlb_1g_bytes(&self) -> u64 {
+        self.bytes("hugetlb-1g").bytes
+    }
+
+    /// THP 2 MB bytes smaps confirmed.
+    pub fn thp_verified_bytes(&self) -> u64 {
+        self.bytes("thp-2m").verified_bytes
+    }
+
+    /// Bytes in mTHP folios (below 2 MB, above 4 KB: pagemap + kpageflags).
+    pub fn mthp_bytes(&self) -> u64 {
+        self.verify
+            .thp_sizes
+            .bytes
+            .iter()
+            .filter(|(k, _)| k.as_str() != "4k" && k.as_str() != "2m")
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// What was really huge: hugetlb bytes plus THP bytes verified in smaps.
+    pub fn huge_bytes(&self) -> u64 {
+        self.hugetlb_2m_bytes() + self.hugetlb_1g_bytes() + self.thp_verified_bytes()
+    }
+
+    /// The plan was refused (apply mode only).
+    pub fn plan_refused(&self) -> bool {
+        self.plan.valid == Some(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"{"version":1,"pid":7,"mode":"apply","final":true,"allocator":"glibc",
+      "categories":{"heap-large":{"allocations":3}},
+      "backed":{"hugetlb-2m":{"bytes":4194304,"held_bytes":0,"peak_bytes":4194304},
+                "hugetlb-1g":{"bytes":0,"held_bytes":0,"peak_bytes":0},
+                "thp-2m":{"bytes":6291456,"held_bytes":0,"peak_bytes":6291456,"verified_bytes":2097152,"unverified_bytes":0}},
+      "fallbacks":[{"category":"heap-large","from":"hugetlb-2m","to":"thp-2m","reason":"ENOMEM","count":2,"bytes":8388608}],
+      "errors":["something"],"plan":{"valid":true,"layout":"head-tail"},
+      "verify":{"thp_sizes":{"bytes":{"4k":4096,"64k":65536,"2m":2097152}}},
+      "moves_refused":1,"arena":{"enabled":false},"future_field":[1,2]}"#;
+
+    #[test]
+    fn reads_what_the_library_writes() {
+        let s: Summary = serde_json::from_str(FULL).unwrap();
+        assert_eq!(s.hugetlb_2m_bytes(), 4 << 20);
+        assert_eq!(s.thp_verified_bytes(), 2 << 20);
+        assert_eq!(s.huge_bytes(), 6 << 20);
+        assert_eq!(s.mthp_bytes(), 65536);
+        assert_eq!(s.fallbacks[0].count, 2);
+        assert_eq!(
+            s.fallbacks[0].describe("->"),
+            "heap-large hugetlb-2m -> thp-2m (ENOMEM)"
+        );
+        assert_eq!(s.allocator.as_deref(), Some("glibc"));
+        assert!(!s.plan_refused());
+        assert_eq!(s.moves_refused, 1);
+        assert_eq!(s.categories["heap-large"]["allocations"], 3);
+    }
+
+    #[test]
+    fn older_and_record_mode_summaries_take_defaults() {
+        let s: Summary = serde_json::from_str(r#"{"version":1,"mode":"record"}"#).unwrap();
+        assert_eq!(s.huge_bytes(), 0);
+        assert!(s.fallbacks.is_empty() && !s.plan_refused());
+        let r: Summary = serde_json::from_str(r#"{"plan":{"valid":false}}"#).unwrap();
+        assert!(r.plan_refused());
+    }
+
+    #[test]
+    fn wrong_types_are_errors_that_name_the_field() {
+        let e = serde_json::from_str::<Summary>(r#"{"backed":{"hugetlb-2m":{"bytes":-1}}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid value") || e.contains("expected u64"), "{e}");
+        let dir = std::env::temp_dir().join(format!("ht-summary-{}", std::process::id()));
+        std::fs::write(&dir, "{not json").unwrap();
+        let e = Summary::read(&dir).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&dir);
+        assert!(e.contains("not a valid summary") && e.contains("ht-summary-"), "{e}");
+        assert!(Summary::read(Path::new("/nonexistent/s.json"))
+            .unwrap_err()
+            .to_string()
+            .contains("/nonexistent/s.json"));
+    }
+}
