@@ -14,7 +14,7 @@ pub struct AbResult {
     pub summaries: Vec<serde_json::Value>,
 }
 
-use hugetune_model::stats::{mann_whitney_p, median, speedup_ci};
+use hugetune_model::stats::{mann_whitney_p, speedup_ci};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -119,6 +119,7 @@ pub fn interleaved(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hugetune_model::stats::median;
 
     #[test]
     fn medians_and_verdicts() {

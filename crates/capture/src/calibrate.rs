@@ -222,7 +222,9 @@ pub fn repeated(samples: &[f64]) -> Result<Repeated> {
     }
     let (min, max) = samples
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
     Ok(Repeated {
         median: hugetune_model::stats::median(samples),
         min,
@@ -267,7 +269,12 @@ pub fn per_l2_hit(diffs: &[f64], a: Fractions, b: Fractions) -> Result<Repeated>
 /// Walk cost per repetition from paired differences (A − B, ns per step): A walks
 /// on a share of its steps, B never does; the L2 hits of both are charged at
 /// `l2_hit_ns` (A's size, B's size) first.
-pub fn per_walk(diffs: &[f64], a: Fractions, b: Fractions, l2_hit_ns: [f64; 2]) -> Result<Repeated> {
+pub fn per_walk(
+    diffs: &[f64],
+    a: Fractions,
+    b: Fractions,
+    l2_hit_ns: [f64; 2],
+) -> Result<Repeated> {
     if b.walk > 0.0 {
         bail!("the comparison configuration walks too");
     }

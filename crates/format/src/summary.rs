@@ -203,12 +203,18 @@ mod tests {
         let e = serde_json::from_str::<Summary>(r#"{"backed":{"hugetlb-2m":{"bytes":-1}}}"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("invalid value") || e.contains("expected u64"), "{e}");
+        assert!(
+            e.contains("invalid value") || e.contains("expected u64"),
+            "{e}"
+        );
         let dir = std::env::temp_dir().join(format!("ht-summary-{}", std::process::id()));
         std::fs::write(&dir, "{not json").unwrap();
         let e = Summary::read(&dir).unwrap_err().to_string();
         let _ = std::fs::remove_file(&dir);
-        assert!(e.contains("not a valid summary") && e.contains("ht-summary-"), "{e}");
+        assert!(
+            e.contains("not a valid summary") && e.contains("ht-summary-"),
+            "{e}"
+        );
         assert!(Summary::read(Path::new("/nonexistent/s.json"))
             .unwrap_err()
             .to_string()

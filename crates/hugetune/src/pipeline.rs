@@ -1216,7 +1216,6 @@ pub fn agreement(predicted_speedup: f64, measured_speedup: f64, ci: (f64, f64)) 
     }
 }
 
-
 pub fn validate(
     art: &Artifacts,
     argv: &[OsString],

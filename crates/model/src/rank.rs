@@ -2,12 +2,12 @@
 //! the significance test (§5.3.1), the percentage-of-maximal-benefit ranking and the
 //! huge pages each mapping needs.
 
-use crate::stats::median;
 use crate::analysis::{AnalysisResult, MappingResult};
 use crate::categorize::Site;
 use crate::category::Category;
 use crate::cost::CostModel;
 use crate::page::{Backing, PageSize};
+use crate::stats::median;
 use serde::{Deserialize, Serialize};
 
 /// Seed 001 §5.3.1: 100 K dTLB misses per second, 1 000 page faults per second.
@@ -314,7 +314,6 @@ pub fn ranking_error(pairs: &[(f64, f64)]) -> Option<f64> {
     }
     Some(pairs.iter().map(|(p, m)| (p - m).abs()).sum::<f64>() / pairs.len() as f64)
 }
-
 
 /// Measured PMB of each mapping from its run times (`times[m]`, one per round;
 /// mapping 0 is all-small): the saving of its median time against all-small's

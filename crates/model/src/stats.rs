@@ -212,7 +212,6 @@ impl Rng {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,7 +221,10 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(&[]).is_nan());
-        assert_eq!(median_finite(&[f64::NAN, 1.0, f64::INFINITY, 3.0]), Some(2.0));
+        assert_eq!(
+            median_finite(&[f64::NAN, 1.0, f64::INFINITY, 3.0]),
+            Some(2.0)
+        );
         assert_eq!(median_finite(&[f64::NAN]), None);
         assert_eq!(median_u64([5u64, 1, 3].into_iter()), 3);
         assert_eq!(median_u64(std::iter::empty()), 0);

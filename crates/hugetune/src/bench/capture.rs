@@ -4,8 +4,8 @@
 
 use crate::pipeline;
 use anyhow::{bail, Result};
-use hugetune_model::stats::median;
 use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_model::stats::median;
 use hugetune_render::table;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;

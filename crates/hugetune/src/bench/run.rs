@@ -5,7 +5,6 @@
 //! and after, the kernel's per-size folio fault counters), and per configuration
 //! medians and spreads of wall, kernel-phase, user and system time and faults.
 
-use hugetune_format::summary::Summary;
 use super::config::{Config, Missing, SCRUB};
 use super::redis::{self, RedisJob};
 use super::state::Held;
@@ -16,6 +15,7 @@ use anyhow::{Context, Result};
 use hugetune_capture::machine::{self, HUGEPAGES_SYSFS, THP_SYSFS};
 use hugetune_capture::procfs::{tree_usage, HugeUsage};
 use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_format::summary::Summary;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -5,11 +5,11 @@
 
 use crate::pipeline;
 use anyhow::{bail, Context, Result};
-use hugetune_model::stats::median;
 use hugetune_capture::launch;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
+use hugetune_model::stats::median;
 use hugetune_render::table;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;

@@ -1,7 +1,8 @@
 //! Pure computation of the suites: run orders, spreads, speedups, what a run's
 //! proof of backing says, and the verdicts of `peers`. No I/O here.
 
-pub use hugetune_model::stats::{quantile, Spread};
+use hugetune_capture::ab;
+pub use hugetune_model::stats::Spread;
 use serde::{Deserialize, Serialize};
 
 /// The order of the configurations in `round`: every configuration once,

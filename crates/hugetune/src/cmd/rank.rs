@@ -6,7 +6,6 @@
 use crate::pipeline::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
-use hugetune_model::stats::median;
 use hugetune_capture::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, PoolChange, SysfsChange,
 };
@@ -17,6 +16,7 @@ use hugetune_model::rank::{
     default_backing, measured_pmbs, pmb, ranking_error, ranking_uncertainty, Prediction,
     RankingUncertainty,
 };
+use hugetune_model::stats::median;
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::Backing;
 use hugetune_render::table;

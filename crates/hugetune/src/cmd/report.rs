@@ -4,9 +4,9 @@
 
 use crate::cmd::rank::RankReport;
 use crate::pipeline;
+use crate::report::view::{Compared, ComparedSet, Report};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
-use crate::report::view::{Compared, ComparedSet, Report};
 use hugetune_store::db::Db;
 use hugetune_store::query::{DirectiveRow, ProfileRow, RunRow};
 use std::ffi::OsString;

@@ -5,7 +5,6 @@
 
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Context, Result};
-use hugetune_capture::ab;
 use hugetune_capture::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding,
 };

@@ -3,8 +3,8 @@
 //! mapping (fig. 4), and a strip plot of the A/B runs, which `svg::Chart` has no
 //! kind for (categories of points with a median mark), drawn here directly.
 
-use hugetune_render::svg::{self, colour, escape, tick_label, Chart, ChartKind, Series};
 use super::view::{ComparedSet, Knee, MappingView, MrcCurve, RunView};
+use hugetune_render::svg::{self, colour, escape, tick_label, Chart, ChartKind, Series};
 use std::fmt::Write;
 
 const W: u32 = 760;
@@ -120,7 +120,7 @@ fn short(label: &str) -> String {
 
 /// Seed 001 fig. 4: per mapping, the predicted and the measured time.
 pub fn compared_chart(set: &ComparedSet) -> String {
-    let pts = |f: fn(&crate::view::Compared) -> f64| {
+    let pts = |f: fn(&super::view::Compared) -> f64| {
         set.mappings
             .iter()
             .enumerate()
@@ -240,7 +240,7 @@ pub fn runs_chart(runs: &[RunView]) -> String {
                     y(t),
                     r.id,
                     if k == 0 { "baseline" } else { "optimized" },
-                    escape(&crate::secs(t))
+                    escape(&hugetune_render::secs(t))
                 );
             }
             if let Some(m) = hugetune_model::stats::median_finite(times) {
@@ -279,8 +279,8 @@ pub fn runs_chart(runs: &[RunView]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use super::view::tests::sample;
-    use super::view::Compared;
+    use crate::report::view::tests::sample;
+    use crate::report::view::Compared;
 
     fn mapping(label: &str, pmb: f64, pages: u64) -> MappingView {
         MappingView {

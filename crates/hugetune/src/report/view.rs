@@ -144,7 +144,6 @@ impl Compared {
     }
 }
 
-
 fn profile_view(p: &ProfileRow) -> ProfileView {
     let s = &p.summary;
     ProfileView {
