@@ -215,9 +215,28 @@ fn record_writes_the_v1_format() {
         let h = {
             let stop = stop.clone();
             std::thread::spawn(move || {
+                // Fresh pages every time: a mapping of our own, written and
+                // unmapped (glibc's malloc would keep reusing one heap once its
+                // mmap threshold rose, and a recording that began after the
+                // first round would see no allocation).
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let v = vec![1u8; 8 << 20];
-                    std::hint::black_box(&v);
+                    const LEN: usize = 8 << 20;
+                    // SAFETY: a private anonymous mapping of our own, written
+                    // within its length and unmapped before the next round.
+                    unsafe {
+                        let p = libc::mmap(
+                            std::ptr::null_mut(),
+                            LEN,
+                            libc::PROT_READ | libc::PROT_WRITE,
+                            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                            -1,
+                            0,
+                        );
+                        if p != libc::MAP_FAILED {
+                            std::ptr::write_bytes(p as *mut u8, 1, LEN);
+                            libc::munmap(p, LEN);
+                        }
+                    }
                     std::thread::sleep(Duration::from_millis(10));
                 }
             })
