@@ -1,18 +1,15 @@
 //! Running programs under hugetune's collectors, and reading what they produce:
-//! allocation logs, reference traces, DAMON region snapshots, counters, /proc and
-//! cpuid.
+//! allocation logs, reference traces, DAMON region snapshots, counters; running
+//! and measuring programs (runner, sessions, A/B). What the machine is and the
+//! kernel-state guards are `hugetune_host`'s.
 
 pub mod ab;
 pub mod alloclog;
-pub mod calibrate;
 pub mod damon;
 pub mod elf;
-pub mod kernel_state;
 pub mod lackey;
 pub mod launch;
-pub mod machine;
 pub mod perf;
-pub mod procfs;
 pub mod profile;
 pub mod qemu;
 pub mod record;

@@ -11,7 +11,7 @@
 //! Detection ([`sampling_support`]) says whether the machine can do any of this and
 //! why not; most VMs (ours included) have no hardware PMU at all.
 
-use crate::kernel_state::track_child;
+use hugetune_host::kernel_state::track_child;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -3,7 +3,7 @@
 //! ranges of the tools' own memory.
 
 use crate::alloclog::{AllocLog, Kind, Module, PF_W, PF_X};
-use crate::procfs::{parse_maps, MapEntry};
+use hugetune_host::procfs::{parse_maps, MapEntry};
 use hugetune_model::categorize::{
     AddressSpace, AllocEvent, AllocOp, AllocVia, Site, StaticSegment,
 };

@@ -252,7 +252,7 @@ pub fn capture(
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", spec.qemu.display()))?;
-    let _tracked = crate::kernel_state::track_child(child.id());
+    let _tracked = hugetune_host::kernel_state::track_child(child.id());
     let driver = spec.driver.map(|d| crate::session::start(d, child.id()));
     // stderr is the program's and qemu's (and the plugin's): pass it on, keep the end.
     let mut err = child.stderr.take().context("qemu's stderr")?;

@@ -2,8 +2,8 @@
 //! and the peak huge page usage of it and its descendants, sampled from
 //! /proc/PID/smaps_rollup while it runs.
 
-use crate::kernel_state::track_child;
-use crate::procfs::{tree_usage, HugeUsage};
+use hugetune_host::kernel_state::track_child;
+use hugetune_host::procfs::{tree_usage, HugeUsage};
 use crate::session::{self, Driver};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -240,7 +240,7 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
         });
         if spec.folio_census && due {
             last_census = Some((Instant::now(), now.rss));
-            let c = crate::procfs::folio_census(pid);
+            let c = hugetune_host::procfs::folio_census(pid);
             let sum = |v: &[(u64, u64)]| v.iter().map(|&(_, b)| b).sum::<u64>();
             if sum(&c) > sum(&peak_folios) {
                 peak_folios = c;

@@ -6,7 +6,7 @@
 //! other hugetune users never collide.
 
 use hugetune_capture::damon::{self, DamonOptions, DAMON_ADMIN};
-use hugetune_capture::kernel_state::lock_kernel_state;
+use hugetune_host::kernel_state::lock_kernel_state;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

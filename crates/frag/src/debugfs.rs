@@ -4,7 +4,7 @@
 //! kernel-state lock, and unmounted afterwards (also on Ctrl-C).
 
 use anyhow::{bail, Context, Result};
-use hugetune_capture::kernel_state;
+use hugetune_host::kernel_state;
 use std::ffi::CString;
 use std::path::Path;
 

@@ -11,7 +11,7 @@
 //! this session mounted it.
 
 use anyhow::{bail, Context, Result};
-use hugetune_capture::kernel_state::{self, KernelStateLock, Restore};
+use hugetune_host::kernel_state::{self, KernelStateLock, Restore};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::ffi::CString;

@@ -1,11 +1,11 @@
 //! `hugetune frag --try N --size 2M|1G`: raise a hugetlb pool by N pages under the
 //! kernel-state lock, see how many the kernel really gives and how long it takes
 //! (with the compaction counters it moved), then put the pool back exactly —
-//! on return, on error and on Ctrl-C (`capture::kernel_state`).
+//! on return, on error and on Ctrl-C (`host::kernel_state`).
 
 use crate::snapshot::Counters;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::kernel_state;
+use hugetune_host::kernel_state;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;

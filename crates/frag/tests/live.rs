@@ -149,7 +149,7 @@ fn try_raises_the_pool_and_restores_it() {
         r.seconds * 1e3
     );
     // Under the lock, the pool is where the trial found it.
-    let _l = hugetune_capture::kernel_state::lock_kernel_state().unwrap();
+    let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
     let now: u64 =
         std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
             .unwrap()
@@ -166,7 +166,7 @@ fn event_session_restores_tracefs() {
         return;
     }
     let before = {
-        let _l = hugetune_capture::kernel_state::lock_kernel_state().unwrap();
+        let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
         let m = mounted(trace::TRACEFS);
         let enable = std::fs::read_to_string(format!(
             "{}/events/kmem/mm_page_alloc_extfrag/enable",
@@ -180,7 +180,7 @@ fn event_session_restores_tracefs() {
         "extfrag events in 0.3 s: {} ({} fragmenting)",
         c.events, c.fragmenting
     );
-    let _l = hugetune_capture::kernel_state::lock_kernel_state().unwrap();
+    let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
     assert_eq!(
         mounted(trace::TRACEFS),
         before.0,

@@ -83,7 +83,7 @@ impl Ctx {
 
 fn main() {
     let cli = Cli::parse();
-    hugetune_capture::kernel_state::install_signal_guard();
+    hugetune_host::kernel_state::install_signal_guard();
     let ctx = Ctx {
         db_path: cli.db.unwrap_or_else(hugetune_store::db::Db::default_path),
         tlb: cli.tlb,

@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use hugetune_capture::alloclog::AllocLog;
-use hugetune_capture::machine::Machine;
+use hugetune_host::machine::Machine;
 use hugetune_capture::refs::{RefReader, StreamHeader, Totals};
 use hugetune_capture::runner::RunStats;
 use hugetune_store::bundle::{self, Section};
@@ -230,7 +230,7 @@ mod tests {
             capture_s: 0.5,
             pid: 42,
             native: RunStats::default(),
-            machine: hugetune_capture::machine::machine(None).unwrap(),
+            machine: hugetune_host::machine::machine(None).unwrap(),
             runtime_summary: None,
             ref_stream: None,
         }

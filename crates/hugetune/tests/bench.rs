@@ -37,7 +37,7 @@ fn hugetune(db: &Path, args: &[&str]) -> (i32, String, String) {
 /// (so another test's temporary pool is not taken for the resting value).
 fn resting() -> Value {
     let _lock = if is_root() {
-        Some(hugetune_capture::kernel_state::lock_kernel_state().unwrap())
+        Some(hugetune_host::kernel_state::lock_kernel_state().unwrap())
     } else {
         None
     };

@@ -29,7 +29,7 @@ fn resting_state() -> Option<KernelState> {
     if !is_root() {
         return None;
     }
-    let _lock = hugetune_capture::kernel_state::lock_kernel_state().unwrap();
+    let _lock = hugetune_host::kernel_state::lock_kernel_state().unwrap();
     Some((
         pools(),
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok(),
@@ -158,7 +158,7 @@ fn a_stored_calibration_reads_back_and_a_corrupt_one_is_an_error() {
     assert!(err.contains("no calibration of this machine"), "{err}");
     // Store one by hand for the machine `--show` looks up (the fingerprint as
     // `pipeline::machine_id` makes it).
-    let m = hugetune_capture::machine::machine(None).unwrap();
+    let m = hugetune_host::machine::machine(None).unwrap();
     let store = hugetune_store::db::Db::open(&db).unwrap();
     let fp = format!("{}|{}|{}", m.hostname, m.cpu.brand, m.kernel);
     let mid = store

@@ -266,7 +266,7 @@ fn reserve_gives_the_pool_back() {
         eprintln!("skipped: needs root to reserve huge pages");
         return;
     }
-    let before = hugetune_capture::kernel_state::resting_pool_size(2048).unwrap();
+    let before = hugetune_host::kernel_state::resting_pool_size(2048).unwrap();
     let d = tempfile::tempdir().unwrap();
     let db = d.path().join("h.db");
     let (code, out, err) = hugetune(
@@ -289,7 +289,7 @@ fn reserve_gives_the_pool_back() {
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
-        hugetune_capture::kernel_state::resting_pool_size(2048).unwrap(),
+        hugetune_host::kernel_state::resting_pool_size(2048).unwrap(),
         before
     );
     // With the pool grown, heap-large went to hugetlb and the runtime library says so.
@@ -357,7 +357,7 @@ fn an_interrupt_restores_the_pool_and_stops_the_program() {
         eprintln!("skipped: needs root to reserve huge pages");
         return;
     }
-    let before = hugetune_capture::kernel_state::resting_pool_size(2048).unwrap();
+    let before = hugetune_host::kernel_state::resting_pool_size(2048).unwrap();
     let d = tempfile::tempdir().unwrap();
     let mut child = Command::new(HUGETUNE)
         .arg("--db")
@@ -388,7 +388,7 @@ fn an_interrupt_restores_the_pool_and_stops_the_program() {
     assert_eq!(status.code(), Some(130), "{rest}");
     assert!(rest.contains("kernel settings restored"), "{rest}");
     assert_eq!(
-        hugetune_capture::kernel_state::resting_pool_size(2048).unwrap(),
+        hugetune_host::kernel_state::resting_pool_size(2048).unwrap(),
         before
     );
     // The workload it was measuring did not outlive it.

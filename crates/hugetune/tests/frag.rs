@@ -84,7 +84,7 @@ fn try_restores_the_pool() {
     let t = &v["try"];
     assert_eq!(t["pool_after"], t["pool_before"]);
     assert!(t["given"].as_u64().unwrap() <= 1);
-    let _l = hugetune_capture::kernel_state::lock_kernel_state().unwrap();
+    let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
     assert_eq!(pool(2048), t["pool_before"].as_u64().unwrap());
 }
 
@@ -102,7 +102,7 @@ fn ctrl_c_during_events_restores_tracefs() {
         return;
     }
     let before = {
-        let _l = hugetune_capture::kernel_state::lock_kernel_state().unwrap();
+        let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
         tracefs_mounted()
     };
     let child = Command::new(HUGETUNE)
@@ -126,7 +126,7 @@ fn ctrl_c_during_events_restores_tracefs() {
     assert_eq!(o.status.code(), Some(130), "{err}");
     assert!(err.contains("restored"), "{err}");
     assert!(!err.contains("could not"), "{err}");
-    let _l = hugetune_capture::kernel_state::lock_kernel_state().unwrap();
+    let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
     assert_eq!(tracefs_mounted(), before, "tracefs mount state restored");
     assert!(!inst.exists(), "instance removed");
 }

@@ -20,7 +20,7 @@
 mod common;
 
 use common::*;
-use hugetune_capture::kernel_state::{set_hugetlb_pool, set_thp_enabled_holding};
+use hugetune_host::kernel_state::{set_hugetlb_pool, set_thp_enabled_holding};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,7 +12,7 @@
 //!    and failures injected with `HUGETUNE_INJECT` (the `inject_*` tests).
 //!
 //! Kernel state (hugetlb pools, THP mode) is only changed under the shared lock
-//! with `hugetune_capture::kernel_state` guards, which restore it on drop and on
+//! with `hugetune_host::kernel_state` guards, which restore it on drop and on
 //! interrupt. Without root those parts are skipped with a message. See
 //! docs/testing.md.
 
@@ -20,7 +20,7 @@ mod common;
 
 use common::*;
 use hugetune_capture::alloclog::{AllocLog, Kind};
-use hugetune_capture::kernel_state::{
+use hugetune_host::kernel_state::{
     set_hugetlb_pool, set_thp_enabled, set_thp_enabled_holding, PoolChange, ThpChange,
 };
 use serde_json::Value;

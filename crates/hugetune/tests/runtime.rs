@@ -3,7 +3,7 @@
 //! under the shared kernel-state lock and always restored.
 
 use hugetune_capture::alloclog::{AllocLog, Kind, FLAG_PREINIT};
-use hugetune_capture::kernel_state::{
+use hugetune_host::kernel_state::{
     lock_kernel_state, on_restore, set_hugetlb_pool, KernelStateLock, Restore,
 };
 use hugetune_capture::profile::inputs_from_log;
@@ -267,7 +267,7 @@ fn pool_taken(path: &str) -> u64 {
     else {
         return 0;
     };
-    hugetune_capture::machine::pool(kb).map_or(0, |p| p.taken())
+    hugetune_host::machine::pool(kb).map_or(0, |p| p.taken())
 }
 
 fn read_setting(path: &str) -> String {
@@ -549,7 +549,7 @@ fn redis_bgsave_with_hugetlb_heap_and_an_exhausted_pool() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let _track = hugetune_capture::kernel_state::track_child(child.id());
+    let _track = hugetune_host::kernel_state::track_child(child.id());
     let mut up = false;
     for _ in 0..100 {
         if redis_cli(port, &["ping"]) == "PONG" {

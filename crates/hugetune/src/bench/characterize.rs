@@ -11,7 +11,7 @@ use super::redis::RedisJob;
 use super::run::{Job, Workload, WorkloadResult};
 use super::{drop_missing_kernels, emit, select, select_configs, Opts, SuiteRun};
 use anyhow::Result;
-use hugetune_capture::machine::{self, THP_SYSFS};
+use hugetune_host::machine::{self, THP_SYSFS};
 use hugetune_render::svg::{self, Chart, ChartKind, Series};
 use serde_json::json;
 use std::path::Path;

@@ -20,7 +20,7 @@ use crate::pipeline::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use hugetune_capture::launch::PlanOptions;
-use hugetune_capture::machine;
+use hugetune_host::machine;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
 use hugetune_render::svg::{self, Chart, ChartKind, Series};

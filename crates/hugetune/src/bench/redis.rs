@@ -7,7 +7,7 @@
 //! when the suite fails or is interrupted (it is a tracked child).
 
 use anyhow::{bail, Context, Result};
-use hugetune_capture::kernel_state::track_child;
+use hugetune_host::kernel_state::track_child;
 use hugetune_capture::session::{exited, free_port};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -205,7 +205,7 @@ pub struct RedisOutcome {
 struct Server {
     child: Child,
     pid: u32,
-    _tracked: hugetune_capture::kernel_state::ChildGuard,
+    _tracked: hugetune_host::kernel_state::ChildGuard,
     reaped: bool,
 }
 

@@ -2,15 +2,15 @@
 //! and after (they must be equal), the kernel-state guard that holds the lock,
 //! the pools and free page reporting for the whole suite and THP / mTHP modes
 //! for single runs (all restored on drop, error and Ctrl-C by
-//! `hugetune_capture::kernel_state`), and the facts a report states.
+//! `hugetune_host::kernel_state`), and the facts a report states.
 
 use anyhow::{Context, Result};
-use hugetune_capture::kernel_state::{
+use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, set_mthp_enabled_holding,
     set_thp_enabled_holding, KernelStateLock, PoolChange, SysfsChange, ThpChange,
 };
-use hugetune_capture::machine::{self, HUGEPAGES_SYSFS, THP_SYSFS};
-use hugetune_capture::procfs::{read_trimmed, selected_choice};
+use hugetune_host::machine::{self, HUGEPAGES_SYSFS, THP_SYSFS};
+use hugetune_host::procfs::{read_trimmed, selected_choice};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

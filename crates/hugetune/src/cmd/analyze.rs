@@ -1,6 +1,6 @@
 use crate::{pipeline, Ctx};
 use anyhow::Result;
-use hugetune_capture::machine;
+use hugetune_host::machine;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

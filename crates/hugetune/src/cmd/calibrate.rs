@@ -3,8 +3,8 @@
 
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Context, Result};
-use hugetune_capture::calibrate::{self, Calibration, LEAF};
-use hugetune_capture::machine;
+use hugetune_host::calibrate::{self, Calibration, LEAF};
+use hugetune_host::machine;
 use hugetune_render::table;
 use std::path::PathBuf;
 

@@ -1,6 +1,6 @@
 use crate::Ctx;
 use anyhow::Result;
-use hugetune_capture::machine::{self, TlbChoice, TlbReport};
+use hugetune_host::machine::{self, TlbChoice, TlbReport};
 use hugetune_model::page::PageSize;
 use hugetune_render::table;
 

@@ -5,9 +5,9 @@
 use crate::pipeline::{self, Analysis, Validation};
 use crate::Ctx;
 use anyhow::{Context, Result};
-use hugetune_capture::kernel_state::{reserve_hugetlb, PoolChange};
+use hugetune_host::kernel_state::{reserve_hugetlb, PoolChange};
 use hugetune_capture::launch::PlanOptions;
-use hugetune_capture::machine;
+use hugetune_host::machine;
 use hugetune_capture::session::{self, Driver};
 use hugetune_format::summary::Summary;
 use hugetune_model::plan;

@@ -6,11 +6,11 @@
 use crate::pipeline::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::kernel_state::{
+use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, PoolChange, SysfsChange,
 };
 use hugetune_capture::launch::PlanOptions;
-use hugetune_capture::machine;
+use hugetune_host::machine;
 use hugetune_capture::runner::{self, Output};
 use hugetune_model::rank::{
     default_backing, measured_pmbs, pmb, ranking_error, ranking_uncertainty, Prediction,
@@ -180,7 +180,7 @@ fn hold_kernel_state(set: &[Prediction]) -> Result<Held> {
 }
 
 fn reserve_pools(
-    lock: &hugetune_capture::kernel_state::KernelStateLock,
+    lock: &hugetune_host::kernel_state::KernelStateLock,
     set: &[Prediction],
 ) -> Result<Vec<PoolChange>> {
     let need_2m = set.iter().map(|p| p.hugetlb_pages).max().unwrap_or(0);

@@ -5,11 +5,11 @@
 
 use crate::{pipeline, Ctx};
 use anyhow::{bail, Context, Result};
-use hugetune_capture::kernel_state::{
+use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding,
 };
 use hugetune_capture::launch::PlanOptions;
-use hugetune_capture::machine;
+use hugetune_host::machine;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::size::{self, CurvePoint, Pool};
 use hugetune_model::stats;
