@@ -21,7 +21,7 @@
 #define HT_APPLY_FAST_H
 
 #include "ht.h"
-#include "magazine.h"
+#include "arena.h"
 #include "next.h"
 
 #pragma GCC visibility push(hidden)

@@ -3,7 +3,7 @@
  *   apply.c     set-up, decisions, the malloc-family entry points
  *   owned.c     owned blocks: layouts mapped along the fallback chain, pool
  *               runs, registry, free/realloc (grow in place, mremap, shrink)
- *   arena.c     the heap-small arena (magazine.c) wired to the chain
+ *   arena_chunks.c  the heap-small arena (arena.c) wired to the chain
  *   forksafe.c  fork protection of private hugetlb memory
  *   static.c    .data/.bss interiors moved onto huge pages at start-up
  *   verify.c    smaps/pagemap/hugetlb-counter verification, on-demand summary

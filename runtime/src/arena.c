@@ -1,255 +1,333 @@
-/* arena.c - the heap-small arena (magazine.c) wired into apply mode: its
- * reserved range, 2 MB chunks committed along hugetlb-2m -> thp-2m -> 4k,
- * per-thread lists and regions handed back at thread exit.
- *
- * The reservation is PROT_NONE + MAP_NORESERVE (address space only). A chunk
- * is first made writable with mprotect (NORESERVE memory is not charged to
- * the commit limit), then placed like an owned block's segment (owned.c): a
- * hugetlb chunk is mapped elsewhere and moved over it with mremap, THP and
- * 4 KB chunks are advised. A chunk whose range a refused move lost (the hole
- * could not be refilled) ends the arena's growth: nothing past it is ever
- * committed or carved. Per-chunk backings are kept for the
- * summary and for fork protection (forksafe.c copies hugetlb chunks). */
-#include "apply_int.h"
-#include "next.h"
+/* arena.c - huge-page-backed small-object arena, the allocator (see arena.h;
+ * arena_chunks.c maps its chunks). */
+#include "arena.h"
 
-#include "fmt.h"
-#include "sys.h"
-
-#include <errno.h>
-#include <pthread.h>
 #include <string.h>
-#include <sys/auxv.h>
-#include <sys/mman.h>
 
-struct ht_mag ht_arena;
-uintptr_t ht_arena_base, ht_arena_len;
-int ht_arena_on;
+#define R HT_MAG_GRANULE
 
-static uint8_t *g_chunk_b; /* backing per 2 MB chunk */
-static int g_want;
-static _Atomic uint64_t g_chunk_bytes[HT_B_COUNT];
+/* 16 KiB worth of objects per batch, 1..64 (min(64, max(1, 16384 / class
+ * size)); unit_arena checks the table). */
+const uint8_t ht_mag_batch_tab[HT_MAG_NCLASS] = {
+    64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64, 60, 56, 53, 51,
+    48, 46, 44, 42, 40, 39, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 26, 25,
+    24, 24, 23, 23, 22, 22, 21, 21, 20, 20, 20, 19, 19, 18, 18, 18, 17, 17, 17, 17,
+    16, 16, 16, 16, 15, 15, 15, 15, 14, 14, 14, 14, 14, 13, 13, 13, 13, 13, 12, 12,
+    12, 12, 12, 12, 12, 11, 11, 11, 11, 11, 11, 11, 11, 10, 10, 10, 10, 10, 10, 10,
+    10, 10, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 8, 8, 8, 8, 8, 8, 8,
+    8, 8, 8, 8, 8, 8, 8, 8, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7,
+    7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6,
+    6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 2, 2,
+    2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
 
-static uintptr_t page_down(uintptr_t x) { return x & ~(uintptr_t)4095; }
-static uintptr_t page_up(uintptr_t x) { return (x + 4095) & ~(uintptr_t)4095; }
-
-/* Opens the boundary bitmap's words for [addr, addr + len), and the word
- * after them (a chunk's size is read from the two words after its start). */
-static int open_bitmap(uintptr_t addr, size_t len)
+void ht_mag_init(struct ht_mag *m, uintptr_t base, size_t len, uint8_t *meta,
+                 ht_mag_commit_fn commit, void *ctx, uint64_t key)
 {
-    uintptr_t bm = (uintptr_t)ht_arena.bnd;
-    size_t u0 = (addr - ht_arena.base) >> HT_MAG_UNIT_SHIFT, u1 = (addr + len - ht_arena.base) >> HT_MAG_UNIT_SHIFT;
-    uintptr_t lo = page_down(bm + (u0 >> 6) * 8), hi = page_up(bm + ((u1 >> 6) + 2) * 8);
-    return HT_SYSCALL(SYS_mprotect, (void *)lo, hi - lo, PROT_READ | PROT_WRITE) < 0 ? -1 : 0;
+    memset(m, 0, sizeof *m);
+    m->base = base;
+    m->end = base + len;
+    m->committed = base;
+    m->carve = base;
+    m->meta = meta;
+    m->bnd = meta ? (_Atomic uint64_t *)(void *)(meta + ht_mag_meta_granules(len)) : NULL;
+    m->key = key ? key : 0x6a09e667f3bcc909ull;
+    m->commit = commit;
+    m->ctx = ctx;
+    pthread_mutex_init(&m->chunk_lock, NULL);
+    for (int c = 0; c < HT_MAG_NCLASS; c++)
+        pthread_mutex_init(&m->cls[c].lock, NULL);
 }
 
-static int commit(void *ctx, uintptr_t addr, size_t len)
+size_t ht_mag_span_far(const struct ht_mag *m, size_t u)
 {
-    (void)ctx;
-    if (open_bitmap(addr, len) != 0) {
-        ht_stats_error("cannot open the arena's bitmap", "");
-        return -1;
-    }
-    for (uintptr_t a = addr; a < addr + len; a += HT_MAG_CHUNK) {
-        int b = ht_effective_want(g_want, HT_CAT_HEAP_SMALL, HT_MAG_CHUNK);
-        /* Writable first, then placed along the chain (a hugetlb chunk is
-         * moved over it; a refused move is refilled, see owned.c). */
-        long r = ht_inj(HT_INJ_MMAP) ? -HT_EINJECTED
-                                     : HT_SYSCALL(SYS_mprotect, (void *)a, HT_MAG_CHUNK, PROT_READ | PROT_WRITE);
-        if (r < 0) {
-            if (r == -HT_EINJECTED)
-                ht_stats_fallback(HT_CAT_HEAP_SMALL, b, HT_B_NONE, "injected", HT_MAG_CHUNK);
-            else
-                ht_stats_fallback_errno(HT_CAT_HEAP_SMALL, b, HT_B_NONE, (int)-r, HT_MAG_CHUNK);
-            return -1;
+    size_t lim = u + (HT_MAG_SCAN_MAX >> HT_MAG_UNIT_SHIFT);
+    size_t units = (m->end - m->base) >> HT_MAG_UNIT_SHIFT;
+    if (lim > units)
+        lim = units; /* the range's end: the last mark there can be */
+    for (size_t i = ((u + 1) >> 6) + 1; i <= (lim >> 6); i++) {
+        uint64_t w = atomic_load_explicit(&m->bnd[i], memory_order_relaxed);
+        if (w) {
+            size_t x = i * 64 + (size_t)__builtin_ctzll(w);
+            return x <= lim ? (x - u) << HT_MAG_UNIT_SHIFT : 0;
         }
-        int got = ht_place(a, HT_MAG_CHUNK, b, HT_CAT_HEAP_SMALL, HT_MAG_CHUNK, 0, 0, NULL);
-        if (got == HT_B_NONE) {
-            /* The chunk's range is not ours any more: the arena must never
-             * commit (mprotect) or carve past it. It stops growing here. */
-            ht_arena.end = a;
-            return -1;
-        }
-        g_chunk_b[(a - ht_arena.base) / HT_MAG_CHUNK] = (uint8_t)got;
-        atomic_fetch_add(&g_chunk_bytes[got], HT_MAG_CHUNK);
-        ht_stats_backed(HT_CAT_HEAP_SMALL, got, HT_MAG_CHUNK);
     }
     return 0;
 }
 
-void ht_arena_thread_flush(struct ht_mag_tcache *t)
+/* The next granule [*lo, *lo + R), committed. Chunk lock held. */
+static int carve_granule(struct ht_mag *m, uintptr_t *lo)
 {
-    if (ht_arena_on)
-        ht_mag_flush_all(&ht_arena, t);
-}
-
-/* The key that marks free chunks: random per process (the kernel's AT_RANDOM
- * bytes), so no program's data holds it by design. */
-static uint64_t free_key(uintptr_t base)
-{
-    uint64_t k = 0;
-    const unsigned char *r = (const unsigned char *)getauxval(AT_RANDOM);
-    if (r)
-        memcpy(&k, r + 8, sizeof k);
-    k ^= (uint64_t)base * 0x9e3779b97f4a7c15ull;
-    return k ? k : 1;
-}
-
-int ht_arena_setup(void)
-{
-    uint64_t bytes = ht_ap.plan.arena_bytes;
-    g_want = ht_ap.plan.arena;
-    long r = ht_sys_mmap(NULL, bytes + HT_MAG_CHUNK, PROT_NONE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (ht_mmap_failed(r)) {
-        ht_stats_error("cannot reserve the heap-small arena", "");
+    uintptr_t s = m->carve;
+    if (s + R > m->end || s + R < s)
         return -1;
+    if (s + R > m->committed) {
+        uintptr_t want = (s + R + HT_MAG_CHUNK - 1) & ~(uintptr_t)(HT_MAG_CHUNK - 1);
+        if (want > m->end)
+            want = m->end;
+        if (m->commit(m->ctx, m->committed, want - m->committed) != 0)
+            return -1;
+        m->committed = want;
     }
-    uintptr_t a = (uintptr_t)r, base = (a + HT_MAG_CHUNK - 1) & ~(uintptr_t)(HT_MAG_CHUNK - 1);
-    if (base > a)
-        ht_sys_munmap((void *)a, base - a);
-    if (a + bytes + HT_MAG_CHUNK > base + bytes)
-        ht_sys_munmap((void *)(base + bytes), a + bytes + HT_MAG_CHUNK - (base + bytes));
-    /* Metadata: granule bytes, boundary bitmap, chunk backings. The bitmap
-     * (1/128 of the range: 512 MiB for the default 64 GiB) stays PROT_NONE,
-     * which no overcommit policy charges, until commit() opens the part its
-     * chunks need. */
-    size_t meta = ht_mag_bytes_needed_meta(bytes) + bytes / HT_MAG_CHUNK;
-    long m = ht_sys_mmap(NULL, meta, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    uintptr_t gr_end = page_up((uintptr_t)m + ht_mag_meta_granules(bytes));
-    uintptr_t cb = page_down((uintptr_t)m + ht_mag_bytes_needed_meta(bytes));
-    if (ht_mmap_failed(m) ||
-        HT_SYSCALL(SYS_mprotect, (void *)m, gr_end - (uintptr_t)m, PROT_READ | PROT_WRITE) < 0 ||
-        HT_SYSCALL(SYS_mprotect, (void *)cb, (uintptr_t)m + meta - cb, PROT_READ | PROT_WRITE) < 0) {
-        if (!ht_mmap_failed(m))
-            ht_sys_munmap((void *)m, meta);
-        ht_sys_munmap((void *)base, bytes);
-        ht_stats_error("cannot map the arena's metadata", "");
-        return -1;
-    }
-    g_chunk_b = (uint8_t *)m + ht_mag_bytes_needed_meta(bytes);
-    ht_mag_init(&ht_arena, base, bytes, (uint8_t *)m, commit, NULL, free_key(base));
-    ht_arena_base = base;
-    ht_arena_len = bytes;
-    ht_arena_on = 1;
+    m->carve = s + R;
+    m->meta[(s - m->base) >> HT_MAG_GRANULE_SHIFT] = 1;
+    /* Its first unit starts a chunk (unless its owner's region runs on into
+     * it), and so does the next granule's (nobody owns it yet), which ends
+     * this granule's last chunk. */
+    ht_mag_mark(m, s);
+    ht_mag_mark(m, s + R);
+    atomic_fetch_add_explicit(&m->regions, 1, memory_order_relaxed);
+    *lo = s;
     return 0;
 }
 
-/* May this thread take memory (a batch, a region) for its lists now? Not from
- * inside the library, nor once it is exiting (its lists and region were
- * given back; what it still allocates goes to the allocator behind us). */
-static int may_take(void)
+/* A region's unused tail [top, limit) as a free chunk on the thread's list
+ * (top is marked; the unit at limit is the next granule's first, marked). */
+static void retire(struct ht_mag *m, struct ht_mag_tcache *t, uintptr_t top, uintptr_t limit)
 {
-    if (ht_tls.guard || ht_atls.rounds)
+    if (limit == 0 || limit - top < HT_MAG_MIN_CHUNK)
+        return;
+    ht_mag_set_free(m, (void *)top);
+    ht_mag_push(m, t, (void *)top, limit - top);
+}
+
+/* Gives the thread a region with room for `need` bytes at its top: the next
+ * granule when it follows the thread's region (one run of memory), else a
+ * stashed remainder that fits, else a new granule; the old region's tail
+ * becomes a free chunk. On failure the region is unchanged. */
+static int new_region(struct ht_mag *m, struct ht_mag_tcache *t, size_t need)
+{
+    uintptr_t otop = t->top, olim = t->limit, lo;
+    pthread_mutex_lock(&m->chunk_lock);
+    if (olim != 0 && olim == m->carve && otop + need <= olim + R && carve_granule(m, &lo) == 0) {
+        t->limit = olim + R;
+        if (otop != olim)
+            ht_mag_unmark(m, olim); /* the next chunk spans the two granules */
+        atomic_fetch_add_explicit(&m->adjacent, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&m->chunk_lock);
         return 0;
-    if (!ht_atls.registered)
-        ht_apply_thread_register();
+    }
+    uintptr_t top = 0, limit = 0;
+    for (uintptr_t *pp = &m->stash; *pp; pp = (uintptr_t *)*pp) {
+        uintptr_t e = *pp, elim = ((uintptr_t *)e)[1];
+        if (e + need <= elim) {
+            *pp = ((uintptr_t *)e)[0];
+            ((uintptr_t *)e)[0] = ((uintptr_t *)e)[1] = 0; /* fresh memory is zero */
+            top = e;
+            limit = elim;
+            break;
+        }
+    }
+    if (limit == 0) {
+        if (carve_granule(m, &lo) != 0) {
+            pthread_mutex_unlock(&m->chunk_lock);
+            return -1;
+        }
+        top = lo; /* marked by the carve */
+        limit = lo + R;
+    }
+    pthread_mutex_unlock(&m->chunk_lock);
+    t->top = top;
+    t->limit = limit;
+    retire(m, t, otop, olim);
+    return 0;
+}
+
+void ht_mag_drop(struct ht_mag *m, struct ht_mag_tcache *t, int c)
+{
+    t->head[c] = NULL;
+    t->n[c] = 0;
+    atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
+}
+
+/* Moves up to a batch of class c from the global list to the thread's (whose
+ * list is empty). A bad link ends the global list there. */
+static void refill(struct ht_mag *m, struct ht_mag_tcache *t, int c)
+{
+    struct ht_mag_class *k = &m->cls[c];
+    unsigned want = ht_mag_batch(c), got = 0;
+    pthread_mutex_lock(&k->lock);
+    uint32_t left = atomic_load_explicit(&m->nfree[c], memory_order_relaxed);
+    while (got < want && k->free) {
+        void *p = k->free;
+        if (!ht_mag_free_chunk(m, p)) {
+            k->free = NULL; /* (the count goes to 0 below) */
+            atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
+            break;
+        }
+        k->free = *(void **)p;
+        *(void **)p = t->head[c];
+        t->head[c] = p;
+        got++;
+    }
+    /* A count off after a bad link must not stay above zero with nothing
+     * listed: the fast path would keep sending the class here. */
+    atomic_store_explicit(&m->nfree[c], k->free && left > got ? left - got : 0, memory_order_relaxed);
+    pthread_mutex_unlock(&k->lock);
+    t->n[c] = (uint16_t)(t->n[c] + got);
+}
+
+/* The next s bytes of the region (they fit): a chunk; its end marked unless
+ * it is the region's limit (the next granule's first unit, marked already,
+ * and not this thread's to write). */
+static void *bump(struct ht_mag *m, struct ht_mag_tcache *t, size_t s, int *fresh)
+{
+    uintptr_t top = t->top;
+    t->top = top + s;
+    if (top + s < t->limit)
+        ht_mag_mark(m, top + s);
+    if (fresh)
+        *fresh = 1;
+    return (void *)top;
+}
+
+void *ht_mag_alloc_slow(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, int *fresh)
+{
+    if (m->end == m->base || n > HT_MAG_MAX)
+        return NULL;
+    int c;
+    size_t s = ht_mag_req(n, &c);
+    if (!t->head[c] && atomic_load_explicit(&m->nfree[c], memory_order_relaxed))
+        refill(m, t, c);
+    void *p = ht_mag_pop(m, t, c);
+    if (p) {
+        if (fresh)
+            *fresh = 0;
+        return p;
+    }
+    if (t->top + s > t->limit && new_region(m, t, s) != 0) {
+        atomic_fetch_add_explicit(&m->full, 1, memory_order_relaxed);
+        return NULL;
+    }
+    return bump(m, t, s, fresh);
+}
+
+void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, size_t align)
+{
+    if (align <= 16)
+        return ht_mag_alloc(m, t, n);
+    if (m->end == m->base || n > HT_MAG_MAX || align > HT_MAG_ALIGN_MAX || (align & (align - 1)))
+        return NULL;
+    size_t s = ht_mag_chunk_size(n);
+    for (int tries = 0; tries < 2; tries++) {
+        uintptr_t top = t->top;
+        uintptr_t c0 = (top + align - 1) & ~(uintptr_t)(align - 1);
+        if (t->limit != 0 && c0 + s <= t->limit) {
+            if (c0 != top) { /* the gap [top, c0): a free chunk (top is marked) */
+                ht_mag_mark(m, c0);
+                ht_mag_set_free(m, (void *)top);
+                ht_mag_push(m, t, (void *)top, c0 - top);
+            }
+            t->top = c0;
+            return bump(m, t, s, NULL);
+        }
+        if (new_region(m, t, s + align) != 0)
+            break;
+    }
+    atomic_fetch_add_explicit(&m->full, 1, memory_order_relaxed);
+    return NULL;
+}
+
+int ht_mag_grow(struct ht_mag *m, struct ht_mag_tcache *t, void *p, size_t n)
+{
+    size_t s = ht_mag_live_size(m, p);
+    if (s == 0 || n > HT_MAG_MAX)
+        return 0;
+    uintptr_t c0 = (uintptr_t)p;
+    size_t ns = ht_mag_chunk_size(n);
+    if (ns <= s)
+        return 1;
+    if (c0 + s != t->top || c0 + ns > t->limit)
+        return 0;
+    /* c0 + s = top < limit: marked by this thread */
+    ht_mag_unmark(m, c0 + s);
+    t->top = c0 + ns;
+    if (c0 + ns < t->limit)
+        ht_mag_mark(m, c0 + ns);
     return 1;
 }
 
-static void forwarded(size_t n)
+/* Puts the chain [first .. last] of n chunks on the global list of class c. */
+static void give_back(struct ht_mag *m, int c, void *first, void *last, unsigned n)
 {
-    atomic_fetch_add_explicit(&ht_ap.arena_forwarded, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&ht_ap.arena_forwarded_bytes, n, memory_order_relaxed);
+    struct ht_mag_class *k = &m->cls[c];
+    pthread_mutex_lock(&k->lock);
+    *(void **)last = k->free;
+    k->free = first;
+    atomic_store_explicit(&m->nfree[c], atomic_load_explicit(&m->nfree[c], memory_order_relaxed) + n,
+                          memory_order_relaxed);
+    pthread_mutex_unlock(&k->lock);
 }
 
-void *ht_arena_alloc_slow(size_t n, int *fresh)
+void ht_mag_flush(struct ht_mag *m, struct ht_mag_tcache *t, int c)
 {
-    void *p = NULL;
-    if (may_take()) {
-        p = ht_mag_alloc_slow(&ht_arena, &ht_atls.tc, n, fresh);
-        ht_apply_poll_slow();
-    }
-    if (p)
-        return p;
-    forwarded(n);
-    if (fresh)
-        *fresh = 0;
-    return ht_fwd_malloc(n);
-}
-
-void *ht_arena_alloc_aligned(size_t n, size_t align)
-{
-    void *p = NULL;
-    if (may_take()) {
-        p = ht_mag_alloc_aligned(&ht_arena, &ht_atls.tc, n, align);
-        ht_apply_poll_slow();
-    }
-    if (!p)
-        forwarded(n);
-    return p;
-}
-
-void ht_arena_atfork_prepare(void)
-{
-    if (ht_arena_on)
-        ht_mag_lock_all(&ht_arena);
-}
-
-void ht_arena_atfork_parent(void)
-{
-    if (ht_arena_on)
-        ht_mag_unlock_all(&ht_arena);
-}
-
-void ht_arena_atfork_child(void)
-{
-    if (!ht_arena_on)
+    /* The newest n - batch chunks: head .. mark (the mark was pushed when n
+     * became batch + 1 and nothing above it was popped since); no walk, so
+     * a bulk free does not read back the chunks it freed. A mark that is no
+     * free chunk (a double free rewrote the list) drops the list instead. */
+    void *first = t->head[c], *last = t->mark[c];
+    unsigned b = ht_mag_batch(c);
+    if (!ht_mag_free_chunk(m, last)) {
+        ht_mag_drop(m, t, c);
         return;
-    /* Only this thread exists: the other threads' lists and regions are lost
-     * (leaked), the forking thread's stay valid. */
-    ht_mag_reinit_locks(&ht_arena);
+    }
+    t->head[c] = *(void **)last;
+    give_back(m, c, first, last, t->n[c] - b);
+    t->n[c] = (uint16_t)b;
 }
 
-void ht_arena_hugetlb_ranges(void (*cb)(uintptr_t a, size_t len, void *ctx), void *ctx)
+void ht_mag_flush_all(struct ht_mag *m, struct ht_mag_tcache *t)
 {
-    if (!ht_arena_on)
-        return;
-    size_t nch = (ht_arena.committed - ht_arena.base) / HT_MAG_CHUNK;
-    for (size_t i = 0; i < nch;) {
-        if (g_chunk_b[i] != HT_B_HUGETLB2M) {
-            i++;
-            continue;
+    uintptr_t top = t->top, limit = t->limit;
+    t->top = t->limit = 0;
+    if (limit != 0 && limit - top >= HT_MAG_STASH_MIN) {
+        /* The untouched remainder goes to the next thread that needs a region. */
+        pthread_mutex_lock(&m->chunk_lock);
+        ((uintptr_t *)top)[0] = m->stash;
+        ((uintptr_t *)top)[1] = limit;
+        m->stash = top;
+        pthread_mutex_unlock(&m->chunk_lock);
+    } else {
+        retire(m, t, top, limit);
+    }
+    for (int c = 0; c < HT_MAG_NCLASS; c++) {
+        /* The whole list (checked link by link: cut at a bad one). */
+        void *first = t->head[c], *last = NULL;
+        unsigned n = 0;
+        for (void *p = first; p && n < t->n[c] && ht_mag_free_chunk(m, p); p = *(void **)p) {
+            last = p;
+            n++;
         }
-        size_t j = i + 1;
-        while (j < nch && g_chunk_b[j] == HT_B_HUGETLB2M)
-            j++;
-        cb(ht_arena.base + i * HT_MAG_CHUNK, (j - i) * HT_MAG_CHUNK, ctx);
-        i = j;
+        if (n != t->n[c] || (last && *(void **)last != NULL))
+            atomic_fetch_add_explicit(&m->dropped, 1, memory_order_relaxed);
+        if (last)
+            give_back(m, c, first, last, n);
+        t->head[c] = NULL;
+        t->n[c] = 0;
     }
 }
 
-void ht_arena_adopted(uintptr_t a, size_t len, int backing)
+void ht_mag_lock_all(struct ht_mag *m)
 {
-    for (uintptr_t x = a; x < a + len; x += HT_MAG_CHUNK) {
-        size_t i = (x - ht_arena.base) / HT_MAG_CHUNK;
-        atomic_fetch_sub(&g_chunk_bytes[g_chunk_b[i]], HT_MAG_CHUNK);
-        g_chunk_b[i] = (uint8_t)backing;
-        atomic_fetch_add(&g_chunk_bytes[backing], HT_MAG_CHUNK);
-    }
+    for (int c = 0; c < HT_MAG_NCLASS; c++)
+        pthread_mutex_lock(&m->cls[c].lock);
+    pthread_mutex_lock(&m->chunk_lock);
 }
 
-void ht_arena_summary(struct ht_json *j)
+void ht_mag_unlock_all(struct ht_mag *m)
 {
-    hj_obj_begin(j, "arena");
-    hj_bool(j, "enabled", ht_arena_on);
-    if (ht_arena_on) {
-        hj_str(j, "backing", ht_backing_name(g_want));
-        hj_u64(j, "reserved_bytes", ht_arena.end - ht_arena.base);
-        hj_u64(j, "committed_bytes", ht_arena.committed - ht_arena.base);
-        hj_obj_begin(j, "chunks_bytes");
-        for (int b = HT_B_4K; b < HT_B_COUNT; b++) {
-            uint64_t v = atomic_load(&g_chunk_bytes[b]);
-            if (v)
-                hj_u64(j, ht_backing_name(b), v);
-        }
-        hj_obj_end(j);
-        hj_u64(j, "full", atomic_load(&ht_arena.full));
-        hj_u64(j, "regions", atomic_load(&ht_arena.regions));
-        hj_u64(j, "regions_adjacent", atomic_load(&ht_arena.adjacent));
-        hj_u64(j, "lists_dropped", atomic_load(&ht_arena.dropped));
-    }
-    hj_u64(j, "forwarded", atomic_load(&ht_ap.arena_forwarded));
-    hj_u64(j, "forwarded_bytes", atomic_load(&ht_ap.arena_forwarded_bytes));
-    hj_obj_end(j);
+    pthread_mutex_unlock(&m->chunk_lock);
+    for (int c = HT_MAG_NCLASS - 1; c >= 0; c--)
+        pthread_mutex_unlock(&m->cls[c].lock);
+}
+
+void ht_mag_reinit_locks(struct ht_mag *m)
+{
+    pthread_mutex_init(&m->chunk_lock, NULL);
+    for (int c = 0; c < HT_MAG_NCLASS; c++)
+        pthread_mutex_init(&m->cls[c].lock, NULL);
 }

@@ -1,19 +1,7 @@
-/* ht.h - internal interfaces between the parts of libhugetune.
- *
- * Layout of the library (one concern per file):
- *   hooks.c    exported malloc-family and mmap-family entry points; the inert
- *              fast path and dispatch to record/apply
- *   init.c     configuration from the environment, lazy init state machine,
- *              constructor/destructor, fork handlers, thread-exit key
- *   thread.c   per-thread state: TLS, tid cache, slot table (log buffer and
- *              counters of each live thread)
- *   record.c   record mode: allocation log (per-thread buffers, file writing,
- *              blobs, markers)
- *   apply.c    apply mode: plan application, owned allocations (backing +
- *              fallback chain), registry locking, static/heap-small handling
- *   stats.c    counters, fallbacks, errors, and the exit summary writer
- *   plan.c, registry.c, fmt.c, proc.c: pure helpers (unit-tested)
- */
+/* ht.h - internal interfaces between the parts of libhugetune: global state,
+ * configuration, per-thread state, the record and apply entry points, stats.
+ * Which file owns which concern: the one file map, runtime/README.md
+ * ("Source layout"). */
 #ifndef HT_H
 #define HT_H
 

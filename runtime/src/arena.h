@@ -1,5 +1,5 @@
-/* magazine.h - the huge-page-backed arena for small objects (plan
- * `heap-small arena hugetlb-2m|thp-2m [BYTES]`, the "object magazine").
+/* arena.h - the huge-page-backed arena for small objects (plan
+ * `heap-small arena hugetlb-2m|thp-2m [BYTES]`, the "object magazine": its functions are ht_mag_*).
  *
  * Why: glibc's tunable only advises the memory glibc manages with THP; an
  * arena of our own can put small objects on hugetlb pages, and on THP without

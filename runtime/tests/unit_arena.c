@@ -1,4 +1,4 @@
-/* unit_magazine.c - the small-object arena on ordinary memory: size classes,
+/* unit_arena.c - the small-object arena on ordinary memory: size classes,
  * headerless 16-byte chunk spacing in allocation order (across granules, the
  * boundary bitmap giving every object's size), LIFO reuse,
  * global lists and cross-thread frees, usable sizes, aligned requests,
@@ -6,7 +6,7 @@
  * exhaustion, thread exit (stash), a seeded property test that checks every
  * live object's contents and that no two overlap, and a multithreaded
  * stress. */
-#include "magazine.h"
+#include "arena.h"
 #include "unit.h"
 
 #include <pthread.h>
@@ -762,5 +762,5 @@ int main(void)
     test_stash();
     test_property();
     test_threads();
-    return unit_done("unit_magazine");
+    return unit_done("unit_arena");
 }
