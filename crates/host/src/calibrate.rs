@@ -21,7 +21,7 @@
 //! arithmetic and planning (tested without measuring), and the measuring code.
 
 use crate::kernel_state::{self, KernelStateLock, PoolChange};
-use crate::machine::Machine;
+use crate::machine::{self, Machine};
 use anyhow::{bail, Context, Result};
 use hugetune_model::plan::ThpMode;
 use hugetune_model::tlb::TlbGeometry;
@@ -355,9 +355,10 @@ pub enum Layout {
     LinePerPage,
 }
 
-/// How a buffer is backed.
+/// How a calibration buffer is backed (mTHP sizes included, which the model's
+/// `Backing` names per size; serialized with the calibration as before).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Backing {
+pub enum BufferBacking {
     /// Anonymous memory with `MADV_NOHUGEPAGE`.
     Base4k,
     /// Anonymous memory with `MADV_HUGEPAGE`, faulted in folios of `kb` (2048:
@@ -369,29 +370,29 @@ pub enum Backing {
     Hugetlb1g,
 }
 
-impl Backing {
+impl BufferBacking {
     pub fn name(self) -> String {
         match self {
-            Backing::Base4k => "4k".into(),
-            Backing::Thp { kb } => format!("thp-{}", kb_text(kb)),
-            Backing::Hugetlb2m => "hugetlb-2m".into(),
-            Backing::Hugetlb1g => "hugetlb-1g".into(),
+            BufferBacking::Base4k => "4k".into(),
+            BufferBacking::Thp { kb } => format!("thp-{}", kb_text(kb)),
+            BufferBacking::Hugetlb2m => "hugetlb-2m".into(),
+            BufferBacking::Hugetlb1g => "hugetlb-1g".into(),
         }
     }
     /// Bytes one fault maps.
     pub fn fault_bytes(self) -> u64 {
         match self {
-            Backing::Base4k => 4 << 10,
-            Backing::Thp { kb } => kb << 10,
-            Backing::Hugetlb2m => 2 * MIB,
-            Backing::Hugetlb1g => GIB,
+            BufferBacking::Base4k => 4 << 10,
+            BufferBacking::Thp { kb } => kb << 10,
+            BufferBacking::Hugetlb2m => 2 * MIB,
+            BufferBacking::Hugetlb1g => GIB,
         }
     }
     /// The hugetlb pool it draws from, in kB.
     fn pool_kb(self) -> Option<u64> {
         match self {
-            Backing::Hugetlb2m => Some(2048),
-            Backing::Hugetlb1g => Some(1 << 20),
+            BufferBacking::Hugetlb2m => Some(2048),
+            BufferBacking::Hugetlb1g => Some(1 << 20),
             _ => None,
         }
     }
@@ -427,7 +428,7 @@ fn bytes_text(n: u64) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Chase {
     pub leaf: usize,
-    pub backing: Backing,
+    pub backing: BufferBacking,
     pub pages: u64,
     pub layout: Layout,
 }
@@ -599,21 +600,21 @@ impl Options {
     }
 
     /// The backing of 2 MB chases: THP when it is on, else the hugetlb pool.
-    fn two_m(&self) -> Option<Backing> {
+    fn two_m(&self) -> Option<BufferBacking> {
         if self.thp.pmd() {
-            Some(Backing::Thp { kb: 2048 })
+            Some(BufferBacking::Thp { kb: 2048 })
         } else if self.root {
-            Some(Backing::Hugetlb2m)
+            Some(BufferBacking::Hugetlb2m)
         } else {
             None
         }
     }
 
-    fn backing(&self, leaf: usize) -> Option<Backing> {
+    fn backing(&self, leaf: usize) -> Option<BufferBacking> {
         match leaf {
-            0 => Some(Backing::Base4k),
+            0 => Some(BufferBacking::Base4k),
             1 => self.two_m(),
-            _ => self.root.then_some(Backing::Hugetlb1g),
+            _ => self.root.then_some(BufferBacking::Hugetlb1g),
         }
     }
 }
@@ -679,7 +680,7 @@ pub fn plan_walks(leaf: usize, o: &Options) -> Result<(Vec<Pair>, Vec<String>), 
             Ok(())
         }
     };
-    let nodes = |leaf: usize, backing: Backing, bytes: u64| Chase {
+    let nodes = |leaf: usize, backing: BufferBacking, bytes: u64| Chase {
         leaf,
         backing,
         pages: bytes / LEAF_BYTES[leaf],
@@ -695,7 +696,7 @@ pub fn plan_walks(leaf: usize, o: &Options) -> Result<(Vec<Pair>, Vec<String>), 
             let mut pairs = Vec::new();
             let mut notes = Vec::new();
             for &f in &o.walk_footprints {
-                let a = nodes(0, Backing::Base4k, f);
+                let a = nodes(0, BufferBacking::Base4k, f);
                 let b = nodes(1, big, f);
                 let fa = fractions(0, a.pages, &o.tlb);
                 if fa.walk < 0.5 {
@@ -740,7 +741,7 @@ pub fn plan_walks(leaf: usize, o: &Options) -> Result<(Vec<Pair>, Vec<String>), 
             let pair = if o.root && budget(2 * f).is_ok() {
                 Pair {
                     a,
-                    b: nodes(2, Backing::Hugetlb1g, f),
+                    b: nodes(2, BufferBacking::Hugetlb1g, f),
                     fallback: Some(smaller),
                 }
             } else {
@@ -775,8 +776,8 @@ pub fn plan_walks(leaf: usize, o: &Options) -> Result<(Vec<Pair>, Vec<String>), 
             })?;
             Ok((
                 vec![Pair {
-                    a: nodes(2, Backing::Hugetlb1g, pa * GIB),
-                    b: nodes(2, Backing::Hugetlb1g, pb * GIB),
+                    a: nodes(2, BufferBacking::Hugetlb1g, pa * GIB),
+                    b: nodes(2, BufferBacking::Hugetlb1g, pb * GIB),
                     fallback: None,
                 }],
                 Vec::new(),
@@ -788,7 +789,7 @@ pub fn plan_walks(leaf: usize, o: &Options) -> Result<(Vec<Pair>, Vec<String>), 
 /// One fault configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultPlan {
-    pub backing: Backing,
+    pub backing: BufferBacking,
     /// Bytes first-touched per pass (for multi-size THP, in separate mappings of
     /// one folio each).
     pub bytes: u64,
@@ -798,7 +799,7 @@ pub struct FaultPlan {
 /// left out with the reason.
 pub fn plan_faults(o: &Options) -> (Vec<FaultPlan>, Vec<(String, String)>) {
     let mut plans = vec![FaultPlan {
-        backing: Backing::Base4k,
+        backing: BufferBacking::Base4k,
         bytes: o.fault_bytes,
     }];
     let mut left = Vec::new();
@@ -806,7 +807,7 @@ pub fn plan_faults(o: &Options) -> (Vec<FaultPlan>, Vec<(String, String)>) {
     thp.extend(o.thp.disabled.iter().map(|(k, s)| (*k, Some(s.clone()))));
     thp.sort();
     for (kb, off) in thp {
-        let backing = Backing::Thp { kb };
+        let backing = BufferBacking::Thp { kb };
         match off {
             Some(setting) => left.push((
                 backing.name(),
@@ -820,8 +821,8 @@ pub fn plan_faults(o: &Options) -> (Vec<FaultPlan>, Vec<(String, String)>) {
         }
     }
     for (backing, bytes) in [
-        (Backing::Hugetlb2m, o.fault_bytes),
-        (Backing::Hugetlb1g, o.fault_gb_pages * GIB),
+        (BufferBacking::Hugetlb2m, o.fault_bytes),
+        (BufferBacking::Hugetlb1g, o.fault_gb_pages * GIB),
     ] {
         if !o.root {
             left.push((backing.name(), "reserving a hugetlb pool needs root".into()));
@@ -927,17 +928,17 @@ struct Region {
     map_len: usize,
     base: *mut u8,
     len: usize,
-    backing: Backing,
+    backing: BufferBacking,
 }
 
 impl Region {
-    fn map(len: u64, backing: Backing) -> Result<Region> {
+    fn map(len: u64, backing: BufferBacking) -> Result<Region> {
         let len = usize::try_from(len).context("mapping too large")?;
         let (extra, flags) = match backing {
-            Backing::Base4k => (0, 0),
-            Backing::Thp { kb } => ((kb as usize) << 10, 0),
-            Backing::Hugetlb2m => (0, libc::MAP_HUGETLB | libc::MAP_HUGE_2MB),
-            Backing::Hugetlb1g => (0, libc::MAP_HUGETLB | libc::MAP_HUGE_1GB),
+            BufferBacking::Base4k => (0, 0),
+            BufferBacking::Thp { kb } => ((kb as usize) << 10, 0),
+            BufferBacking::Hugetlb2m => (0, libc::MAP_HUGETLB | libc::MAP_HUGE_2MB),
+            BufferBacking::Hugetlb1g => (0, libc::MAP_HUGETLB | libc::MAP_HUGE_1GB),
         };
         let map_len = len + extra;
         // SAFETY: a fresh anonymous private mapping; the result is checked.
@@ -954,7 +955,7 @@ impl Region {
         if map == libc::MAP_FAILED {
             let e = std::io::Error::last_os_error();
             if let Some(kb) = backing.pool_kb() {
-                let p = crate::machine::pool(kb);
+                let p = machine::pool(kb);
                 bail!(
                     "mapping {} of {}: {e} (pool: {} free of {})",
                     bytes_text(len as u64),
@@ -980,8 +981,8 @@ impl Region {
             backing,
         };
         let advice = match backing {
-            Backing::Base4k => Some(libc::MADV_NOHUGEPAGE),
-            Backing::Thp { .. } => Some(libc::MADV_HUGEPAGE),
+            BufferBacking::Base4k => Some(libc::MADV_NOHUGEPAGE),
+            BufferBacking::Thp { .. } => Some(libc::MADV_HUGEPAGE),
             _ => None,
         };
         if let Some(a) = advice {
@@ -1003,10 +1004,10 @@ impl Region {
     fn verify(&self, touched: u64) -> Result<()> {
         let u = self.usage();
         let ok = match self.backing {
-            Backing::Base4k => u.anon_huge == 0 && u.hugetlb == 0,
-            Backing::Thp { kb: 2048 } => u.anon_huge as f64 >= 0.99 * touched as f64,
-            Backing::Thp { .. } => true,
-            Backing::Hugetlb2m | Backing::Hugetlb1g => u.hugetlb >= touched,
+            BufferBacking::Base4k => u.anon_huge == 0 && u.hugetlb == 0,
+            BufferBacking::Thp { kb: 2048 } => u.anon_huge as f64 >= 0.99 * touched as f64,
+            BufferBacking::Thp { .. } => true,
+            BufferBacking::Hugetlb2m | BufferBacking::Hugetlb1g => u.hugetlb >= touched,
         };
         if !ok {
             bail!(
@@ -1190,20 +1191,10 @@ pub fn others_share(before: (u64, u64, u64), after: (u64, u64, u64)) -> f64 {
     busy.saturating_sub(ours) as f64 / total as f64
 }
 
-fn mem_available() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb << 10)
-}
 
 /// Options for `m` with half of the memory available now as the budget.
 pub fn options(quick: bool, m: &Machine) -> Options {
-    Options::new(quick, m, mem_available())
+    Options::new(quick, m, machine::mem_available_kb().unwrap_or(0) << 10)
 }
 
 fn measurement(config: String, unit: &str, samples: Vec<f64>) -> Result<Measurement> {
@@ -1318,7 +1309,7 @@ impl Session<'_> {
         let unit = p.backing.fault_bytes();
         let faults = (p.bytes / unit).max(1);
         match p.backing {
-            Backing::Thp { kb } if kb < 2048 => {
+            BufferBacking::Thp { kb } if kb < 2048 => {
                 // One mapping per folio (every other folio made inaccessible), so the
                 // kernel cannot use a larger enabled size.
                 let r = Region::map(2 * faults * unit, p.backing)?;
@@ -1377,7 +1368,7 @@ impl Session<'_> {
         // Each pool grown by what its backing touches per pass; if the kernel gives
         // fewer pages, fewer are touched, and none leaves the backing out.
         let mut pools = Vec::new();
-        let mut failed: Vec<(Backing, String)> = Vec::new();
+        let mut failed: Vec<(BufferBacking, String)> = Vec::new();
         let mut active: Vec<(FaultPlan, Option<f64>, Vec<f64>)> = Vec::new();
         for mut p in plans {
             if let Some(kb) = p.backing.pool_kb() {
@@ -1459,9 +1450,9 @@ impl Session<'_> {
                 reps: m.reps,
             };
             let how = match p.backing {
-                Backing::Base4k => "MADV_NOHUGEPAGE".to_string(),
-                Backing::Thp { kb: 2048 } => "MADV_HUGEPAGE".to_string(),
-                Backing::Thp { kb } => format!("MADV_HUGEPAGE, one {}-kB mapping per folio", kb),
+                BufferBacking::Base4k => "MADV_NOHUGEPAGE".to_string(),
+                BufferBacking::Thp { kb: 2048 } => "MADV_HUGEPAGE".to_string(),
+                BufferBacking::Thp { kb } => format!("MADV_HUGEPAGE, one {}-kB mapping per folio", kb),
                 _ => "from a reserved pool".to_string(),
             };
             let host = match cold {
@@ -1986,7 +1977,7 @@ mod tests {
         assert_eq!((p.a.pages, p.b.pages), (512, 32));
         assert_eq!(p.a.layout, Layout::LinePerPage);
         let p = plan_l2_hit(1, &o).unwrap();
-        assert_eq!(p.a.backing, Backing::Thp { kb: 2048 });
+        assert_eq!(p.a.backing, BufferBacking::Thp { kb: 2048 });
         assert_eq!(p.peak_bytes(), (512 + 32) * 2 * MIB);
         // 96 1 GB pages fit the L1: an L2-hit chase needs 192 of them.
         let e = plan_l2_hit(2, &o).unwrap_err();
@@ -2012,7 +2003,7 @@ mod tests {
         // A big machine measures 2 MB walks against 1 GB pages, with a fallback.
         let (pairs, _) = plan_walks(1, &opts(64 * GIB)).unwrap();
         assert_eq!(pairs[0].a.bytes(), 16 * GIB);
-        assert_eq!(pairs[0].b.backing, Backing::Hugetlb1g);
+        assert_eq!(pairs[0].b.backing, BufferBacking::Hugetlb1g);
         assert_eq!(pairs[0].fallback.as_ref().unwrap().leaf, 1);
         assert!(fractions(1, pairs[0].fallback.as_ref().unwrap().pages, &zen5()).walk == 0.0);
         // Without root or THP there are no 2 MB pages to compare with.
@@ -2126,7 +2117,7 @@ mod tests {
         };
         for kb in sizes {
             let p = FaultPlan {
-                backing: Backing::Thp { kb },
+                backing: BufferBacking::Thp { kb },
                 bytes: 16 * MIB,
             };
             let ns = s.touch(&p).unwrap();

@@ -1586,6 +1586,11 @@ pub fn mem_available_kb() -> Option<u64> {
     meminfo_kb("MemAvailable")
 }
 
+/// Physical memory (`MemTotal`).
+pub fn mem_total_kb() -> Option<u64> {
+    meminfo_kb("MemTotal")
+}
+
 pub fn machine(tlb_override: Option<&Path>) -> Result<Machine> {
     let thp_root = Path::new(THP_SYSFS);
     let mem_total_kb = meminfo_kb("MemTotal").unwrap_or(0);

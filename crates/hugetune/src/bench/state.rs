@@ -288,22 +288,8 @@ pub fn parse_perf_probe(stderr: &str) -> (bool, String) {
 }
 
 pub fn machine_facts() -> MachineFacts {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("MemTotal:")
-                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0);
+    let cpu = machine::cpu_ident().brand;
+    let mem = machine::mem_total_kb().unwrap_or(0);
     let (tlb, note) = tlb_counters();
     let root = Path::new(THP_SYSFS);
     MachineFacts {
