@@ -488,14 +488,15 @@ fn parse_v1(b: &[u8], err: &dyn Fn(usize, String) -> LogError) -> Result<Vec<Raw
     Ok(out)
 }
 
-/// Calibration: the (ticks, ns) pairs with the lowest and the highest ticks.
+/// The log's tick clock against nanoseconds: the (ticks, ns) pairs with the
+/// lowest and the highest ticks (not `hugetune_host::calibrate::Calibration`).
 #[derive(Default)]
-struct Calibration {
+struct ClockFit {
     lo: Option<(u64, u64)>,
     hi: Option<(u64, u64)>,
 }
 
-impl Calibration {
+impl ClockFit {
     fn add(&mut self, t: u64, ns: u64) {
         if t == 0 && ns == 0 {
             return;
@@ -534,7 +535,7 @@ fn parse_v2(
     with_seq: bool,
     err: &dyn Fn(usize, String) -> LogError,
 ) -> Result<(Vec<Raw>, u64), LogError> {
-    let mut cal = Calibration::default();
+    let mut cal = ClockFit::default();
     cal.add(u64_at(b, 64), u64_at(b, 72));
     cal.add(u64_at(b, 96), u64_at(b, 104));
     let mut events: Vec<Raw> = Vec::new();

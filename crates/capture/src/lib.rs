@@ -10,7 +10,7 @@ pub mod elf;
 pub mod lackey;
 pub mod launch;
 pub mod perf;
-pub mod profile;
+pub mod inputs;
 pub mod qemu;
 pub mod record;
 pub mod refs;

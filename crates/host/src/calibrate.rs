@@ -347,7 +347,7 @@ pub fn chase_order(n: u64, seed: u64) -> impl Iterator<Item = u64> {
 
 /// Where a chase's nodes lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Layout {
+pub enum ChaseLayout {
     /// 64-byte nodes filling the whole buffer (one step per node).
     Nodes,
     /// One node per page, at line `i mod 64` of page `i` (the lines spread over the
@@ -430,7 +430,7 @@ pub struct Chase {
     pub leaf: usize,
     pub backing: BufferBacking,
     pub pages: u64,
-    pub layout: Layout,
+    pub layout: ChaseLayout,
 }
 
 impl Chase {
@@ -439,24 +439,24 @@ impl Chase {
     }
     fn nodes(&self) -> u64 {
         match self.layout {
-            Layout::Nodes => self.bytes() / NODE,
-            Layout::LinePerPage => self.pages,
+            ChaseLayout::Nodes => self.bytes() / NODE,
+            ChaseLayout::LinePerPage => self.pages,
         }
     }
     fn node_offset(&self, i: u64) -> u64 {
         match self.layout {
-            Layout::Nodes => i * NODE,
-            Layout::LinePerPage => i * LEAF_BYTES[self.leaf] + (i % 64) * NODE,
+            ChaseLayout::Nodes => i * NODE,
+            ChaseLayout::LinePerPage => i * LEAF_BYTES[self.leaf] + (i % 64) * NODE,
         }
     }
     pub fn label(&self) -> String {
         match self.layout {
-            Layout::Nodes => format!(
+            ChaseLayout::Nodes => format!(
                 "chase {} nodes on {}",
                 bytes_text(self.bytes()),
                 self.backing.name()
             ),
-            Layout::LinePerPage => format!(
+            ChaseLayout::LinePerPage => format!(
                 "chase 1 line/page, {} pages on {}",
                 self.pages,
                 self.backing.name()
@@ -657,7 +657,7 @@ pub fn plan_l2_hit(leaf: usize, o: &Options) -> Result<Pair, String> {
         leaf,
         backing,
         pages,
-        layout: Layout::LinePerPage,
+        layout: ChaseLayout::LinePerPage,
     };
     Ok(Pair {
         a: chase(big),
@@ -684,7 +684,7 @@ pub fn plan_walks(leaf: usize, o: &Options) -> Result<(Vec<Pair>, Vec<String>), 
         leaf,
         backing,
         pages: bytes / LEAF_BYTES[leaf],
-        layout: Layout::Nodes,
+        layout: ChaseLayout::Nodes,
     };
     match leaf {
         0 => {
@@ -1067,7 +1067,7 @@ impl ChaseBuf {
     /// random writes of building it again, and both chases visit the same nodes in
     /// the same order (the same data-cache misses).
     fn copy_of(c: &Chase, from: &ChaseBuf) -> Result<ChaseBuf> {
-        if c.layout != Layout::Nodes || c.bytes() as usize != from.region.len {
+        if c.layout != ChaseLayout::Nodes || c.bytes() as usize != from.region.len {
             bail!("only a node chase of the same size can be copied");
         }
         let region = Region::map(c.bytes(), c.backing)?;
@@ -1277,7 +1277,7 @@ impl Session<'_> {
         let _pools = reserve(self.lock.as_ref(), &needs)?;
         self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut a = ChaseBuf::build(&pair.a, self.seed)?;
-        let mut b = if pair.a.layout == Layout::Nodes && pair.a.bytes() == pair.b.bytes() {
+        let mut b = if pair.a.layout == ChaseLayout::Nodes && pair.a.bytes() == pair.b.bytes() {
             ChaseBuf::copy_of(&pair.b, &a)?
         } else {
             ChaseBuf::build(&pair.b, self.seed ^ 0x5555)?
@@ -1975,7 +1975,7 @@ mod tests {
         let o = opts(11 * GIB);
         let p = plan_l2_hit(0, &o).unwrap();
         assert_eq!((p.a.pages, p.b.pages), (512, 32));
-        assert_eq!(p.a.layout, Layout::LinePerPage);
+        assert_eq!(p.a.layout, ChaseLayout::LinePerPage);
         let p = plan_l2_hit(1, &o).unwrap();
         assert_eq!(p.a.backing, BufferBacking::Thp { kb: 2048 });
         assert_eq!(p.peak_bytes(), (512 + 32) * 2 * MIB);

@@ -12,7 +12,7 @@ use hugetune_capture::elf;
 use hugetune_capture::launch::{self, PlanOptions};
 use hugetune_host::machine::{self, Machine};
 use hugetune_capture::perf;
-use hugetune_capture::profile::inputs_from_log;
+use hugetune_capture::inputs::inputs_from_log;
 use hugetune_capture::qemu::{self, Sampling};
 use hugetune_capture::record::{self as rec_mod, Source};
 use hugetune_capture::refs::{RefReader, SamplingKind};

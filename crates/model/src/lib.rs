@@ -14,7 +14,7 @@ pub mod plan;
 pub mod rank;
 pub mod reuse;
 pub mod shards;
-pub mod size;
+pub mod sizing;
 pub mod stats;
 pub mod statstack;
 pub mod stream;

@@ -33,7 +33,7 @@ pub struct StreamSummary {
     pub refs_per_category: PerCategory<u64>,
 }
 
-struct Driver<'a> {
+struct StreamDriver<'a> {
     spec: &'a StreamSpec,
     cat: Categorizer,
     next_event: usize,
@@ -41,9 +41,9 @@ struct Driver<'a> {
     summary: StreamSummary,
 }
 
-impl<'a> Driver<'a> {
+impl<'a> StreamDriver<'a> {
     fn new(spec: &'a StreamSpec) -> Self {
-        Driver {
+        StreamDriver {
             cat: Categorizer::new(spec.space.clone(), spec.threshold),
             spec,
             next_event: 0,
@@ -106,7 +106,7 @@ pub fn present_categories(
     spec: &StreamSpec,
     refs: impl Iterator<Item = u64>,
 ) -> (Vec<Category>, StreamSummary, Vec<Site>) {
-    let mut d = Driver::new(spec);
+    let mut d = StreamDriver::new(spec);
     for addr in refs {
         d.step(addr);
     }
@@ -168,7 +168,7 @@ pub fn analyze_stream(
     opts: &AnalysisOptions,
     refs: impl Iterator<Item = u64>,
 ) -> (AnalysisResult, StreamSummary, Categorizer) {
-    let mut d = Driver::new(spec);
+    let mut d = StreamDriver::new(spec);
     d.cat.track_sites(&opts.sites);
     let a = Analyzer::with_simulation(
         geometry.clone(),
@@ -390,7 +390,7 @@ mod tests {
             threshold: 1,
             markers: (0x1000, 16),
         };
-        let mut d = Driver::new(&spec);
+        let mut d = StreamDriver::new(&spec);
         let mut seen = Vec::new();
         for seq in 1..100u64 {
             d.step(0x1000 + (seq % 16));

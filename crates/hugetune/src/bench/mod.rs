@@ -14,18 +14,18 @@
 //! interleaved runner and proof of backing), `stats` (pure computation),
 //! `state` (kernel state and machine facts), `output` (report, HTML), `redis`.
 
-pub mod capture;
+pub mod capture_speed;
 pub mod categories;
 pub mod characterize;
 pub mod config;
 pub mod integration;
-pub mod model;
 pub mod output;
 pub mod pages_sweep;
 pub mod peers;
 pub mod redis;
+pub mod reuse_engines;
 pub mod run;
-pub mod runtime;
+pub mod runtime_overhead;
 pub mod scaling;
 pub mod state;
 pub mod stats;
@@ -187,19 +187,19 @@ fn print_figures<T: serde::Serialize>(r: &T, json: bool, render: fn(&T) -> Strin
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     match a.suite {
         Suite::Runtime { quick, runs, json } => print_figures(
-            &runtime::runtime_overhead(quick, runs as usize)?,
+            &runtime_overhead::runtime_overhead(quick, runs as usize)?,
             json,
-            runtime::render,
+            runtime_overhead::render,
         )?,
         Suite::Model { quick, runs, json } => print_figures(
-            &model::model_figures(quick, runs as usize)?,
+            &reuse_engines::model_figures(quick, runs as usize)?,
             json,
-            model::render_model,
+            reuse_engines::render_model,
         )?,
         Suite::Capture { quick, runs, json } => print_figures(
-            &capture::capture_speed(quick, runs as usize)?,
+            &capture_speed::capture_speed(quick, runs as usize)?,
             json,
-            capture::render_capture,
+            capture_speed::render_capture,
         )?,
         Suite::Characterize(o) => characterize::run(&o)?,
         Suite::PagesSweep { opts, pcts } => pages_sweep::run(ctx, &opts, &pcts)?,

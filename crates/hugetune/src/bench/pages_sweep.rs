@@ -98,7 +98,7 @@ pub struct ModelCurve {
 }
 
 /// The model's rule for a budget short of a mapping's need (`hugetune size`,
-/// crates/model/src/size.rs): the saving pro rata to the pages it gets. Drawn
+/// crates/model/src/sizing.rs): the saving pro rata to the pages it gets. Drawn
 /// between the measured time without pages `t0` and with all of them `t_full`:
 /// (predicted PMB, predicted seconds) at `pages` of `need`.
 pub fn pro_rata(t0: f64, t_full: f64, need: u64, pages: u64) -> (f64, f64) {
@@ -270,7 +270,7 @@ fn curve(
                     (p, pmb, t)
                 })
                 .collect(),
-            note: "the model's sizing rule (`hugetune size`, crates/model/src/size.rs): a budget short of a mapping's need saves pro rata to the pages it gets; drawn between the measured times without pages and with all of them. The predicted speedup is the model's for the whole training run (initialization faults included), shown for reference".into(),
+            note: "the model's sizing rule (`hugetune size`, crates/model/src/sizing.rs): a budget short of a mapping's need saves pro rata to the pages it gets; drawn between the measured times without pages and with all of them. The predicted speedup is the model's for the whole training run (initialization faults included), shown for reference".into(),
         }),
         _ => None,
     };

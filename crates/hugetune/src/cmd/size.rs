@@ -11,7 +11,7 @@ use hugetune_host::kernel_state::{
 use hugetune_capture::launch::PlanOptions;
 use hugetune_host::machine;
 use hugetune_capture::runner::{self, Output, RunSpec};
-use hugetune_model::size::{self, CurvePoint, Pool};
+use hugetune_model::sizing::{self, CurvePoint, Pool};
 use hugetune_model::stats;
 use hugetune_render::table;
 use serde::Serialize;
@@ -121,8 +121,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     );
     let avail = pipeline::availability_now();
     let policy = st.policy(a.min_gain);
-    let curve = size::pmb_curve(
-        &size::Planned {
+    let curve = sizing::pmb_curve(
+        &sizing::Planned {
             preds: &st.predictions,
             sig: &st.significance,
             traits: &st.program,
@@ -133,8 +133,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         a.size,
         a.steps,
     );
-    let need = size::pages_needed(&st.predictions, a.size);
-    let knee = size::knee(&curve).map(|p| p.pages);
+    let need = sizing::pages_needed(&st.predictions, a.size);
+    let knee = sizing::knee(&curve).map(|p| p.pages);
     let recommended = knee.unwrap_or(0);
     let in_use = machine::pool(a.size.page_kb()).map_or(0, |p| p.nr.saturating_sub(p.free));
     let (now, boot) = commands(a.size, recommended, in_use);
@@ -143,7 +143,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         pool: a.size,
         pages_needed: need,
         knee_pages: knee,
-        pages_for_90pct: size::pages_for(&curve, 90.0),
+        pages_for_90pct: sizing::pages_for(&curve, 90.0),
         recommended,
         commands_now: now,
         commands_boot: boot,
