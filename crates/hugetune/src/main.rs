@@ -4,7 +4,7 @@
 mod artifacts;
 mod bench;
 mod cmd;
-mod pipeline;
+mod stages;
 mod profile;
 mod report;
 

@@ -2,7 +2,7 @@
 //! plugin (sampled and complete) and valgrind lackey on the same workloads,
 //! interleaved; whole-process wall time, medians.
 
-use crate::pipeline;
+use crate::stages;
 use anyhow::{bail, Result};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::stats::median;
@@ -93,7 +93,7 @@ pub fn capture_speed(quick: bool, runs: usize) -> Result<CaptureReport> {
     for (name, args, with_lackey) in capture_workloads(quick) {
         let mut argv: Vec<OsString> = vec![art.work.clone().into_os_string()];
         argv.extend(args.iter().map(OsString::from));
-        pipeline::note(format!("bench capture: {name}"));
+        stages::note(format!("bench capture: {name}"));
         let n = CAPTURE_CONFIGS.len();
         let mut walls = vec![Vec::new(); n];
         let mut seen = vec![0u64; n];

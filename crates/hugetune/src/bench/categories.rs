@@ -8,7 +8,7 @@
 use super::output::{self, SuiteReport};
 use super::{emit, select, Opts, SuiteRun};
 use crate::cmd::rank::{self, RankReport};
-use crate::pipeline::RefSource;
+use crate::stages::RefSource;
 use crate::Ctx;
 use anyhow::{bail, Result};
 use hugetune_render::svg::{self, Chart, ChartKind, Series};
@@ -96,7 +96,7 @@ pub fn run(ctx: &Ctx, o: &Opts) -> Result<()> {
                 json: true,
                 command,
             };
-            crate::pipeline::note(format!("categories: {name} (data in {cat})"));
+            crate::stages::note(format!("categories: {name} (data in {cat})"));
             match rank::execute(ctx, &a) {
                 Ok(r) => reports.push(json!({"workload": name, "category": cat, "rank": r})),
                 Err(e) => {

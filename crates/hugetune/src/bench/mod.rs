@@ -30,7 +30,7 @@ pub mod scaling;
 pub mod state;
 pub mod stats;
 
-use crate::{pipeline, Ctx};
+use crate::{stages, Ctx};
 use anyhow::{bail, Result};
 use config::{Config, Missing};
 use output::SuiteReport;
@@ -291,7 +291,7 @@ impl SuiteRun {
     pub fn begin(name: &str, reproduces: &str) -> SuiteRun {
         let before = state::resting_snapshot();
         let facts = state::machine_facts();
-        pipeline::note(format!(
+        stages::note(format!(
             "bench {name}: load average {}; {}",
             facts.load_before, facts.pmu_note
         ));
@@ -342,7 +342,7 @@ impl SuiteRun {
         self.facts.load_after = state::loadavg();
         let restored = after == self.before;
         if !restored {
-            pipeline::note(format!(
+            stages::note(format!(
                 "warning: kernel settings differ from before the suite: before {:?}, after {:?}",
                 self.before, after
             ));

@@ -326,7 +326,7 @@ pub fn write(dir: &Path, r: &SuiteReport, html: &str) -> Result<()> {
         .with_context(|| format!("writing {}", j.display()))?;
     let h = dir.join(format!("{}.html", r.suite));
     std::fs::write(&h, html).with_context(|| format!("writing {}", h.display()))?;
-    crate::pipeline::note(format!("wrote {} and {}", j.display(), h.display()));
+    crate::stages::note(format!("wrote {} and {}", j.display(), h.display()));
     Ok(())
 }
 

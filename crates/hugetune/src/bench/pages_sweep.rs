@@ -16,7 +16,7 @@ use super::output::{self, SuiteReport};
 use super::run::{Workload, WorkloadResult};
 use super::stats;
 use super::{emit, Opts, SuiteRun};
-use crate::pipeline::{self, RefOptions, RefSource};
+use crate::stages::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use hugetune_capture::launch::PlanOptions;
@@ -128,10 +128,10 @@ fn model_prediction(
         max_pages: None,
         seed: 0,
     };
-    pipeline::record(&art, &cmd, &bundle, &refs, ctx.tlb.as_deref(), false, None)
+    stages::record(&art, &cmd, &bundle, &refs, ctx.tlb.as_deref(), false, None)
         .context("profiling the training input")?;
-    let cost = pipeline::cost_model_at(&ctx.db_path, &m)?;
-    let an = pipeline::analyze(&bundle, &m.tlb.geometry, &cost)?;
+    let cost = stages::cost_model_at(&ctx.db_path, &m)?;
+    let an = stages::analyze(&bundle, &m.tlb.geometry, &cost)?;
     let best = an
         .predictions
         .iter()
@@ -147,7 +147,7 @@ fn model_prediction(
     Ok((
         b.label.clone(),
         b.predicted_speedup,
-        pipeline::strings(&cmd),
+        stages::strings(&cmd),
     ))
 }
 
@@ -176,7 +176,7 @@ pub fn run(ctx: &Ctx, o: &Opts, pcts: &[u32]) -> Result<()> {
     let scratch = tempfile::Builder::new()
         .prefix("hugetune-sweep.")
         .tempdir()?;
-    pipeline::note("pages-sweep: the model's prediction from a QEMU profile of a training input");
+    stages::note("pages-sweep: the model's prediction from a QEMU profile of a training input");
     let model = if hugetune_capture::qemu::require_qemu().is_ok() {
         match model_prediction(ctx, o.quick, scratch.path()) {
             Ok(m) => Some(m),

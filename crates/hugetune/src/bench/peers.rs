@@ -17,7 +17,7 @@ use super::run::{Job, Workload, WorkloadResult};
 use super::stats::{self, PeerOutcome};
 use super::{drop_missing_kernels, emit, select, Opts, SuiteRun};
 use crate::cmd::optimize;
-use crate::pipeline;
+use crate::stages;
 use crate::Ctx;
 use anyhow::{bail, Result};
 use hugetune_capture::ab::RunCount;
@@ -181,13 +181,13 @@ pub fn workloads(quick: bool) -> Vec<PeerWorkload> {
 /// than are free now): its text, its 2 MB pages and its label.
 fn agent_plan(ctx: &Ctx, command: &[OsString], pages: u64) -> Result<(String, u64, String)> {
     let db = ctx.db()?;
-    let Some(st) = pipeline::stored_predictions(&db, command)? else {
+    let Some(st) = stages::stored_predictions(&db, command)? else {
         bail!("no stored profile after optimize")
     };
-    let mut avail = pipeline::availability_now();
+    let mut avail = stages::availability_now();
     avail.hugetlb_2m_free += pages;
     avail.hugetlb_2m_total += pages;
-    let d = st.choose(&avail, pipeline::DEFAULT_MIN_GAIN);
+    let d = st.choose(&avail, stages::DEFAULT_MIN_GAIN);
     let text = hugetune_capture::launch::plan_text_with(
         &d.assignments,
         st.threshold,
@@ -464,13 +464,13 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
                 }
             },
             reserve: super::state::is_root(),
-            min_gain: pipeline::DEFAULT_MIN_GAIN,
+            min_gain: stages::DEFAULT_MIN_GAIN,
             bundle: Some(scratch.path().join(format!("{}.htb", p.w.name))),
-            refs: pipeline::RefSource::Auto,
+            refs: stages::RefSource::Auto,
             driver,
             profile_driver,
         };
-        pipeline::note(format!("peers: hugetune optimize on {}", p.w.name));
+        stages::note(format!("peers: hugetune optimize on {}", p.w.name));
         match optimize::execute(ctx, &opts) {
             Ok(r) => {
                 // What `hugetune run` applies from now on: optimize's plan, or,
@@ -479,7 +479,7 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
                 let (text, pages, applied) = if r.verdict == "loss" {
                     let (text, pages, label) =
                         agent_plan(ctx, &opts.command, r.plan.hugetlb_pages)?;
-                    pipeline::note(format!(
+                    stages::note(format!(
                         "peers: optimize's plan lost on {} ({:.2}x): hugetune run applies {label} instead",
                         p.w.name, r.speedup
                     ));

@@ -3,7 +3,7 @@
 //! the MAE of SHARDS and StatStack against exact per trace shape, real
 //! `hugetune-work` traces included.
 
-use crate::pipeline;
+use crate::stages;
 use anyhow::{bail, Context, Result};
 use hugetune_model::stats::median;
 use hugetune_render::table;
@@ -54,7 +54,7 @@ fn thread_cpu_s() -> f64 {
 }
 
 fn time_runs(name: &str, refs: usize, runs: usize, mut f: impl FnMut() -> u64) -> ModelTiming {
-    pipeline::note(format!("bench model: {name}"));
+    stages::note(format!("bench model: {name}"));
     let (mut cpu, mut wall) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let (c0, w0) = (thread_cpu_s(), std::time::Instant::now());
@@ -200,12 +200,12 @@ pub fn model_figures(quick: bool, runs: usize) -> Result<ModelReport> {
         ]
     };
     for (name, args) in real {
-        pipeline::note(format!("bench model: tracing {name}"));
+        stages::note(format!("bench model: tracing {name}"));
         inputs.push((name.to_string(), work_pages(&art.work, args, dir.path())?));
     }
     let mut shapes = Vec::new();
     for (shape, trace) in inputs {
-        pipeline::note(format!("bench model: accuracy on {shape}"));
+        stages::note(format!("bench model: accuracy on {shape}"));
         let exact = eval::exact_histogram(&trace);
         shapes.push(ModelShape {
             shape,

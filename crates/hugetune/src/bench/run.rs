@@ -10,7 +10,7 @@ use super::redis::{self, RedisJob};
 use super::state::Held;
 use super::stats::{self, BackingFigures, BackingVerdict, Spread};
 use crate::artifacts::Artifacts;
-use crate::pipeline;
+use crate::stages;
 use anyhow::{Context, Result};
 use hugetune_host::machine::{self, HUGEPAGES_SYSFS, THP_SYSFS};
 use hugetune_host::procfs::{tree_usage, HugeUsage};
@@ -361,7 +361,7 @@ impl Bench {
             for i in stats::round_order(n, round) {
                 let c = runnable[i];
                 if round > 0 && self.warm {
-                    pipeline::warm_memory(warm_bytes);
+                    stages::warm_memory(warm_bytes);
                 }
                 let rec = match self.run_one(w, c, round) {
                     Ok(r) => r,
@@ -379,7 +379,7 @@ impl Bench {
                     let cap = machine::mem_available_kb().unwrap_or(0) * 1024 / 2;
                     warm_bytes = (rec.minor_faults * 4096 * 5 / 4).min(cap);
                 }
-                pipeline::note(format!(
+                stages::note(format!(
                     "{} {} [{}] {}: {}",
                     self.suite,
                     w.name,
@@ -445,7 +445,7 @@ impl Bench {
         let settings = self.held.for_run(c)?;
         let plan = self.plan_path(c)?;
         let sdir = self.summary_dir()?;
-        pipeline::take_summaries(&sdir);
+        stages::take_summaries(&sdir);
         let summary = sdir.join("summary.%p.json");
         let env = c.env_for(&self.art.runtime_lib, &plan, &summary);
         let folios_before = machine::folio_fault_counts(Path::new(THP_SYSFS));
@@ -588,7 +588,7 @@ impl Bench {
         rec.pool_pages_used = pool_pages_used(&pools_before, &min_free, &pools_max_used);
         rec.folio_faults = folio_delta(&folios_before, &folios_after);
         rec.pools_after = pools_after;
-        rec.runtime = runtime_proof(&pipeline::take_summaries(&sdir));
+        rec.runtime = runtime_proof(&stages::take_summaries(&sdir));
         if let Some(rt) = &rec.runtime {
             if !rt.plan_valid {
                 rec.notes

@@ -3,7 +3,7 @@
 //! mode with a plan that leaves the workload's allocations alone (they are all
 //! small), so the ratios are the cost of the library itself.
 
-use crate::pipeline;
+use crate::stages;
 use anyhow::{bail, Context, Result};
 use hugetune_capture::launch;
 use hugetune_capture::runner::{self, Output, RunSpec};
@@ -125,7 +125,7 @@ pub fn runtime_overhead(quick: bool, runs: usize) -> Result<RuntimeReport> {
     for (name, args) in workloads(quick) {
         let mut argv: Vec<OsString> = vec![art.work.clone().into_os_string()];
         argv.extend(args.iter().map(OsString::from));
-        pipeline::note(format!("bench runtime: {name}"));
+        stages::note(format!("bench runtime: {name}"));
         let mut secs = vec![Vec::new(); CONFIGS.len()];
         let mut walls = vec![Vec::new(); CONFIGS.len()];
         // One untimed warm-up of each configuration, then interleaved repetitions.

@@ -1,4 +1,4 @@
-use crate::{pipeline, Ctx};
+use crate::{stages, Ctx};
 use anyhow::Result;
 use hugetune_host::machine;
 use std::path::PathBuf;
@@ -17,17 +17,17 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let m = machine::machine(ctx.tlb.as_deref())?;
-    let an = pipeline::analyze(
+    let an = stages::analyze(
         &a.bundle,
         &m.tlb.geometry,
-        &pipeline::cost_model_at(&ctx.db_path, &m)?,
+        &stages::cost_model_at(&ctx.db_path, &m)?,
     )?;
     let ids = if a.no_db {
         None
     } else {
         let mut db = ctx.db()?;
         let bundle = std::fs::canonicalize(&a.bundle)?;
-        Some(pipeline::store_analysis(&mut db, &an, Some(&bundle), &m)?)
+        Some(stages::store_analysis(&mut db, &an, Some(&bundle), &m)?)
     };
     if a.json {
         let mut v = serde_json::to_value(&an)?;
@@ -44,7 +44,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     Ok(0)
 }
 
-pub fn print_analysis(an: &pipeline::Analysis) {
+pub fn print_analysis(an: &stages::Analysis) {
     let s = &an.stream;
     println!(
         "profile    {} ({} references from {}, native run {:.3} s)",

@@ -1,7 +1,7 @@
 //! `hugetune calibrate`: measures this machine's TLB-miss and page-fault costs per
 //! page size (docs/calibrate.md) and stores them per machine in the database.
 
-use crate::{pipeline, Ctx};
+use crate::{stages, Ctx};
 use anyhow::{bail, Context, Result};
 use hugetune_host::calibrate::{self, Calibration, LEAF};
 use hugetune_host::machine;
@@ -33,7 +33,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let m = machine::machine(ctx.tlb.as_deref())?;
     if a.show {
         let db = ctx.db()?;
-        let Some(c) = pipeline::stored_calibration(&db, &m)? else {
+        let Some(c) = stages::stored_calibration(&db, &m)? else {
             bail!(
                 "no calibration of this machine in {}; run `hugetune calibrate`",
                 db.path().display()
@@ -59,7 +59,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     }
     let stored = match &db {
         Some(db) => {
-            let mid = pipeline::machine_id(db, &m)?;
+            let mid = stages::machine_id(db, &m)?;
             Some(db.insert_calibration(mid, &json)?)
         }
         None => None,

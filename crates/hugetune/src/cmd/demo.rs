@@ -2,7 +2,7 @@
 //! 1 GiB, profiled on a small training size, reserving the pages it needs.
 
 use super::optimize::{self, Options};
-use crate::{pipeline, Ctx};
+use crate::{stages, Ctx};
 use anyhow::Result;
 
 #[derive(clap::Args)]
@@ -32,7 +32,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !a.no_reserve && !root {
-        pipeline::note(
+        stages::note(
             "not root: cannot reserve hugetlb pages; the plan will use what is free, or THP",
         );
     }
@@ -45,9 +45,9 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             ci_width: 0.05,
         },
         reserve: !a.no_reserve && root,
-        min_gain: pipeline::DEFAULT_MIN_GAIN,
+        min_gain: stages::DEFAULT_MIN_GAIN,
         bundle: None,
-        refs: pipeline::RefSource::Auto,
+        refs: stages::RefSource::Auto,
         driver: None,
         profile_driver: None,
     };

@@ -106,7 +106,7 @@ pub fn decision_text(d: &hugetune_model::plan::PlanDecision) -> String {
 
 /// The backing proof beyond smaps_rollup: large folios per size seen in the
 /// process (pagemap + kpageflags) and faulted in per run (the kernel's counters).
-pub fn folio_proof(v: &crate::pipeline::Validation) -> Option<String> {
+pub fn folio_proof(v: &crate::stages::Validation) -> Option<String> {
     let list = |x: &[(u64, u64)], f: &dyn Fn(u64) -> String| {
         x.iter()
             .map(|&(kb, n)| format!("{} in {kb} kB folios", f(n)))

@@ -2,7 +2,7 @@
 //! plan for the pages available now (optionally growing the pool for the run) →
 //! validate with interleaved A/B runs → store and report.
 
-use crate::pipeline::{self, Analysis, Validation};
+use crate::stages::{self, Analysis, Validation};
 use crate::Ctx;
 use anyhow::{Context, Result};
 use hugetune_host::kernel_state::{reserve_hugetlb, PoolChange};
@@ -30,7 +30,7 @@ pub struct Args {
     #[arg(long)]
     reserve: bool,
     /// Smallest predicted gain worth huge pages, as a fraction of the run time
-    #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
+    #[arg(long, default_value_t = stages::DEFAULT_MIN_GAIN)]
     min_gain: f64,
     /// Where to keep the profile bundle (default: in the data directory)
     #[arg(long, value_name = "FILE")]
@@ -38,7 +38,7 @@ pub struct Args {
     /// Reference source of the profile: auto (qemu where installed, else
     /// valgrind), qemu or valgrind; the model needs every reference
     #[arg(long, value_enum, default_value = "auto")]
-    refs: pipeline::RefSource,
+    refs: stages::RefSource,
     /// The command is a server: run this client against it in every run (the
     /// profile, the sizing run, each timed run), stop the server with SIGTERM
     /// when the client ends, and time the client. `{port}` in the command,
@@ -67,7 +67,7 @@ pub struct Options {
     pub min_gain: f64,
     pub bundle: Option<PathBuf>,
     /// Where the references come from (`RefOptions::complete`).
-    pub refs: pipeline::RefSource,
+    pub refs: stages::RefSource,
     /// The command is a server driven by this client (`{port}` placeholders
     /// allowed), and by `profile_driver` in the profiled run.
     pub driver: Option<Vec<OsString>>,
@@ -170,7 +170,7 @@ pub struct ProfileReport {
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let profile_command = match &a.profile_cmd {
-        Some(s) => pipeline::split_command(s).context("--profile-cmd")?,
+        Some(s) => stages::split_command(s).context("--profile-cmd")?,
         None => a.command.clone(),
     };
     anyhow::ensure!(
@@ -179,7 +179,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     );
     let split = |s: &Option<String>, what: &str| {
         s.as_deref()
-            .map(|s| pipeline::split_command(s).with_context(|| what.to_string()))
+            .map(|s| stages::split_command(s).with_context(|| what.to_string()))
             .transpose()
     };
     let opts = Options {
@@ -225,7 +225,7 @@ fn reserve_for(decision: &PlanDecision, avail_now: &Availability) -> Result<Opti
     }
     let extra = need - avail_now.hugetlb_2m_free;
     let r = reserve_hugetlb(2048, extra)?;
-    pipeline::note(format!(
+    stages::note(format!(
         "grew the 2 MB hugetlb pool by {} pages ({} asked) for the runs; it goes back to {} afterwards",
         r.added(),
         extra,
@@ -236,7 +236,7 @@ fn reserve_for(decision: &PlanDecision, avail_now: &Availability) -> Result<Opti
 
 pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let art = crate::artifacts::find()?;
-    let refs = pipeline::RefOptions::complete(o.refs)?;
+    let refs = stages::RefOptions::complete(o.refs)?;
     let machine = machine::machine(ctx.tlb.as_deref())?;
     let bundle = o
         .bundle
@@ -244,12 +244,12 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         .unwrap_or_else(|| default_bundle(&o.profile_command));
     let cmds = o.commands()?;
     if cmds.driver.is_some() {
-        pipeline::note(format!(
+        stages::note(format!(
             "the command is a server: every run is a session of `{}`, timed by the client",
-            pipeline::display_cmd(&cmds.driver.as_ref().map_or(vec![], |d| d.argv.clone()))
+            stages::display_cmd(&cmds.driver.as_ref().map_or(vec![], |d| d.argv.clone()))
         ));
     }
-    let meta = pipeline::record(
+    let meta = stages::record(
         &art,
         &cmds.profile_command,
         &bundle,
@@ -258,32 +258,32 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         ctx.verbose,
         cmds.profile_driver.as_ref(),
     )?;
-    let an: Analysis = pipeline::analyze(
+    let an: Analysis = stages::analyze(
         &bundle,
         &machine.tlb.geometry,
-        &pipeline::cost_model_at(&ctx.db_path, &machine)?,
+        &stages::cost_model_at(&ctx.db_path, &machine)?,
     )?;
     let mut db = ctx.db()?;
     let (profile_id, _, machine_id) =
-        pipeline::store_analysis(&mut db, &an, Some(&bundle), &machine)?;
-    let program = pipeline::program_of(&o.command)?;
+        stages::store_analysis(&mut db, &an, Some(&bundle), &machine)?;
+    let program = stages::program_of(&o.command)?;
     let program_id = db.upsert_program(&program.path, program.build_id.as_deref())?;
 
-    pipeline::note(
+    stages::note(
         "warm-up run in record mode (sizes the hugetlb pages this input needs; not timed)",
     );
-    let sizing = pipeline::sizing_run(&art, &cmds.command, cmds.driver.as_ref())?;
+    let sizing = stages::sizing_run(&art, &cmds.command, cmds.driver.as_ref())?;
     let ref_pages = sizing.heap_large_pages;
     let small_pages =
-        sizing.heap_small_pages(pipeline::heap_small_training(&an.result, &an.predictions));
-    let preds = pipeline::with_reference_pages(&an.predictions, ref_pages, small_pages);
+        sizing.heap_small_pages(stages::heap_small_training(&an.result, &an.predictions));
+    let preds = stages::with_reference_pages(&an.predictions, ref_pages, small_pages);
     // The reference input may fork where the training input did not.
     let program = ProgramTraits {
         forks: an.program.forks || sizing.program.forks,
         fork_children: an.program.fork_children.max(sizing.program.fork_children),
     };
     if program.forks {
-        pipeline::note(format!(
+        stages::note(format!(
             "the program forks ({} children seen): private hugetlb pages are ruled out, \
              the library runs with fork-safe thp",
             program.fork_children
@@ -292,7 +292,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let mut plan_options = PlanOptions::for_program(&program);
     let native_s = meta.native.wall_s;
 
-    let avail_now = pipeline::availability_now();
+    let avail_now = stages::availability_now();
     let mut avail_plan = avail_now.clone();
     if o.reserve {
         avail_plan.hugetlb_2m_free += ref_pages + small_pages;
@@ -312,27 +312,27 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     if o.reserve {
         match reserve_for(&decision, &avail_now) {
             Ok(r) => reserved = r,
-            Err(e) => pipeline::note(format!("cannot grow the hugetlb pool: {e:#}")),
+            Err(e) => stages::note(format!("cannot grow the hugetlb pool: {e:#}")),
         }
-        let got = pipeline::availability_now();
+        let got = stages::availability_now();
         if decision.hugetlb_pages() > got.hugetlb_2m_free {
-            pipeline::note(format!(
+            stages::note(format!(
                 "only {} hugetlb pages are available; planning again with what there is",
                 got.hugetlb_2m_free
             ));
             decision = choose(&got);
         }
     }
-    let availability = pipeline::availability_now();
+    let availability = stages::availability_now();
     plan_options = plan_options.with_sites(&decision.sites);
     let plan_text = hugetune_capture::launch::plan_text_with(
         &decision.assignments,
         an.threshold,
         &plan_options,
     );
-    pipeline::note(format!("plan: {}", super::decision_text(&decision)));
+    stages::note(format!("plan: {}", super::decision_text(&decision)));
 
-    let validation = pipeline::validate(
+    let validation = stages::validate(
         &art,
         &cmds.command,
         &decision.assignments,
@@ -348,13 +348,13 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         .huge_bytes_proc
         .max(validation.huge_bytes_runtime);
     let mapping = decision.label();
-    let confidence = pipeline::learn_from(&db, profile_id, &decision, &validation)?;
+    let confidence = stages::learn_from(&db, profile_id, &decision, &validation)?;
     let run_id = db.insert_run(&NewRun {
         program_id,
         mapping: mapping.clone(),
         profile_id: Some(profile_id),
         machine_id: Some(machine_id),
-        args: pipeline::strings(&o.command),
+        args: stages::strings(&o.command),
         plan: serde_json::json!({"mapping": mapping, "assignments": decision.assignments, "sites": decision.sites, "text": plan_text}),
         baseline_s: validation.baseline_s.clone(),
         optimized_s: validation.optimized_s.clone(),
@@ -381,8 +381,8 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     }
     Ok(Report {
         compared,
-        command: pipeline::strings(&o.command),
-        profile_command: pipeline::strings(&o.profile_command),
+        command: stages::strings(&o.command),
+        profile_command: stages::strings(&o.profile_command),
         plan: PlanReport {
             assignments: decision.assignments.clone(),
             text: plan_text,
@@ -409,7 +409,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             ref_source: an.meta.ref_source.clone(),
             capture_s: an.meta.capture_s,
             native_s,
-            refs_per_category: pipeline::category_map(&an.stream.refs_per_category),
+            refs_per_category: stages::category_map(&an.stream.refs_per_category),
             tlb: an.result.geometry.clone(),
         },
         validation,

@@ -1,4 +1,4 @@
-use crate::{pipeline, Ctx};
+use crate::{stages, Ctx};
 use anyhow::{bail, Result};
 use hugetune_capture::launch::PlanOptions;
 use std::ffi::OsString;
@@ -10,7 +10,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Smallest predicted gain worth huge pages, as a fraction of the run time
-    #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
+    #[arg(long, default_value_t = stages::DEFAULT_MIN_GAIN)]
     min_gain: f64,
     /// hugetlb 2 MB pages to plan with instead of those free now
     #[arg(long)]
@@ -30,14 +30,14 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let db = ctx.db()?;
-    let Some(st) = pipeline::stored_predictions(&db, &a.command)? else {
+    let Some(st) = stages::stored_predictions(&db, &a.command)? else {
         bail!(
             "no profile of {} in {}; run `hugetune optimize` or `record` + `analyze` first",
-            pipeline::display_cmd(&a.command[..1]),
+            stages::display_cmd(&a.command[..1]),
             ctx.db_path.display()
         );
     };
-    let mut avail = pipeline::availability_now();
+    let mut avail = stages::availability_now();
     if let Some(b) = a.budget {
         // A budget is what this program may take: no other program's share.
         avail.hugetlb_2m_free = b;

@@ -3,7 +3,7 @@
 //! every page size the machine has, then runs the command under each mapping,
 //! interleaved and repeated, and compares percentages of maximal benefit.
 
-use crate::pipeline::{self, RefOptions, RefSource};
+use crate::stages::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use hugetune_host::kernel_state::{
@@ -167,7 +167,7 @@ fn hold_kernel_state(set: &[Prediction]) -> Result<Held> {
     let lock = lock_kernel_state()?;
     let reporting = hold_page_reporting(&lock)?;
     if let Some(r) = &reporting {
-        pipeline::note(format!(
+        stages::note(format!(
             "free page reporting held off for the runs ({} was {}; restored afterwards)",
             r.path.display(),
             r.previous
@@ -191,7 +191,7 @@ fn reserve_pools(
             continue;
         }
         let Some(pool) = machine::pool(kb) else {
-            pipeline::note(format!("no {kb} kB hugetlb pool on this kernel"));
+            stages::note(format!("no {kb} kB hugetlb pool on this kernel"));
             continue;
         };
         // A page or two of slack: the library's tail and alignment never need
@@ -199,7 +199,7 @@ fn reserve_pools(
         let want = pool.nr + need + 2;
         let c = set_hugetlb_pool_holding(lock, kb, want)?;
         if c.now < want {
-            pipeline::note(format!(
+            stages::note(format!(
                 "the {kb} kB pool grew to {} of {want} pages (fragmentation): mappings \
                  needing more fall back, see the huge bytes column",
                 c.now
@@ -246,7 +246,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             max_pages: None,
             seed: 0,
         };
-        pipeline::record(
+        stages::record(
             &art,
             &a.command,
             &bundle,
@@ -256,9 +256,9 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             None,
         )?;
     } else {
-        pipeline::note(format!("reusing the profile {}", bundle.display()));
+        stages::note(format!("reusing the profile {}", bundle.display()));
     }
-    let cost = pipeline::cost_model_at(&ctx.db_path, &m)?;
+    let cost = stages::cost_model_at(&ctx.db_path, &m)?;
     let opts = AnalysisOptions {
         gigantic: machine::pool(1 << 20).is_some(),
         mthp: vec![],
@@ -266,12 +266,12 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         sites: vec![],
         threads: 0,
     };
-    let an = pipeline::analyze_with(&bundle, &m.tlb.geometry, &cost, &opts)?;
+    let an = stages::analyze_with(&bundle, &m.tlb.geometry, &cost, &opts)?;
     let set = measured_set(&an.predictions);
     if set.len() < 2 {
         bail!("the analysis found no mapping to compare (no mappable data)");
     }
-    pipeline::note(format!(
+    stages::note(format!(
         "measuring {} mappings x {} runs: {}",
         set.len(),
         a.runs,
@@ -286,7 +286,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     // Every mapping runs with the runtime library loaded, all-small with an empty
     // plan: the runs differ only in what the plan places on huge pages.
     for p in &set {
-        let ap = pipeline::applied_spec(
+        let ap = stages::applied_spec(
             &art,
             &a.command,
             &p.assignments,
@@ -314,7 +314,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     // sampling, the memory warm-up) moves to the others.
     if let Some(cpu) = a.cpu {
         if !runner::keep_off_cpu(cpu) {
-            pipeline::note(format!(
+            stages::note(format!(
                 "--cpu {cpu}: no other CPU to move the measuring process to; it shares CPU {cpu}"
             ));
         }
@@ -328,7 +328,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         for k in 0..n {
             let i = (k + round) % n;
             if round > 0 {
-                pipeline::warm_memory(warm_bytes);
+                stages::warm_memory(warm_bytes);
             }
             let st = runner::run(&specs[i])
                 .with_context(|| format!("running the mapping {}", set[i].label))?;
@@ -340,7 +340,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
                 );
             }
             let bytes =
-                pipeline::summary_huge_bytes(&pipeline::take_summaries(applied[i].dir.path()));
+                stages::summary_huge_bytes(&stages::take_summaries(applied[i].dir.path()));
             // The footprint, from the all-small run's 4 KB faults (not its maximum
             // RSS: a child's counts what it inherited from us at fork).
             if set[i].is_all_small() && round == 0 {
@@ -350,7 +350,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             if round > 0 {
                 times[i].push(st.wall_s);
                 huge[i].push(bytes as f64);
-                pipeline::note(format!(
+                stages::note(format!(
                     "round {round}/{min_runs}..{max_runs} {}: {:.3} s",
                     set[i].label, st.wall_s
                 ));
@@ -362,7 +362,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             }
             let u = ranking_uncertainty(&times, &predicted_pmbs, 1000, UNCERTAINTY_SEED);
             match u {
-                Some(u) if u.widest() > a.pmb_ci => pipeline::note(format!(
+                Some(u) if u.widest() > a.pmb_ci => stages::note(format!(
                     "after {round} rounds the widest measured-PMB interval is {:.1} points \
                      (> {}): another round",
                     u.widest(),
@@ -423,8 +423,8 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         name: a
             .name
             .clone()
-            .unwrap_or_else(|| pipeline::strings(&a.command).join(" ")),
-        command: pipeline::strings(&a.command),
+            .unwrap_or_else(|| stages::strings(&a.command).join(" ")),
+        command: stages::strings(&a.command),
         runs,
         refs: an.stream.refs,
         significance_passes: an.significance.passes,

@@ -1,4 +1,4 @@
-use crate::pipeline::{self, RefOptions, RefSource};
+use crate::stages::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::Result;
 use std::ffi::OsString;
@@ -37,7 +37,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         max_pages: a.max_pages,
         seed: a.seed,
     };
-    let meta = pipeline::record(
+    let meta = stages::record(
         &art,
         &a.command,
         &a.output,

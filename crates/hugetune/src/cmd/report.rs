@@ -3,7 +3,7 @@
 //! plots. Reads the database only.
 
 use crate::cmd::rank::RankReport;
-use crate::pipeline;
+use crate::stages;
 use crate::report::view::{Compared, ComparedSet, Report};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
@@ -51,7 +51,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     if let Some(path) = &a.html {
         std::fs::write(path, report.html())
             .with_context(|| format!("writing {}", path.display()))?;
-        pipeline::note(format!("wrote {}", path.display()));
+        stages::note(format!("wrote {}", path.display()));
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -107,10 +107,10 @@ fn from_db(db: &Db, a: &Args) -> Result<Report> {
     Ok(r)
 }
 
-/// The newest profile of the program `argv` runs (as `pipeline::stored_predictions`
+/// The newest profile of the program `argv` runs (as `stages::stored_predictions`
 /// resolves it: path and build-id).
 fn newest_profile(db: &Db, argv: &[OsString]) -> Result<i64> {
-    let program = pipeline::program_of(argv)?;
+    let program = stages::program_of(argv)?;
     let bid = program.build_id.as_deref();
     let id = match db.find_program(&program.path, bid)? {
         Some(p) => db.newest_profile_id(p)?,
@@ -122,7 +122,7 @@ fn newest_profile(db: &Db, argv: &[OsString]) -> Result<i64> {
             program.path,
             bid.map_or(String::new(), |b| format!(" (build-id {b})")),
             db.path().display(),
-            pipeline::display_cmd(argv)
+            stages::display_cmd(argv)
         )
     })
 }

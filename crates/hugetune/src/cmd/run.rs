@@ -1,7 +1,7 @@
 //! `hugetune run`: the online agent. Looks up the program's directives, plans for
 //! the pages available now, runs it with the plan applied, and records the run.
 
-use crate::{pipeline, Ctx};
+use crate::{stages, Ctx};
 use anyhow::Result;
 use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::runner::{self, Output, RunSpec};
@@ -11,7 +11,7 @@ use std::ffi::OsString;
 #[derive(clap::Args)]
 pub struct Args {
     /// Smallest predicted gain worth huge pages, as a fraction of the run time
-    #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
+    #[arg(long, default_value_t = stages::DEFAULT_MIN_GAIN)]
     min_gain: f64,
     /// Print why the plan was chosen
     #[arg(long)]
@@ -23,28 +23,28 @@ pub struct Args {
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let art = crate::artifacts::find()?;
     let db = ctx.db()?;
-    let stored = pipeline::stored_predictions(&db, &a.command)?;
+    let stored = stages::stored_predictions(&db, &a.command)?;
     let Some(st) = stored else {
-        pipeline::note(format!(
+        stages::note(format!(
             "no profile of this program yet: running it unchanged (try `hugetune optimize -- {}`)",
-            pipeline::display_cmd(&a.command)
+            stages::display_cmd(&a.command)
         ));
         let mut spec = RunSpec::new(a.command.clone());
         spec.stdout = Output::Inherit;
         return Ok(runner::run(&spec)?.exit_code);
     };
-    let d = st.choose(&pipeline::availability_now(), a.min_gain);
+    let d = st.choose(&stages::availability_now(), a.min_gain);
     if a.explain || d.prediction.is_none() {
         for r in &d.reasons {
-            pipeline::note(format!("  - {r}"));
+            stages::note(format!("  - {r}"));
         }
     }
-    pipeline::note(format!(
+    stages::note(format!(
         "applying {} (profile #{})",
         super::decision_text(&d),
         st.profile_id
     ));
-    let applied = pipeline::applied_spec(
+    let applied = stages::applied_spec(
         &art,
         &a.command,
         &d.assignments,
@@ -53,15 +53,15 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         Output::Inherit,
     )?;
     let stats = runner::run(&applied.spec)?;
-    let summaries = pipeline::take_summaries(applied.dir.path());
-    let huge = pipeline::summary_huge_bytes(&summaries).max(stats.peak.huge());
-    pipeline::note(format!(
+    let summaries = stages::take_summaries(applied.dir.path());
+    let huge = stages::summary_huge_bytes(&summaries).max(stats.peak.huge());
+    stages::note(format!(
         "done in {:.3} s; {} on huge pages",
         stats.wall_s,
         hugetune_render::bytes(huge)
     ));
     for f in super::optimize::fallbacks(&[serde_json::Value::Array(summaries.clone())]) {
-        pipeline::note(format!("fallback: {f}"));
+        stages::note(format!("fallback: {f}"));
     }
     let mapping = d.label();
     db.insert_run(&NewRun {
@@ -69,7 +69,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         mapping: mapping.clone(),
         profile_id: Some(st.profile_id),
         machine_id: None,
-        args: pipeline::strings(&a.command),
+        args: stages::strings(&a.command),
         plan: serde_json::json!({"mapping": mapping, "assignments": d.assignments, "sites": d.sites}),
         baseline_s: vec![],
         optimized_s: vec![stats.wall_s],

@@ -3,7 +3,7 @@
 //! commands that reserve that many pages now and at boot; with `--sweep`, the
 //! real curve measured by running the program with growing pool budgets.
 
-use crate::{pipeline, Ctx};
+use crate::{stages, Ctx};
 use anyhow::{bail, Context, Result};
 use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding,
@@ -34,7 +34,7 @@ pub struct Args {
     /// Runs per measured budget (interleaved rounds; medians)
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
-    #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
+    #[arg(long, default_value_t = stages::DEFAULT_MIN_GAIN)]
     min_gain: f64,
     #[arg(long)]
     json: bool,
@@ -102,24 +102,24 @@ fn commands(pool: Pool, pages: u64, in_use: u64) -> (Vec<String>, Vec<String>) {
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let art = crate::artifacts::find()?;
     let db = ctx.db()?;
-    let Some(mut st) = pipeline::stored_predictions(&db, &a.command)? else {
+    let Some(mut st) = stages::stored_predictions(&db, &a.command)? else {
         bail!(
             "no profile of {} in {}: run `hugetune optimize -- {}` (or record + analyze) first",
-            pipeline::display_cmd(&a.command[..1]),
+            stages::display_cmd(&a.command[..1]),
             ctx.db_path.display(),
-            pipeline::display_cmd(&a.command)
+            stages::display_cmd(&a.command)
         );
     };
-    pipeline::note("sizing run in record mode (the pages this input needs; not timed)");
-    let sizing = pipeline::sizing_run(&art, &a.command, None)?;
+    stages::note("sizing run in record mode (the pages this input needs; not timed)");
+    let sizing = stages::sizing_run(&art, &a.command, None)?;
     // The stored directives keep no allocation statistics: heap-small's pool
     // pages come from the reference run's peak bytes alone.
-    st.predictions = pipeline::with_reference_pages(
+    st.predictions = stages::with_reference_pages(
         &st.predictions,
         sizing.heap_large_pages,
         sizing.heap_small_pages(None),
     );
-    let avail = pipeline::availability_now();
+    let avail = stages::availability_now();
     let policy = st.policy(a.min_gain);
     let curve = sizing::pmb_curve(
         &sizing::Planned {
@@ -155,9 +155,9 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         sweep(&art, &a, &st, &mut report)?;
     }
     if let Some(f) = &a.html {
-        std::fs::write(f, html(&report, &pipeline::display_cmd(&a.command)))
+        std::fs::write(f, html(&report, &stages::display_cmd(&a.command)))
             .with_context(|| format!("writing {}", f.display()))?;
-        pipeline::note(format!("wrote {}", f.display()));
+        stages::note(format!("wrote {}", f.display()));
     }
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -212,7 +212,7 @@ fn html(r: &SizeReport, cmd: &str) -> String {
 fn sweep(
     art: &crate::artifacts::Artifacts,
     a: &Args,
-    st: &pipeline::Stored,
+    st: &stages::Stored,
     r: &mut SizeReport,
 ) -> Result<()> {
     let n = r.predicted.len();
@@ -233,7 +233,7 @@ fn sweep(
     let mut specs = Vec::new();
     for &i in &idx {
         let p = &r.predicted[i];
-        specs.push(pipeline::applied_spec(
+        specs.push(stages::applied_spec(
             art,
             &a.command,
             &p.assignments,
@@ -244,7 +244,7 @@ fn sweep(
     }
     let mut baseline = RunSpec::new(a.command.clone());
     baseline.stdout = Output::Null;
-    pipeline::note(format!(
+    stages::note(format!(
         "measuring {} budgets x {} runs (the pool is restored afterwards)",
         idx.len(),
         a.runs
@@ -258,14 +258,14 @@ fn sweep(
     // is touched and freed, so every configuration starts on memory the host backs.
     for round in 0..=a.runs {
         if round > 0 {
-            pipeline::warm_memory(warm_bytes);
+            stages::warm_memory(warm_bytes);
         }
         let s = runner::run(&baseline)?;
         if round == 0 {
             let cap = machine::mem_available_kb().unwrap_or(0) * 1024 / 2;
             warm_bytes = (s.minor_faults * 4096 * 5 / 4).min(cap);
         } else {
-            pipeline::note(format!("round {round}: baseline {:.3} s", s.wall_s));
+            stages::note(format!("round {round}: baseline {:.3} s", s.wall_s));
             base_t.push(s.wall_s);
         }
         for (j, &i) in idx.iter().enumerate() {
@@ -273,10 +273,10 @@ fn sweep(
             let change = set_hugetlb_pool_holding(&lock, kb, held + b)?;
             got[j] = change.now.saturating_sub(held);
             if round > 0 {
-                pipeline::warm_memory(warm_bytes);
+                stages::warm_memory(warm_bytes);
             }
             let s = runner::run(&specs[j].spec)?;
-            pipeline::take_summaries(specs[j].dir.path());
+            stages::take_summaries(specs[j].dir.path());
             drop(change);
             if s.exit_code != 0 {
                 bail!(
@@ -287,7 +287,7 @@ fn sweep(
             if round == 0 {
                 continue;
             }
-            pipeline::note(format!(
+            stages::note(format!(
                 "round {round}: {b} pages ({} given), {}: {:.3} s, {} huge at peak",
                 got[j],
                 r.predicted[i].label,

@@ -1,7 +1,7 @@
 //! `hugetune validate`: interleaved A/B runs of the stored plan against the
 //! unchanged program; the outcome goes back into the directive's confidence.
 
-use crate::{pipeline, Ctx};
+use crate::{stages, Ctx};
 use anyhow::{bail, Result};
 use hugetune_capture::launch::PlanOptions;
 use hugetune_store::db::NewRun;
@@ -11,7 +11,7 @@ use std::ffi::OsString;
 pub struct Args {
     #[command(flatten)]
     runs: super::RunCountArgs,
-    #[arg(long, default_value_t = pipeline::DEFAULT_MIN_GAIN)]
+    #[arg(long, default_value_t = stages::DEFAULT_MIN_GAIN)]
     min_gain: f64,
     #[arg(long)]
     json: bool,
@@ -22,20 +22,20 @@ pub struct Args {
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let art = crate::artifacts::find()?;
     let db = ctx.db()?;
-    let Some(st) = pipeline::stored_predictions(&db, &a.command)? else {
+    let Some(st) = stages::stored_predictions(&db, &a.command)? else {
         bail!(
             "no profile of this program in {}; run `hugetune optimize` first",
             ctx.db_path.display()
         );
     };
-    let d = st.choose(&pipeline::availability_now(), a.min_gain);
+    let d = st.choose(&stages::availability_now(), a.min_gain);
     if d.prediction.is_none() {
         for r in &d.reasons {
-            pipeline::note(format!("  - {r}"));
+            stages::note(format!("  - {r}"));
         }
         bail!("nothing to validate: the planner applies no huge pages to this program now");
     }
-    let v = pipeline::validate(
+    let v = stages::validate(
         &art,
         &a.command,
         &d.assignments,
@@ -44,7 +44,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         a.runs.count()?,
         None,
     )?;
-    let confidence = pipeline::learn_from(&db, st.profile_id, &d, &v)?;
+    let confidence = stages::learn_from(&db, st.profile_id, &d, &v)?;
     let mapping = d.label();
     let predicted = d.prediction.as_ref().map_or(1.0, |p| p.predicted_speedup);
     let run_id = db.insert_run(&NewRun {
@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         mapping: mapping.clone(),
         profile_id: Some(st.profile_id),
         machine_id: None,
-        args: pipeline::strings(&a.command),
+        args: stages::strings(&a.command),
         plan: serde_json::json!({"mapping": mapping, "assignments": d.assignments, "sites": d.sites}),
         baseline_s: v.baseline_s.clone(),
         optimized_s: v.optimized_s.clone(),

@@ -1,0 +1,199 @@
+//! Stage 3, plan: what the machine can give now (pools, THP/mTHP), the
+//! record-mode sizing run that counts the pages this input needs, and the
+//! training profile's predictions scaled to it.
+
+use crate::artifacts::Artifacts;
+use crate::profile::{self, ProfileMeta, Program};
+use anyhow::{bail, Context, Result};
+use hugetune_capture::ab::{self, AbResult, RunCount, Verdict};
+use hugetune_capture::alloclog::AllocLog;
+use hugetune_host::calibrate::Calibration;
+use hugetune_capture::damon::DamonOptions;
+use hugetune_capture::elf;
+use hugetune_capture::launch::{self, PlanOptions};
+use hugetune_host::machine::{self, Machine};
+use hugetune_capture::perf;
+use hugetune_capture::inputs::inputs_from_log;
+use hugetune_capture::qemu::{self, Sampling};
+use hugetune_capture::record::{self as rec_mod, Source};
+use hugetune_capture::refs::{RefReader, SamplingKind};
+use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
+use hugetune_capture::session::Driver;
+use hugetune_format::summary::Summary;
+use hugetune_model::analysis::AnalysisResult;
+use hugetune_model::categorize::Categorizer;
+use hugetune_model::category::Category;
+use hugetune_model::cost::CostModel;
+use hugetune_model::mrc::PageSizeMrcs;
+use hugetune_model::page::Backing;
+use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits, ThpMode};
+use hugetune_model::rank::{self, Prediction, Significance};
+use hugetune_model::stats;
+use hugetune_model::stream::AnalysisOptions;
+use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
+use hugetune_model::tlb::TlbGeometry;
+use hugetune_store::bundle::Section;
+use hugetune_store::db::{Db, NewDirective};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+#[allow(unused_imports)]
+use super::*;
+
+pub fn availability_now() -> Availability {
+    Availability {
+        hugetlb_2m_free: machine::pool(2048).map_or(0, |p| p.available()),
+        hugetlb_2m_total: machine::pool(2048).map_or(0, |p| p.nr),
+        hugetlb_1g_free: machine::pool(1 << 20).map_or(0, |p| p.available()),
+        thp: machine::thp_mode(Path::new(machine::THP_SYSFS)).unwrap_or(ThpMode::Never),
+        mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
+        // Free 2 MB blocks within the watermarks (/proc/buddyinfo, zoneinfo): no
+        // scan, no root; unknown when the files cannot be read.
+        thp_2m_allocatable: frag::snapshot::take(&Default::default(), false)
+            .ok()
+            .map(|s| s.totals.allocatable_2m_now),
+    }
+}
+
+/// The mappings worth evaluating on this machine: heap-large on 1 GB pages when
+/// the kernel has them, on every mTHP size usable now.
+pub fn analysis_options(simulate: bool) -> AnalysisOptions {
+    AnalysisOptions {
+        gigantic: machine::pool(1 << 20).is_some(),
+        mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
+        simulate,
+        sites: vec![],
+        threads: 0,
+    }
+}
+
+/// Peak 2 MB pages the runtime library will hold for heap-large objects when
+/// `argv` runs, measured by one record-mode run (no reference tracing). It also
+/// warms the machine up before timed runs.
+pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -> Result<Sizing> {
+    let dir = tempfile::Builder::new()
+        .prefix("hugetune-size.")
+        .tempdir()?;
+    let log = dir.path().join("alloc.%p.log");
+    let mut spec = RunSpec::new(argv.to_vec());
+    spec.env = launch::record_env(&launch::RecordEnv {
+        lib: &art.runtime_lib,
+        log: Some(&log),
+        summary: None,
+        markers: false,
+    });
+    spec.driver = driver.cloned();
+    let stats = runner::run(&spec)?;
+    if stats.exit_code != 0 {
+        bail!(
+            "the command exited with status {} in the sizing run{}",
+            stats.exit_code,
+            session_why(&stats)
+        );
+    }
+    let mut out = Sizing {
+        heap_large_pages: 0,
+        heap_small_peak_bytes: 0,
+        program: ProgramTraits::default(),
+    };
+    // One log per process and image: children forked by the program add their own
+    // peaks (they run at the same time as the parent in the worst case).
+    for e in std::fs::read_dir(dir.path())?.flatten() {
+        let l = AllocLog::read(&e.path())?;
+        let inputs = inputs_from_log(&l);
+        let mut c = Categorizer::new(inputs.space, inputs.threshold);
+        for ev in &inputs.events {
+            c.apply(ev);
+        }
+        out.heap_large_pages += c.peak_owned_frames();
+        out.heap_small_peak_bytes += c.stats()[Category::HeapSmall.index()].peak_live_bytes;
+        out.program.forks |= inputs.forks;
+        out.program.fork_children += inputs.children.len() as u64;
+    }
+    Ok(out)
+}
+
+/// What the untimed record-mode run of the reference input showed.
+pub struct Sizing {
+    /// Peak 2 MB pages the runtime library would hold for heap-large blocks.
+    pub heap_large_pages: u64,
+    /// Peak live bytes of heap-small objects (malloc below the threshold).
+    pub heap_small_peak_bytes: u64,
+    /// Whether the reference input forks (an input the profile did not see may).
+    pub program: ProgramTraits,
+}
+
+impl Sizing {
+    /// Pool pages the heap-small arena needs on the reference input: its peak
+    /// live bytes at the training profile's pages per byte (`training`: its
+    /// heap-small peak live bytes and the pages its `heap-small:hugetlb`
+    /// prediction needs; the ratio includes the arena's chunk spacing and
+    /// per-thread regions), else at one page per 2 MB plus an eighth.
+    pub fn heap_small_pages(&self, training: Option<(u64, u64)>) -> u64 {
+        if self.heap_small_peak_bytes == 0 {
+            return 0;
+        }
+        let frame = 2.0 * 1024.0 * 1024.0;
+        let per_byte = match training {
+            Some((bytes, pages)) if bytes > 0 && pages > 0 => {
+                (pages as f64 / bytes as f64).max(1.0 / frame)
+            }
+            _ => 1.125 / frame,
+        };
+        (self.heap_small_peak_bytes as f64 * per_byte).ceil() as u64
+    }
+}
+
+/// The training profile's heap-small peak live bytes and the pool pages its
+/// `heap-small:hugetlb` prediction needs (for `Sizing::heap_small_pages`).
+pub fn heap_small_training(result: &AnalysisResult, preds: &[Prediction]) -> Option<(u64, u64)> {
+    let pages = preds
+        .iter()
+        .find(|p| p.assignments == [(Category::HeapSmall, Backing::Hugetlb2m)])?
+        .hugetlb_pages;
+    Some((
+        result.alloc_stats[Category::HeapSmall.index()].peak_live_bytes,
+        pages,
+    ))
+}
+
+/// Adjusts predictions of a training profile to the pool pages the reference
+/// run needs: heap-large's from the sizing run's peak, heap-small's arena pages
+/// from `heap_small_pages` (`Sizing::heap_small_pages`).
+pub fn with_reference_pages(
+    preds: &[Prediction],
+    heap_large_pages: u64,
+    heap_small_pages: u64,
+) -> Vec<Prediction> {
+    preds
+        .iter()
+        .cloned()
+        .map(|mut p| {
+            let has = |c, b| p.assignments.contains(&(c, b));
+            let large_2m = has(Category::HeapLarge, Backing::Hugetlb2m);
+            let large_1g = has(Category::HeapLarge, Backing::Hugetlb1g);
+            let small = has(Category::HeapSmall, Backing::Hugetlb2m);
+            if !(large_2m || large_1g || small) {
+                return p;
+            }
+            let mut pages = 0;
+            if large_2m {
+                pages += heap_large_pages;
+            }
+            // On 1 GB pages: whole gigabytes, the rest on 2 MB pages (the
+            // library's 1 GB layout), from the reference input's 2 MB count.
+            if large_1g {
+                p.hugetlb_1g_pages = heap_large_pages / 512;
+                pages += heap_large_pages % 512;
+            }
+            if small {
+                pages += heap_small_pages;
+            }
+            p.hugetlb_pages = pages;
+            p
+        })
+        .collect()
+}

@@ -1,0 +1,372 @@
+//! Stage 1, record: the program under a reference source and the runtime
+//! library in record mode, then one uninstrumented run for its native time; the
+//! profile bundle written.
+
+use crate::artifacts::Artifacts;
+use crate::profile::{self, ProfileMeta, Program};
+use anyhow::{bail, Context, Result};
+use hugetune_capture::ab::{self, AbResult, RunCount, Verdict};
+use hugetune_capture::alloclog::AllocLog;
+use hugetune_host::calibrate::Calibration;
+use hugetune_capture::damon::DamonOptions;
+use hugetune_capture::elf;
+use hugetune_capture::launch::{self, PlanOptions};
+use hugetune_host::machine::{self, Machine};
+use hugetune_capture::perf;
+use hugetune_capture::inputs::inputs_from_log;
+use hugetune_capture::qemu::{self, Sampling};
+use hugetune_capture::record::{self as rec_mod, Source};
+use hugetune_capture::refs::{RefReader, SamplingKind};
+use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
+use hugetune_capture::session::Driver;
+use hugetune_format::summary::Summary;
+use hugetune_model::analysis::AnalysisResult;
+use hugetune_model::categorize::Categorizer;
+use hugetune_model::category::Category;
+use hugetune_model::cost::CostModel;
+use hugetune_model::mrc::PageSizeMrcs;
+use hugetune_model::page::Backing;
+use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits, ThpMode};
+use hugetune_model::rank::{self, Prediction, Significance};
+use hugetune_model::stats;
+use hugetune_model::stream::AnalysisOptions;
+use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
+use hugetune_model::tlb::TlbGeometry;
+use hugetune_store::bundle::Section;
+use hugetune_store::db::{Db, NewDirective};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+#[allow(unused_imports)]
+use super::*;
+
+/// Where references come from. `auto` is perf where the PMU samples data
+/// addresses, else qemu where `qemu-x86_64` is installed, else valgrind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RefSource {
+    /// perf if the PMU samples data addresses, else qemu if installed, else valgrind
+    Auto,
+    /// Hardware sampling (Intel PEBS, AMD IBS, ARM SPE) through perf: time-sampled
+    Perf,
+    /// QEMU user-mode emulation with hugetune's TCG plugin (fast; can sample)
+    Qemu,
+    /// Valgrind lackey (slow; every reference)
+    Valgrind,
+    /// DAMON region access frequencies of the process (no references)
+    Damon,
+}
+
+/// `--refs auto`'s order (the issue's): perf where the PMU samples data addresses,
+/// else qemu where installed, else valgrind, which every machine has.
+pub fn auto_choice(perf_samples: bool, qemu_installed: bool) -> RefSource {
+    if perf_samples {
+        RefSource::Perf
+    } else if qemu_installed {
+        RefSource::Qemu
+    } else {
+        RefSource::Valgrind
+    }
+}
+
+/// How `record` captures references.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefOptions {
+    pub source: RefSource,
+    /// SHARDS fixed-rate sampling at this rate (qemu only).
+    pub rate: Option<f64>,
+    /// SHARDS fixed-size sampling with at most this many pages (qemu only).
+    pub max_pages: Option<u64>,
+    /// The page hash's seed.
+    pub seed: u64,
+}
+
+impl RefOptions {
+    /// Valgrind lackey, every reference.
+    pub fn valgrind() -> Self {
+        RefOptions {
+            source: RefSource::Valgrind,
+            rate: None,
+            max_pages: None,
+            seed: 0,
+        }
+    }
+
+    /// Every reference, for the model: `Auto` is QEMU's plugin where
+    /// qemu-x86_64 is installed (fast), else valgrind lackey. Sampled and
+    /// region sources are refused: the analysis needs the complete stream.
+    pub fn complete(source: RefSource) -> Result<Self> {
+        let source = match source {
+            RefSource::Auto => {
+                if qemu::find_qemu().is_some() {
+                    RefSource::Qemu
+                } else {
+                    note(format!(
+                        "qemu-x86_64 is not installed: profiling with valgrind lackey (slow); {} for the fast source",
+                        qemu::INSTALL_HINT
+                    ));
+                    RefSource::Valgrind
+                }
+            }
+            s @ (RefSource::Qemu | RefSource::Valgrind) => s,
+            RefSource::Perf | RefSource::Damon => bail!(
+                "--refs {}: the model needs every reference (qemu or valgrind); perf samples in time and DAMON sees regions",
+                if source == RefSource::Perf { "perf" } else { "damon" }
+            ),
+        };
+        Ok(RefOptions {
+            source,
+            ..Self::valgrind()
+        })
+    }
+
+    /// The concrete source: `auto` decided, options checked.
+    pub fn resolve(&self, art: &Artifacts) -> Result<Source> {
+        let sampling = match (self.rate, self.max_pages) {
+            (Some(_), Some(_)) => bail!("--rate and --max-pages exclude each other"),
+            (Some(r), None) => {
+                if !(r > 0.0 && r <= 1.0) {
+                    bail!("--rate {r} is not in (0, 1]");
+                }
+                Sampling::Rate(r)
+            }
+            (None, Some(0)) => bail!("--max-pages must be at least 1"),
+            (None, Some(s)) => Sampling::MaxPages(s),
+            (None, None) => Sampling::Complete,
+        };
+        let sampling_is_qemus = |what: &str| -> Result<()> {
+            if sampling != Sampling::Complete {
+                bail!("--rate and --max-pages need the qemu source (--refs qemu); {what}");
+            }
+            Ok(())
+        };
+        let use_qemu = match self.source {
+            RefSource::Valgrind => false,
+            RefSource::Qemu => true,
+            RefSource::Perf => {
+                sampling_is_qemus("perf samples in time, at its own period")?;
+                let support = perf::sampling_support();
+                let Some(plan) = support.plan else {
+                    bail!(
+                        "perf cannot sample data addresses here: {}",
+                        support.problems.join("; ")
+                    );
+                };
+                return Ok(Source::Perf {
+                    plan,
+                    opts: perf::RecordOptions::default(),
+                });
+            }
+            RefSource::Damon => {
+                sampling_is_qemus("DAMON monitors regions, not references")?;
+                return Ok(Source::Damon {
+                    opts: DamonOptions::default(),
+                });
+            }
+            RefSource::Auto => {
+                let support = perf::sampling_support();
+                let has_qemu = qemu::find_qemu().is_some();
+                let wants_pages = sampling != Sampling::Complete;
+                let choice = auto_choice(support.plan.is_some() && !wants_pages, has_qemu);
+                if support.plan.is_none() {
+                    note(format!(
+                        "no hardware sampling of data addresses ({})",
+                        support
+                            .problems
+                            .first()
+                            .map_or("perf unusable", |p| p.as_str())
+                    ));
+                }
+                match (choice, support.plan) {
+                    (RefSource::Perf, Some(plan)) => {
+                        note("the PMU samples data addresses: recording with perf (time-sampled)");
+                        return Ok(Source::Perf {
+                            plan,
+                            opts: perf::RecordOptions::default(),
+                        });
+                    }
+                    (RefSource::Qemu, _) => true,
+                    _ => {
+                        note(format!(
+                            "qemu-x86_64 is not installed: using valgrind lackey (slow); {} for the fast source",
+                            qemu::INSTALL_HINT
+                        ));
+                        false
+                    }
+                }
+            }
+        };
+        if !use_qemu {
+            sampling_is_qemus("valgrind traces every reference")?;
+            return Ok(Source::Valgrind);
+        }
+        Ok(Source::Qemu {
+            qemu: qemu::require_qemu()?,
+            plugin: art.qemu_plugin.clone(),
+            sampling,
+            seed: self.seed,
+        })
+    }
+}
+
+/// Profiles `argv`: references from `refs` with the runtime library in record
+/// mode, plus one uninstrumented run for its time and faults. Writes the bundle
+/// to `out`.
+pub fn record(
+    art: &Artifacts,
+    argv: &[OsString],
+    out: &Path,
+    refs: &RefOptions,
+    tlb_override: Option<&Path>,
+    show_output: bool,
+    driver: Option<&Driver>,
+) -> Result<ProfileMeta> {
+    let program = program_of(argv)?;
+    let source = refs.resolve(art)?;
+    let dir = tempfile::Builder::new()
+        .prefix("hugetune-record.")
+        .tempdir()
+        .context("creating a scratch directory")?;
+    match &source {
+        Source::Valgrind => note(format!(
+            "profiling `{}` under valgrind lackey (slow: every reference is traced)",
+            display_cmd(argv)
+        )),
+        Source::Perf { plan, .. } => note(format!(
+            "profiling `{}` with perf ({:?}; time-sampled: the model cannot analyze this yet)",
+            display_cmd(argv),
+            plan.mechanism
+        )),
+        Source::Damon { .. } => note(format!(
+            "monitoring `{}` with DAMON (region access frequencies; no references for the model)",
+            display_cmd(argv)
+        )),
+        Source::Qemu { sampling, .. } => note(format!(
+            "profiling `{}` under qemu with hugetune's plugin ({})",
+            display_cmd(argv),
+            match sampling {
+                Sampling::Complete => "every reference".to_string(),
+                Sampling::Rate(r) => format!("SHARDS fixed-rate, R = {r}"),
+                Sampling::MaxPages(s) => format!("SHARDS fixed-size, at most {s} pages"),
+            }
+        )),
+    }
+    let tty = std::io::stderr().is_terminal();
+    let rec = rec_mod::record(
+        &source,
+        &art.runtime_lib,
+        argv,
+        dir.path(),
+        show_output,
+        driver,
+        &mut |seen, _written, pages, t| {
+            if tty {
+                if pages > 0 {
+                    eprint!(
+                        "\r  {:.1} M references seen, {} pages sampled, {:.0} s   ",
+                        seen as f64 / 1e6,
+                        pages,
+                        t.as_secs_f64()
+                    );
+                } else {
+                    eprint!(
+                        "\r  {:.1} M references, {:.0} s   ",
+                        seen as f64 / 1e6,
+                        t.as_secs_f64()
+                    );
+                }
+            }
+        },
+    )?;
+    if tty {
+        eprintln!();
+    }
+    let c = &rec.capture;
+    if c.source == "damon" {
+        note(format!(
+            "DAMON monitored the run for {:.1} s; its region snapshots are the bundle's 'damon' section",
+            c.elapsed.as_secs_f64()
+        ));
+    } else if c.instructions > 0 {
+        note(format!(
+            "captured {:.2} M data references ({:.2} M instructions) in {:.1} s",
+            c.refs_written as f64 / 1e6,
+            c.instructions as f64 / 1e6,
+            c.elapsed.as_secs_f64()
+        ));
+    } else {
+        note(format!(
+            "captured {:.2} M of {:.2} M data references ({} pages, {}) in {:.1} s",
+            c.refs_written as f64 / 1e6,
+            c.refs_seen as f64 / 1e6,
+            c.pages,
+            c.sampling,
+            c.elapsed.as_secs_f64()
+        ));
+    }
+    let native = native_run(argv, driver)?;
+    let meta = ProfileMeta {
+        format: profile::FORMAT.into(),
+        version: profile::META_VERSION,
+        created_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        command: strings(argv),
+        program,
+        ref_source: c.source.into(),
+        ref_sampling: c.sampling.into(),
+        refs: c.refs_written,
+        instructions: c.instructions,
+        capture_s: c.elapsed.as_secs_f64(),
+        pid: rec.log.header.pid,
+        native,
+        machine: machine::machine(tlb_override)?,
+        runtime_summary: rec.summary.clone(),
+        ref_stream: None,
+    };
+    let log_bytes = std::fs::read(&rec.log_path)?;
+    let refs = match &rec.refs_path {
+        Some(p) => Some(std::fs::read(p)?),
+        None => None,
+    };
+    let extra = rec
+        .extra
+        .iter()
+        .map(|(name, data)| Section {
+            name: name.clone(),
+            data: data.clone(),
+        })
+        .collect();
+    profile::write(out, &meta, &log_bytes, refs, extra)
+}
+
+/// `: why` a server's session failed, or nothing.
+pub fn session_why(r: &RunStats) -> String {
+    r.session_error
+        .as_deref()
+        .map_or(String::new(), |e| format!(": {e}"))
+}
+
+/// The uninstrumented time of a command: the median of three runs when it is short
+/// (short runs are noisy), one run otherwise.
+fn native_run(argv: &[OsString], driver: Option<&Driver>) -> Result<RunStats> {
+    let mut spec = RunSpec::new(argv.to_vec());
+    spec.stdout = Output::Null;
+    spec.driver = driver.cloned();
+    let mut runs: Vec<RunStats> = Vec::new();
+    while runs.len() < 3 && runs.first().is_none_or(|r| r.wall_s < 2.0) {
+        let r = runner::run(&spec).context("running the profiled command natively")?;
+        if r.exit_code != 0 {
+            bail!(
+                "the profiled command exited with status {} when run natively{}",
+                r.exit_code,
+                session_why(&r)
+            );
+        }
+        runs.push(r);
+    }
+    runs.sort_by(|a, b| a.wall_s.total_cmp(&b.wall_s));
+    Ok(runs.swap_remove(runs.len() / 2))
+}

@@ -1,0 +1,358 @@
+//! Stages 4 and 5, apply and validate: the plan applied to a run, the runtime
+//! library's summaries collected, baseline and optimized runs interleaved, the
+//! verdict and its agreement with the prediction.
+
+use crate::artifacts::Artifacts;
+use crate::profile::{self, ProfileMeta, Program};
+use anyhow::{bail, Context, Result};
+use hugetune_capture::ab::{self, AbResult, RunCount, Verdict};
+use hugetune_capture::alloclog::AllocLog;
+use hugetune_host::calibrate::Calibration;
+use hugetune_capture::damon::DamonOptions;
+use hugetune_capture::elf;
+use hugetune_capture::launch::{self, PlanOptions};
+use hugetune_host::machine::{self, Machine};
+use hugetune_capture::perf;
+use hugetune_capture::inputs::inputs_from_log;
+use hugetune_capture::qemu::{self, Sampling};
+use hugetune_capture::record::{self as rec_mod, Source};
+use hugetune_capture::refs::{RefReader, SamplingKind};
+use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
+use hugetune_capture::session::Driver;
+use hugetune_format::summary::Summary;
+use hugetune_model::analysis::AnalysisResult;
+use hugetune_model::categorize::Categorizer;
+use hugetune_model::category::Category;
+use hugetune_model::cost::CostModel;
+use hugetune_model::mrc::PageSizeMrcs;
+use hugetune_model::page::Backing;
+use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits, ThpMode};
+use hugetune_model::rank::{self, Prediction, Significance};
+use hugetune_model::stats;
+use hugetune_model::stream::AnalysisOptions;
+use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
+use hugetune_model::tlb::TlbGeometry;
+use hugetune_store::bundle::Section;
+use hugetune_store::db::{Db, NewDirective};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+#[allow(unused_imports)]
+use super::*;
+
+pub struct Applied {
+    /// Holds the plan file and the runtime library's summaries.
+    pub dir: tempfile::TempDir,
+    pub spec: RunSpec,
+}
+
+/// The optimized run's spec: the plan file written, the runtime library preloaded.
+pub fn applied_spec(
+    art: &Artifacts,
+    argv: &[OsString],
+    assignments: &[(Category, Backing)],
+    threshold: u64,
+    options: &PlanOptions,
+    stdout: Output,
+) -> Result<Applied> {
+    let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
+    let plan_file = dir.path().join("plan");
+    std::fs::write(
+        &plan_file,
+        launch::plan_text_with(assignments, threshold, options),
+    )?;
+    let summary = dir.path().join("summary.%p.json");
+    let mut spec = RunSpec::new(argv.to_vec());
+    spec.env = launch::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
+    spec.stdout = stdout;
+    Ok(Applied { dir, spec })
+}
+
+/// Touches and frees `bytes` of anonymous memory (untimed, before a timed run). On a
+/// VM that hands free memory back to its host (free page reporting), a process that
+/// happens to get memory the host took back pays for it on first touch, several
+/// times the fault cost (docs/model.md §4), and which run gets such memory is chance.
+/// Freed just before the run, this memory is what the kernel hands out next, so
+/// every configuration starts on memory the host backs.
+pub fn warm_memory(bytes: u64) {
+    // Never more than half of what is available: warming must not push anything out.
+    let bytes = bytes.min(machine::mem_available_kb().unwrap_or(0) * 1024 / 2);
+    if bytes == 0 {
+        return;
+    }
+    let len = bytes as usize;
+    // SAFETY: a fresh private anonymous mapping, written only within its length
+    // and unmapped before returning; nothing else refers to it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return;
+        }
+        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+        let base = p as *mut u8;
+        for off in (0..len).step_by(4096) {
+            base.add(off).write_volatile(1);
+        }
+        libc::munmap(p, len);
+    }
+}
+
+/// Collects (and removes) the runtime library summaries written in `dir`.
+pub fn take_summaries(dir: &Path) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let mut paths: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("summary."))
+        })
+        .collect();
+    paths.sort();
+    for p in paths {
+        if let Ok(t) = std::fs::read_to_string(&p) {
+            match serde_json::from_str(&t) {
+                Ok(v) => out.push(v),
+                Err(e) => note(format!(
+                    "runtime summary {} is not valid JSON: {e}",
+                    p.display()
+                )),
+            }
+        }
+        let _ = std::fs::remove_file(&p);
+    }
+    out
+}
+
+/// Huge bytes the runtime library says it backed, summed over processes:
+/// hugetlb bytes plus THP bytes verified in smaps.
+pub fn summary_huge_bytes(summaries: &[serde_json::Value]) -> u64 {
+    summaries
+        .iter()
+        .filter_map(|s| Summary::from_value(s).ok())
+        .map(|s| s.huge_bytes())
+        .sum()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Validation {
+    /// Pairs run (each: one baseline, one optimized), as `RunCount` decided.
+    pub runs: usize,
+    pub run_count: RunCount,
+    /// 95 % bootstrap confidence interval of the speedup.
+    pub speedup_ci: (f64, f64),
+    pub baseline_s: Vec<f64>,
+    pub optimized_s: Vec<f64>,
+    pub baseline_median_s: f64,
+    pub optimized_median_s: f64,
+    pub speedup: f64,
+    pub verdict: Verdict,
+    /// One-sided exact Mann-Whitney p-value for "optimized runs are faster".
+    pub p_gain: f64,
+    pub baseline_minor_faults: u64,
+    pub optimized_minor_faults: u64,
+    /// Median over optimized runs of the peak huge memory seen in /proc.
+    pub huge_bytes_proc: u64,
+    /// Median over optimized runs of what the runtime library reports backed.
+    pub huge_bytes_runtime: u64,
+    pub baseline_huge_bytes_proc: u64,
+    pub runtime_summaries: Vec<serde_json::Value>,
+    pub exit_codes_match: bool,
+    /// Anonymous folios faulted in per optimized run, per folio size in kB,
+    /// from the kernel's per-size counters (Linux 6.9+; empty before): the
+    /// proof that mTHP and THP sizes were really used.
+    #[serde(default)]
+    pub folio_faults_per_run: Vec<(u64, u64)>,
+    /// Bytes of the process in large folios, per folio size in kB, at the
+    /// largest census of a run (median over optimized runs; pagemap +
+    /// kpageflags, root only): mTHP sizes that smaps_rollup does not show.
+    #[serde(default)]
+    pub folio_bytes: Vec<(u64, u64)>,
+}
+
+impl Validation {
+    /// How well the measured gain bore out a predicted speedup (see
+    /// [`agreement`]).
+    pub fn agreement(&self, predicted_speedup: f64) -> f64 {
+        agreement(predicted_speedup, self.speedup, self.speedup_ci)
+    }
+}
+
+/// How well a measured speedup (median, with its 95 % interval) bore out a
+/// predicted one, 0..=1. A prediction inside the interval, or a measured gain at
+/// least as large as the predicted one, agrees (1): the directive kept its
+/// promise, and de-emphasizing it would only favour mappings never validated.
+/// A shortfall falls linearly to 0 when the measured gain (fraction of time
+/// saved) is short of the predicted one by as much as the predicted gain (at
+/// least 2 % of the time).
+pub fn agreement(predicted_speedup: f64, measured_speedup: f64, ci: (f64, f64)) -> f64 {
+    let (lo, hi) = ci;
+    if predicted_speedup >= lo && predicted_speedup <= hi {
+        return 1.0;
+    }
+    let gain = |s: f64| 1.0 - 1.0 / s;
+    let (gp, gm) = (gain(predicted_speedup), gain(measured_speedup));
+    if gm >= gp {
+        return 1.0;
+    }
+    let a = 1.0 - (gp - gm) / gp.abs().max(0.02);
+    if a.is_finite() {
+        a.clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
+pub fn validate(
+    art: &Artifacts,
+    argv: &[OsString],
+    assignments: &[(Category, Backing)],
+    threshold: u64,
+    options: &PlanOptions,
+    count: RunCount,
+    driver: Option<&Driver>,
+) -> Result<Validation> {
+    let mut applied = applied_spec(art, argv, assignments, threshold, options, Output::Null)?;
+    applied.spec.driver = driver.cloned();
+    // SAFETY: geteuid has no preconditions.
+    applied.spec.folio_census = unsafe { libc::geteuid() } == 0;
+    let mut baseline = RunSpec::new(argv.to_vec());
+    baseline.stdout = Output::Null;
+    baseline.driver = driver.cloned();
+    let dir = applied.dir.path().to_path_buf();
+    if !assignments.is_empty() {
+        // Memory first touched since it was given back (freshly reserved hugetlb
+        // pages; in VMs with free page reporting, any memory the host reclaimed)
+        // is slow once. Pay that outside the timed runs, as the baseline's warm-up
+        // (the sizing run) does for 4 KB pages.
+        note("warm-up run with the plan applied (not timed)");
+        let w = runner::run(&applied.spec)?;
+        take_summaries(&dir);
+        if w.exit_code != 0 {
+            note(format!(
+                "warning: the warm-up run exited with status {}{}",
+                w.exit_code,
+                session_why(&w)
+            ));
+        }
+    }
+    let mut per_run_runtime: Vec<u64> = Vec::new();
+    // Folio counters just before and after each optimized run.
+    let thp_root = Path::new(machine::THP_SYSFS);
+    let before = RefCell::new(Vec::new());
+    let mut folio_faults: Vec<(u64, u64)> = Vec::new();
+    let upto = if count.max > count.min {
+        format!("{}..{}", count.min, count.max)
+    } else {
+        count.max.to_string()
+    };
+    let r: AbResult = ab::interleaved(
+        &baseline,
+        &applied.spec,
+        count,
+        || {
+            for (kb, n) in machine::folio_fault_counts(thp_root) {
+                let was = before
+                    .borrow()
+                    .iter()
+                    .find(|(k, _)| *k == kb)
+                    .map_or(n, |&(_, c)| c);
+                match folio_faults.iter_mut().find(|(k, _)| *k == kb) {
+                    Some(e) => e.1 += n.saturating_sub(was),
+                    None => folio_faults.push((kb, n.saturating_sub(was))),
+                }
+            }
+            let s = take_summaries(&dir);
+            per_run_runtime.push(summary_huge_bytes(&s));
+            Some(serde_json::Value::Array(s))
+        },
+        |which, i, s| {
+            if which == "baseline" {
+                *before.borrow_mut() = machine::folio_fault_counts(thp_root);
+            }
+            note(format!(
+                "{which} run {}/{upto}: {:.3} s, {} minor faults, {} huge",
+                i + 1,
+                s.wall_s,
+                s.minor_faults,
+                hugetune_render::bytes(s.peak.huge())
+            ))
+        },
+    )?;
+    let runs = r.optimized.len();
+    let codes_match = r
+        .baseline
+        .iter()
+        .chain(&r.optimized)
+        .all(|s| s.exit_code == r.baseline[0].exit_code);
+    if !codes_match {
+        note("warning: exit statuses differ between runs");
+    }
+    // A failed session's time is the time to fail: nothing to compare.
+    for (which, runs) in [("baseline", &r.baseline), ("optimized", &r.optimized)] {
+        if let Some(e) = runs.iter().find_map(|s| s.session_error.as_deref()) {
+            bail!("a {which} run's server session failed: {e}");
+        }
+    }
+    let b: Vec<f64> = r.baseline.iter().map(|s| s.wall_s).collect();
+    let o: Vec<f64> = r.optimized.iter().map(|s| s.wall_s).collect();
+    let (bm, om) = (stats::median(&b), stats::median(&o));
+    Ok(Validation {
+        runs,
+        run_count: count,
+        speedup_ci: stats::speedup_ci(&b, &o),
+        folio_bytes: {
+            let mut sizes: Vec<u64> = r
+                .optimized
+                .iter()
+                .flat_map(|s| s.peak_folios.iter().map(|&(kb, _)| kb))
+                .collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            sizes
+                .into_iter()
+                .map(|kb| {
+                    let per_run = r.optimized.iter().map(|s| {
+                        s.peak_folios
+                            .iter()
+                            .find(|(k, _)| *k == kb)
+                            .map_or(0, |&(_, b)| b)
+                    });
+                    (kb, stats::median_u64(per_run))
+                })
+                .collect()
+        },
+        folio_faults_per_run: folio_faults
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(kb, n)| (kb, n / runs.max(1) as u64))
+            .collect(),
+        verdict: ab::verdict(&b, &o),
+        p_gain: stats::mann_whitney_p(&o, &b),
+        speedup: bm / om,
+        baseline_median_s: bm,
+        optimized_median_s: om,
+        baseline_s: b,
+        optimized_s: o,
+        baseline_minor_faults: stats::median_u64(r.baseline.iter().map(|s| s.minor_faults)),
+        optimized_minor_faults: stats::median_u64(r.optimized.iter().map(|s| s.minor_faults)),
+        huge_bytes_proc: stats::median_u64(r.optimized.iter().map(|s| s.peak.huge())),
+        huge_bytes_runtime: stats::median_u64(per_run_runtime.into_iter()),
+        baseline_huge_bytes_proc: stats::median_u64(r.baseline.iter().map(|s| s.peak.huge())),
+        runtime_summaries: r.summaries,
+        exit_codes_match: codes_match,
+    })
+}
