@@ -15,8 +15,10 @@
 //! one aggregation interval found the region accessed), not a reference stream:
 //! good for choosing regions, useless for reuse distance. See docs/damon.md.
 
-use hugetune_host::kernel_state::{lock_kernel_state, on_restore, track_child, KernelStateLock, Restore};
 use anyhow::{anyhow, bail, Context, Result};
+use hugetune_host::kernel_state::{
+    lock_kernel_state, on_restore, track_child, KernelStateLock, Restore,
+};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};

@@ -11,8 +11,8 @@
 //! Detection ([`sampling_support`]) says whether the machine can do any of this and
 //! why not; most VMs (ours included) have no hardware PMU at all.
 
-use hugetune_host::kernel_state::track_child;
 use anyhow::{bail, Context, Result};
+use hugetune_host::kernel_state::track_child;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};

@@ -2,10 +2,10 @@
 //! and the peak huge page usage of it and its descendants, sampled from
 //! /proc/PID/smaps_rollup while it runs.
 
-use hugetune_host::kernel_state::track_child;
-use hugetune_host::procfs::{tree_usage, HugeUsage};
 use crate::session::{self, Driver};
 use anyhow::{bail, Context, Result};
+use hugetune_host::kernel_state::track_child;
+use hugetune_host::procfs::{tree_usage, HugeUsage};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::io::Read;

@@ -8,8 +8,8 @@
 //! The timed quantity of a session is the driver's wall time: the server's start
 //! and its shutdown are not the work being compared.
 
-use hugetune_host::kernel_state::track_child;
 use anyhow::{bail, Context, Result};
+use hugetune_host::kernel_state::track_child;
 use std::ffi::OsString;
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};

@@ -1191,7 +1191,6 @@ pub fn others_share(before: (u64, u64, u64), after: (u64, u64, u64)) -> f64 {
     busy.saturating_sub(ours) as f64 / total as f64
 }
 
-
 /// Options for `m` with half of the memory available now as the budget.
 pub fn options(quick: bool, m: &Machine) -> Options {
     Options::new(quick, m, machine::mem_available_kb().unwrap_or(0) << 10)
@@ -1452,7 +1451,9 @@ impl Session<'_> {
             let how = match p.backing {
                 BufferBacking::Base4k => "MADV_NOHUGEPAGE".to_string(),
                 BufferBacking::Thp { kb: 2048 } => "MADV_HUGEPAGE".to_string(),
-                BufferBacking::Thp { kb } => format!("MADV_HUGEPAGE, one {}-kB mapping per folio", kb),
+                BufferBacking::Thp { kb } => {
+                    format!("MADV_HUGEPAGE, one {}-kB mapping per folio", kb)
+                }
                 _ => "from a reserved pool".to_string(),
             };
             let host = match cold {

@@ -4,9 +4,9 @@
 mod artifacts;
 mod bench;
 mod cmd;
-mod stages;
 mod profile;
 mod report;
+mod stages;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -4,9 +4,9 @@
 
 use anyhow::{bail, Context, Result};
 use hugetune_capture::alloclog::AllocLog;
-use hugetune_host::machine::Machine;
 use hugetune_capture::refs::{RefReader, StreamHeader, Totals};
 use hugetune_capture::runner::RunStats;
+use hugetune_host::machine::Machine;
 use hugetune_store::bundle::{self, Section};
 use serde::{Deserialize, Serialize};
 use std::path::Path;

@@ -3,10 +3,10 @@
 //! under the shared kernel-state lock and always restored.
 
 use hugetune_capture::alloclog::{AllocLog, Kind, FLAG_PREINIT};
+use hugetune_capture::inputs::inputs_from_log;
 use hugetune_host::kernel_state::{
     lock_kernel_state, on_restore, set_hugetlb_pool, KernelStateLock, Restore,
 };
-use hugetune_capture::inputs::inputs_from_log;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

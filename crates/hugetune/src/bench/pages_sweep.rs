@@ -144,11 +144,7 @@ fn model_prediction(
     let Some(b) = best else {
         bail!("the model predicted no heap-small mapping on 2 MB pages");
     };
-    Ok((
-        b.label.clone(),
-        b.predicted_speedup,
-        stages::strings(&cmd),
-    ))
+    Ok((b.label.clone(), b.predicted_speedup, stages::strings(&cmd)))
 }
 
 pub fn run(ctx: &Ctx, o: &Opts, pcts: &[u32]) -> Result<()> {

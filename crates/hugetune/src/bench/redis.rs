@@ -7,8 +7,8 @@
 //! when the suite fails or is interrupted (it is a tracked child).
 
 use anyhow::{bail, Context, Result};
-use hugetune_host::kernel_state::track_child;
 use hugetune_capture::session::{exited, free_port};
+use hugetune_host::kernel_state::track_child;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::TcpStream;

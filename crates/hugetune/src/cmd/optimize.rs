@@ -5,11 +5,11 @@
 use crate::stages::{self, Analysis, Validation};
 use crate::Ctx;
 use anyhow::{Context, Result};
-use hugetune_host::kernel_state::{reserve_hugetlb, PoolChange};
 use hugetune_capture::launch::PlanOptions;
-use hugetune_host::machine;
 use hugetune_capture::session::{self, Driver};
 use hugetune_format::summary::Summary;
+use hugetune_host::kernel_state::{reserve_hugetlb, PoolChange};
+use hugetune_host::machine;
 use hugetune_model::plan;
 use hugetune_model::plan::{Availability, PlanDecision, ProgramTraits};
 use hugetune_model::rank::Prediction;

@@ -6,12 +6,12 @@
 use crate::stages::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
+use hugetune_capture::launch::PlanOptions;
+use hugetune_capture::runner::{self, Output};
 use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, PoolChange, SysfsChange,
 };
-use hugetune_capture::launch::PlanOptions;
 use hugetune_host::machine;
-use hugetune_capture::runner::{self, Output};
 use hugetune_model::rank::{
     default_backing, measured_pmbs, pmb, ranking_error, ranking_uncertainty, Prediction,
     RankingUncertainty,
@@ -339,8 +339,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
                     set[i].label
                 );
             }
-            let bytes =
-                stages::summary_huge_bytes(&stages::take_summaries(applied[i].dir.path()));
+            let bytes = stages::summary_huge_bytes(&stages::take_summaries(applied[i].dir.path()));
             // The footprint, from the all-small run's 4 KB faults (not its maximum
             // RSS: a child's counts what it inherited from us at fork).
             if set[i].is_all_small() && round == 0 {

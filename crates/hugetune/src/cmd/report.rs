@@ -3,8 +3,8 @@
 //! plots. Reads the database only.
 
 use crate::cmd::rank::RankReport;
-use crate::stages;
 use crate::report::view::{Compared, ComparedSet, Report};
+use crate::stages;
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use hugetune_store::db::Db;

@@ -5,12 +5,12 @@
 
 use crate::{stages, Ctx};
 use anyhow::{bail, Context, Result};
+use hugetune_capture::launch::PlanOptions;
+use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding,
 };
-use hugetune_capture::launch::PlanOptions;
 use hugetune_host::machine;
-use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_model::sizing::{self, CurvePoint, Pool};
 use hugetune_model::stats;
 use hugetune_render::table;

@@ -4,44 +4,10 @@
 //! user typed it, the progress note). Commands call the stages; the stages call
 //! the libraries (docs/architecture.md).
 
-use crate::artifacts::Artifacts;
-use crate::profile::{self, ProfileMeta, Program};
+use crate::profile::Program;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::ab::{self, AbResult, RunCount, Verdict};
-use hugetune_capture::alloclog::AllocLog;
-use hugetune_host::calibrate::Calibration;
-use hugetune_capture::damon::DamonOptions;
 use hugetune_capture::elf;
-use hugetune_capture::launch::{self, PlanOptions};
-use hugetune_host::machine::{self, Machine};
-use hugetune_capture::perf;
-use hugetune_capture::inputs::inputs_from_log;
-use hugetune_capture::qemu::{self, Sampling};
-use hugetune_capture::record::{self as rec_mod, Source};
-use hugetune_capture::refs::{RefReader, SamplingKind};
-use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
-use hugetune_capture::session::Driver;
-use hugetune_format::summary::Summary;
-use hugetune_model::analysis::AnalysisResult;
-use hugetune_model::categorize::Categorizer;
-use hugetune_model::category::Category;
-use hugetune_model::cost::CostModel;
-use hugetune_model::mrc::PageSizeMrcs;
-use hugetune_model::page::Backing;
-use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits, ThpMode};
-use hugetune_model::rank::{self, Prediction, Significance};
-use hugetune_model::stats;
-use hugetune_model::stream::AnalysisOptions;
-use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
-use hugetune_model::tlb::TlbGeometry;
-use hugetune_store::bundle::Section;
-use hugetune_store::db::{Db, NewDirective};
-use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
 use std::ffi::OsString;
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 mod analyze;
 mod plan;
@@ -133,6 +99,13 @@ pub fn note(msg: impl AsRef<str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hugetune_capture::qemu;
+    use hugetune_host::calibrate::Calibration;
+    use hugetune_model::category::Category;
+    use hugetune_model::cost::CostModel;
+    use hugetune_model::page::Backing;
+    use hugetune_model::plan::ProgramTraits;
+    use hugetune_model::rank::Prediction;
 
     /// A validation agrees when the prediction lies in the measured interval or
     /// the measured gain is at least the predicted one; a shortfall lowers it in
