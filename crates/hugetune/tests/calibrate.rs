@@ -157,7 +157,7 @@ fn a_stored_calibration_reads_back_and_a_corrupt_one_is_an_error() {
     assert_eq!(code, 1);
     assert!(err.contains("no calibration of this machine"), "{err}");
     // Store one by hand for the machine `--show` looks up (the fingerprint as
-    // `pipeline::machine_id` makes it).
+    // `stages::machine_id` makes it).
     let m = hugetune_host::machine::machine(None).unwrap();
     let store = hugetune_store::db::Db::open(&db).unwrap();
     let fp = format!("{}|{}|{}", m.hostname, m.cpu.brand, m.kernel);

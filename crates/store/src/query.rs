@@ -18,7 +18,7 @@ pub struct ProfileRow {
     pub machine: Option<MachineRow>,
     pub args: Vec<String>,
     pub bundle: Option<String>,
-    /// `pipeline::store_analysis`'s summary (refs, significance, tlb, cost, ...).
+    /// `stages::store_analysis`'s summary (refs, significance, tlb, cost, ...).
     pub summary: serde_json::Value,
     pub created: String,
 }
