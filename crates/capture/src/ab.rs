@@ -2,16 +2,88 @@
 //! in the machine's state hits both sides alike; medians and a distribution-free
 //! verdict.
 
+//!
+//! A failed run is never a timing: the first baseline run sets how the program
+//! ends (its exit status); a baseline run that dies of a signal, or ends
+//! otherwise than the first, stops the validation with the reason (there is
+//! nothing to compare); an optimized run that ends otherwise than the baseline
+//! stops it as `broke` (the plan broke the program) and its time is never
+//! kept. A hugetlb pool resized by someone else meanwhile is reported.
+
 use crate::runner::{run, RunSpec, RunStats};
-use anyhow::Result;
+use anyhow::{bail, Result};
+use hugetune_host::machine;
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AbResult {
+    /// The timed runs that ended as the program does (a broken optimized run
+    /// is not among them).
     pub baseline: Vec<RunStats>,
     pub optimized: Vec<RunStats>,
     /// Runtime library summaries of the optimized runs, when available.
     pub summaries: Vec<serde_json::Value>,
+    /// The optimized run that ended otherwise than the baseline, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broke: Option<BrokenRun>,
+    /// Hugetlb pools resized by someone else during the runs, in words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pool_changes: Vec<String>,
+}
+
+/// An optimized run that did not end as the program does without the plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokenRun {
+    /// 0-based pair.
+    pub pair: usize,
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    /// How the baseline ends.
+    pub baseline_exit_code: i32,
+    pub wall_s: f64,
+    /// The end of what it wrote to stderr.
+    pub stderr_tail: String,
+}
+
+impl BrokenRun {
+    pub fn describe(&self) -> String {
+        format!(
+            "optimized run {} {} after {:.2} s, where the program {} without the plan",
+            self.pair + 1,
+            ended(self.exit_code, self.signal),
+            self.wall_s,
+            ended(self.baseline_exit_code, None)
+        )
+    }
+}
+
+/// "exited with status 3", "died of signal 11".
+pub fn ended(exit_code: i32, signal: Option<i32>) -> String {
+    match signal {
+        Some(s) => format!("died of signal {s}"),
+        None => format!("exited with status {exit_code}"),
+    }
+}
+
+/// The last `max` bytes of a stream as text, from a line start where possible.
+pub fn tail_text(b: &[u8], max: usize) -> String {
+    let from = b.len().saturating_sub(max);
+    let mut t = &b[from..];
+    if from > 0 {
+        if let Some(nl) = t.iter().position(|&c| c == b'\n') {
+            t = &t[nl + 1..];
+        }
+    }
+    String::from_utf8_lossy(t).trim_end().to_string()
+}
+
+/// (page kB, nr_hugepages) of every pool now.
+fn pool_sizes() -> Vec<(u64, u64)> {
+    machine::hugetlb_pools(Path::new(machine::HUGEPAGES_SYSFS))
+        .into_iter()
+        .map(|p| (p.page_kb, p.nr))
+        .collect()
 }
 
 use hugetune_model::stats::{mann_whitney_p, speedup_ci};
@@ -22,6 +94,8 @@ pub enum Verdict {
     Gain,
     NoSignificantChange,
     Loss,
+    /// An optimized run ended otherwise than the program does without the plan.
+    Broke,
 }
 
 impl Verdict {
@@ -30,6 +104,7 @@ impl Verdict {
             Verdict::Gain => "gain",
             Verdict::NoSignificantChange => "no significant change",
             Verdict::Loss => "loss",
+            Verdict::Broke => "the plan broke the program",
         }
     }
 }
@@ -83,8 +158,9 @@ impl RunCount {
     }
 }
 
-/// Runs pairs, baseline first in each pair, until `count` says they are enough.
-/// `after_optimized` reads the runtime library's summary after an optimized run.
+/// Runs pairs, baseline first in each pair, until `count` says they are enough
+/// or an optimized run breaks (module doc). `after_optimized` reads the runtime
+/// library's summary after an optimized run.
 pub fn interleaved(
     baseline: &RunSpec,
     optimized: &RunSpec,
@@ -96,19 +172,69 @@ pub fn interleaved(
         baseline: vec![],
         optimized: vec![],
         summaries: vec![],
+        broke: None,
+        pool_changes: vec![],
+    };
+    let pools = pool_sizes();
+    let watch = |r: &mut AbResult| {
+        for (kb, nr) in pool_sizes() {
+            let was = pools.iter().find(|p| p.0 == kb).map_or(0, |p| p.1);
+            let text = format!(
+                "the {kb} kB hugetlb pool went from {was} to {nr} pages during the runs (changed by another process)"
+            );
+            if nr != was && !r.pool_changes.contains(&text) {
+                r.pool_changes.push(text);
+            }
+        }
     };
     let (mut b, mut o) = (Vec::new(), Vec::new());
     let mut i = 0;
     while !count.enough(&b, &o) {
         let s = run(baseline)?;
         progress("baseline", i, &s);
+        watch(&mut r);
+        let first = r.baseline.first().unwrap_or(&s);
+        if s.signal.is_some() || (s.exit_code, s.signal) != (first.exit_code, first.signal) {
+            let how = ended(s.exit_code, s.signal);
+            let tail = tail_text(&s.stderr, 2000);
+            if r.baseline.is_empty() {
+                bail!(
+                    "the program {how} without the plan: nothing to validate{}",
+                    stderr_part(&tail)
+                );
+            }
+            bail!(
+                "baseline run {} {how} where the first {}: the program does not end the same \
+                 way from run to run, so its times cannot be compared{}",
+                i + 1,
+                ended(first.exit_code, first.signal),
+                stderr_part(&tail)
+            );
+        }
         b.push(s.wall_s);
         r.baseline.push(s);
         let s = run(optimized)?;
         progress("optimized", i, &s);
+        watch(&mut r);
+        let summary = after_optimized();
+        let want = &r.baseline[0];
+        if (s.exit_code, s.signal) != (want.exit_code, want.signal) {
+            r.broke = Some(BrokenRun {
+                pair: i,
+                exit_code: s.exit_code,
+                signal: s.signal,
+                baseline_exit_code: want.exit_code,
+                wall_s: s.wall_s,
+                stderr_tail: tail_text(&s.stderr, 2000),
+            });
+            if let Some(sm) = summary {
+                r.summaries.push(sm);
+            }
+            break;
+        }
         o.push(s.wall_s);
         r.optimized.push(s);
-        if let Some(s) = after_optimized() {
+        if let Some(s) = summary {
             r.summaries.push(s);
         }
         i += 1;
@@ -116,10 +242,109 @@ pub fn interleaved(
     Ok(r)
 }
 
+fn stderr_part(tail: &str) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr ended with:\n{tail}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::Output;
     use hugetune_model::stats::median;
+
+    fn sh(script: &str) -> RunSpec {
+        let mut s = RunSpec::new(vec!["sh".into(), "-c".into(), script.into()]);
+        s.stderr = Output::Capture;
+        s
+    }
+
+    #[test]
+    fn a_broken_optimized_run_stops_the_runs_and_is_never_timed() {
+        let r = interleaved(
+            &sh("exit 0"),
+            &sh("echo boom >&2; kill -SEGV $$"),
+            RunCount::fixed(3),
+            || None,
+            |_, _, _| {},
+        )
+        .unwrap();
+        let b = r.broke.expect("the optimized run broke the program");
+        assert_eq!((b.pair, b.signal, b.baseline_exit_code), (0, Some(11), 0));
+        assert_eq!(b.stderr_tail, "boom");
+        assert!(
+            b.describe().contains("died of signal 11"),
+            "{}",
+            b.describe()
+        );
+        assert!(r.optimized.is_empty(), "a failed run is never a timing");
+        assert_eq!(r.baseline.len(), 1);
+        // A status that differs is a break too, a program's own non-zero is not.
+        let r = interleaved(
+            &sh("exit 2"),
+            &sh("exit 2"),
+            RunCount::fixed(2),
+            || None,
+            |_, _, _| {},
+        )
+        .unwrap();
+        assert!(r.broke.is_none() && r.optimized.len() == 2);
+        let r = interleaved(
+            &sh("exit 2"),
+            &sh("exit 0"),
+            RunCount::fixed(2),
+            || None,
+            |_, _, _| {},
+        )
+        .unwrap();
+        assert_eq!(r.broke.unwrap().exit_code, 0);
+    }
+
+    #[test]
+    fn a_failed_baseline_run_stops_the_validation_with_the_reason() {
+        let e = interleaved(
+            &sh("echo no input >&2; kill -TERM $$"),
+            &sh("exit 0"),
+            RunCount::fixed(3),
+            || None,
+            |_, _, _| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("died of signal 15 without the plan") && e.contains("no input"),
+            "{e}"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let flag = d.path().join("ran");
+        let flaky = format!(
+            "if [ -e {0} ]; then exit 1; else touch {0}; fi",
+            flag.display()
+        );
+        let e = interleaved(
+            &sh(&flaky),
+            &sh("exit 0"),
+            RunCount::fixed(3),
+            || None,
+            |_, _, _| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("baseline run 2 exited with status 1 where the first exited with status 0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn stderr_tails_start_at_a_line() {
+        assert_eq!(tail_text(b"one\ntwo\nthree\n", 9), "three");
+        assert_eq!(tail_text(b"short", 100), "short");
+        assert_eq!(tail_text(b"", 10), "");
+    }
 
     #[test]
     fn medians_and_verdicts() {

@@ -199,7 +199,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     } else {
         print!("{}", render(&report));
     }
-    Ok(0)
+    // 3: the plan broke the program (validate's status).
+    Ok(
+        if report.verdict == hugetune_capture::ab::Verdict::Broke.name() {
+            3
+        } else {
+            0
+        },
+    )
 }
 
 fn default_bundle(argv: &[OsString]) -> PathBuf {
@@ -465,7 +472,11 @@ pub fn render(r: &Report) -> String {
     let v = &r.validation;
     s += &format!(
         "\nmeasured     {} baseline and {} optimized runs, interleaved (wall time, median and range; {} to {} pairs until the speedup's 95 % CI was narrower than {:.3})\n",
-        v.runs, v.runs, v.run_count.min, v.run_count.max, v.run_count.ci_width
+        v.baseline_s.len(),
+        v.optimized_s.len(),
+        v.run_count.min,
+        v.run_count.max,
+        v.run_count.ci_width
     );
     s += &format!(
         "  baseline   {}  ({})  {} minor faults\n",
@@ -473,12 +484,31 @@ pub fn render(r: &Report) -> String {
         range(&v.baseline_s),
         v.baseline_minor_faults
     );
-    s += &format!(
-        "  optimized  {}  ({})  {} minor faults\n",
-        secs(v.optimized_median_s),
-        range(&v.optimized_s),
-        v.optimized_minor_faults
-    );
+    if !v.optimized_s.is_empty() {
+        s += &format!(
+            "  optimized  {}  ({})  {} minor faults\n",
+            secs(v.optimized_median_s),
+            range(&v.optimized_s),
+            v.optimized_minor_faults
+        );
+    }
+    if let Some(b) = &v.broken_run {
+        s += &format!("  broke      {} (its time is in no median)\n", b.describe());
+        for l in b
+            .stderr_tail
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            s += &format!("             stderr: {l}\n");
+        }
+    }
+    for c in &v.pool_changes {
+        s += &format!("  warning    {c}\n");
+    }
     let predicted = r
         .chosen_prediction
         .as_ref()

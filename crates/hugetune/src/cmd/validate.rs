@@ -67,7 +67,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             serde_json::json!({"run_id": run_id, "mapping": mapping, "predicted_speedup": predicted,
                                "plan": d.assignments, "sites": d.sites, "validation": v, "confidence": confidence})
         );
-        return Ok(0);
+        return Ok(exit_status(&v));
     }
     println!("plan: {} ({mapping})", super::decision_text(&d));
     println!(
@@ -92,5 +92,15 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     if let Some(c) = confidence {
         println!("directive confidence now {c:.2} (run #{run_id})");
     }
-    Ok(0)
+    Ok(exit_status(&v))
+}
+
+/// 3 when the plan broke the program (an optimized run ended otherwise than the
+/// program does without it), else 0.
+fn exit_status(v: &stages::Validation) -> i32 {
+    if v.verdict == hugetune_capture::ab::Verdict::Broke {
+        3
+    } else {
+        0
+    }
 }

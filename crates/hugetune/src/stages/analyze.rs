@@ -452,12 +452,22 @@ pub fn learn_from(
     {
         return Ok(None);
     }
-    let lost = v.verdict == Verdict::Loss;
-    let c = db.record_validation(profile_id, &p.label, v.agreement(p.predicted_speedup), lost)?;
+    let lost = matches!(v.verdict, Verdict::Loss | Verdict::Broke);
+    let agreement = if v.verdict == Verdict::Broke {
+        0.0
+    } else {
+        v.agreement(p.predicted_speedup)
+    };
+    let c = db.record_validation(profile_id, &p.label, agreement, lost)?;
     if lost {
         note(format!(
-            "{} measured a loss: it will not be applied again automatically",
-            p.label
+            "{} {}: it will not be applied again automatically",
+            p.label,
+            if v.verdict == Verdict::Broke {
+                "broke the program"
+            } else {
+                "measured a loss"
+            }
         ));
     }
     Ok(Some(c))

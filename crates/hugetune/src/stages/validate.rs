@@ -146,7 +146,16 @@ pub struct Validation {
     pub huge_bytes_runtime: u64,
     pub baseline_huge_bytes_proc: u64,
     pub runtime_summaries: Vec<serde_json::Value>,
+    /// Every kept run ended as the program does without the plan (false: an
+    /// optimized run broke it, `broken_run`).
     pub exit_codes_match: bool,
+    /// The optimized run that broke the program (verdict `broke`); its time is
+    /// in no median.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken_run: Option<hugetune_capture::ab::BrokenRun>,
+    /// Hugetlb pools resized by another process during the runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pool_changes: Vec<String>,
     /// Anonymous folios faulted in per optimized run, per folio size in kB,
     /// from the kernel's per-size counters (Linux 6.9+; empty before): the
     /// proof that mTHP and THP sizes were really used.
@@ -208,6 +217,9 @@ pub fn validate(
     let mut baseline = RunSpec::new(argv.to_vec());
     baseline.stdout = Output::Null;
     baseline.driver = driver.cloned();
+    // Kept to quote when a run fails (a failed run is never a timing).
+    baseline.stderr = Output::Capture;
+    applied.spec.stderr = Output::Capture;
     let dir = applied.dir.path().to_path_buf();
     if !assignments.is_empty() {
         // Memory first touched since it was given back (freshly reserved hugetlb
@@ -269,13 +281,24 @@ pub fn validate(
         },
     )?;
     let runs = r.optimized.len();
-    let codes_match = r
-        .baseline
-        .iter()
-        .chain(&r.optimized)
-        .all(|s| s.exit_code == r.baseline[0].exit_code);
-    if !codes_match {
-        note("warning: exit statuses differ between runs");
+    // Every kept run ended as the first baseline run (ab::interleaved).
+    let codes_match = r.broke.is_none();
+    for c in &r.pool_changes {
+        note(format!("warning: {c}"));
+    }
+    if let Some(x) = &r.broke {
+        note(format!(
+            "the plan broke the program: {}{}",
+            x.describe(),
+            if x.stderr_tail.is_empty() {
+                String::new()
+            } else {
+                format!("; its stderr ended with:\n{}", x.stderr_tail)
+            }
+        ));
+        if !r.pool_changes.is_empty() {
+            note("(a hugetlb pool was resized by another process during the runs: a likely cause)");
+        }
     }
     // A failed session's time is the time to fail: nothing to compare.
     for (which, runs) in [("baseline", &r.baseline), ("optimized", &r.optimized)] {
@@ -285,11 +308,24 @@ pub fn validate(
     }
     let b: Vec<f64> = r.baseline.iter().map(|s| s.wall_s).collect();
     let o: Vec<f64> = r.optimized.iter().map(|s| s.wall_s).collect();
-    let (bm, om) = (stats::median(&b), stats::median(&o));
+    // No optimized run completed (the first one broke): 0, not NaN (stored).
+    let (bm, om) = (
+        stats::median(&b),
+        if o.is_empty() { 0.0 } else { stats::median(&o) },
+    );
+    let verdict = if r.broke.is_some() {
+        Verdict::Broke
+    } else {
+        ab::verdict(&b, &o)
+    };
     Ok(Validation {
         runs,
         run_count: count,
-        speedup_ci: stats::speedup_ci(&b, &o),
+        speedup_ci: if o.is_empty() {
+            (0.0, 0.0)
+        } else {
+            stats::speedup_ci(&b, &o)
+        },
         folio_bytes: {
             let mut sizes: Vec<u64> = r
                 .optimized
@@ -316,9 +352,9 @@ pub fn validate(
             .filter(|&(_, n)| n > 0)
             .map(|(kb, n)| (kb, n / runs.max(1) as u64))
             .collect(),
-        verdict: ab::verdict(&b, &o),
+        verdict,
         p_gain: stats::mann_whitney_p(&o, &b),
-        speedup: bm / om,
+        speedup: if om > 0.0 { bm / om } else { 0.0 },
         baseline_median_s: bm,
         optimized_median_s: om,
         baseline_s: b,
@@ -330,5 +366,7 @@ pub fn validate(
         baseline_huge_bytes_proc: stats::median_u64(r.baseline.iter().map(|s| s.peak.huge())),
         runtime_summaries: r.summaries,
         exit_codes_match: codes_match,
+        broken_run: r.broke,
+        pool_changes: r.pool_changes,
     })
 }
