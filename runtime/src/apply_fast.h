@@ -40,7 +40,8 @@ struct ht_apply_tls {
 };
 extern __thread struct ht_apply_tls ht_atls __attribute__((tls_model("initial-exec")));
 
-/* The heap-small arena (ht_arena_len == 0 when there is none). */
+/* The heap-small arena: its base and the length committed so far (0 when
+ * there is none, or nothing is committed yet). */
 extern struct ht_mag ht_arena;
 extern uintptr_t ht_arena_base, ht_arena_len;
 extern int ht_arena_on;
@@ -50,7 +51,13 @@ extern int ht_arena_on;
 void *ht_arena_alloc_slow(size_t n, int *fresh);
 void ht_apply_poll_slow(void);
 
-static inline int ht_arena_owns(const void *p) { return (uintptr_t)p - ht_arena_base < ht_arena_len; }
+/* The arena's objects lie in its committed chunks: [base, base + len) grows
+ * only once a commit has placed every chunk, so a chunk whose range a refused
+ * move lost (and that another mapping may take) is never taken for ours. */
+static inline int ht_arena_owns(const void *p)
+{
+    return (uintptr_t)p - ht_arena_base < __atomic_load_n(&ht_arena_len, __ATOMIC_RELAXED);
+}
 
 /* Counts one heap-small allocation (two adds to this thread's TLS). The
  * summary-request file is checked on the slow paths only. */

@@ -74,6 +74,8 @@ static int commit(void *ctx, uintptr_t addr, size_t len)
         atomic_fetch_add(&g_chunk_bytes[got], HT_MAG_CHUNK);
         ht_stats_backed(HT_CAT_HEAP_SMALL, got, HT_MAG_CHUNK);
     }
+    /* Only now are these chunks the arena's objects' (apply_fast.h). */
+    __atomic_store_n(&ht_arena_len, addr + len - ht_arena_base, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -130,7 +132,7 @@ int ht_arena_setup(void)
     g_chunk_b = (uint8_t *)m + ht_mag_bytes_needed_meta(bytes);
     ht_mag_init(&ht_arena, base, bytes, (uint8_t *)m, commit, NULL, free_key(base));
     ht_arena_base = base;
-    ht_arena_len = bytes;
+    ht_arena_len = 0; /* nothing committed yet */
     ht_arena_on = 1;
     return 0;
 }

@@ -104,6 +104,20 @@ fn every_block_is_mapped_under_every_plan_and_injected_failure() {
             "h2m-round",
             "layout round-up\nheap-large hugetlb-2m\n",
         ),
+        plan(dir.path(), "mthp", "heap-large thp-64k\n"),
+        // Blocks out of a preallocated pool (and past it when it runs out).
+        plan(
+            dir.path(),
+            "pool",
+            "heap-large hugetlb-2m\npool hugetlb-2m 64\n",
+        ),
+        // The small objects (t_bigalloc's stdio, its threads) in the arena,
+        // whose 2 MB chunks are moved onto hugetlb pages like a block's head.
+        plan(
+            dir.path(),
+            "arena",
+            "heap-large hugetlb-2m\nheap-small arena hugetlb-2m 1073741824\n",
+        ),
     ];
     let specs = [
         "",
@@ -137,7 +151,17 @@ fn every_block_is_mapped_under_every_plan_and_injected_failure() {
                     dir.path(),
                     p,
                     spec,
-                    &["sizes=1M,2M,2M+1,3M+5,64M+1,300M", &format!("seed={seed}")],
+                    &[
+                        "sizes=1M,2M,2M+1,3M+5,64M+1,300M",
+                        &format!("seed={seed}"),
+                        // Seed 2 in two threads: a hole another thread's mmap
+                        // can take (how the arena once took a block for its own).
+                        if seed == "2" {
+                            "threads=2"
+                        } else {
+                            "threads=1"
+                        },
+                    ],
                     &tag,
                 );
                 runs += 1;
