@@ -183,11 +183,13 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
         pin_to(&mut cmd, cpu)?;
     }
     let start = Instant::now();
+    let spawning = hugetune_host::kernel_state::begin_spawn()?;
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
     let pid = child.id();
     let _tracked = track_child(pid);
+    drop(spawning);
     let driver = spec.driver.as_ref().map(|d| session::start(d, pid));
     let reader = |r: Option<Box<dyn Read + Send>>| {
         r.map(|mut r| {

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
 pub const LOCK_PATH: &str = "/run/lock/hugetune-kernel-state.lock";
@@ -15,6 +15,11 @@ pub const LOCK_PATH: &str = "/run/lock/hugetune-kernel-state.lock";
 type Restorer = Box<dyn FnMut() + Send>;
 static RESTORERS: Mutex<Vec<(u64, Restorer)>> = Mutex::new(Vec::new());
 static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// Set before the children are stopped: a child registered afterwards (spawned
+/// while the interrupt was being handled) is stopped at once.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Children being started (between `begin_spawn` and `track_child`).
+static SPAWNING: AtomicUsize = AtomicUsize::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static INSTALL: Once = Once::new();
 
@@ -31,6 +36,15 @@ pub fn install_signal_guard() {
         };
         std::thread::spawn(move || {
             if let Some(sig) = signals.forever().next() {
+                INTERRUPTED.store(true, Ordering::SeqCst);
+                // A child being started now is tracked (and stopped) before we go
+                // on: none outlives us (at most a second's wait).
+                let t0 = std::time::Instant::now();
+                while SPAWNING.load(Ordering::SeqCst) > 0
+                    && t0.elapsed() < std::time::Duration::from_secs(1)
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
                 for &pid in CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                     // SAFETY: kill has no memory effects; the pid is our child.
                     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -72,11 +86,34 @@ impl Drop for Restore {
     }
 }
 
+/// A child about to be started: hold it from before the spawn until the child
+/// is tracked, so an interrupt waits for it. Refused once an interrupt began.
+pub struct SpawnGuard(());
+
+pub fn begin_spawn() -> Result<SpawnGuard> {
+    SPAWNING.fetch_add(1, Ordering::SeqCst);
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        SPAWNING.fetch_sub(1, Ordering::SeqCst);
+        bail!("interrupted: no new run is started");
+    }
+    Ok(SpawnGuard(()))
+}
+
+impl Drop for SpawnGuard {
+    fn drop(&mut self) {
+        SPAWNING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Registers a child so an interrupt stops it before settings are restored.
 pub struct ChildGuard(u32);
 
 pub fn track_child(pid: u32) -> ChildGuard {
     CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        // SAFETY: kill has no memory effects; the pid is our child.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
     ChildGuard(pid)
 }
 
