@@ -10,10 +10,12 @@
 //! stops it as `broke` (the plan broke the program) and its time is never
 //! kept. A hugetlb pool resized by someone else meanwhile is reported.
 
+use crate::rounds::{self, Ran, Rounds};
 use crate::runner::{run, RunSpec, RunStats};
 use anyhow::{bail, Result};
 use hugetune_host::machine;
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::path::Path;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -168,13 +170,13 @@ pub fn interleaved(
     mut after_optimized: impl FnMut() -> Option<serde_json::Value>,
     mut progress: impl FnMut(&str, usize, &RunStats),
 ) -> Result<AbResult> {
-    let mut r = AbResult {
+    let r = RefCell::new(AbResult {
         baseline: vec![],
         optimized: vec![],
         summaries: vec![],
         broke: None,
         pool_changes: vec![],
-    };
+    });
     let pools = pool_sizes();
     let watch = |r: &mut AbResult| {
         for (kb, nr) in pool_sizes() {
@@ -187,59 +189,77 @@ pub fn interleaved(
             }
         }
     };
-    let (mut b, mut o) = (Vec::new(), Vec::new());
-    let mut i = 0;
-    while !count.enough(&b, &o) {
-        let s = run(baseline)?;
-        progress("baseline", i, &s);
-        watch(&mut r);
-        let first = r.baseline.first().unwrap_or(&s);
-        if s.signal.is_some() || (s.exit_code, s.signal) != (first.exit_code, first.signal) {
-            let how = ended(s.exit_code, s.signal);
-            let tail = tail_text(&s.stderr, 2000);
-            if r.baseline.is_empty() {
-                bail!(
-                    "the program {how} without the plan: nothing to validate{}",
-                    stderr_part(&tail)
-                );
+    // Pairs: baseline then optimized, no warm-up round (validate warms the
+    // optimized configuration up itself), until `count` says they are enough.
+    let pairs = Rounds {
+        min: 1,
+        max: usize::MAX,
+        warm_up: false,
+        rotate: false,
+        warm_memory: false,
+        footprint_of: 0,
+    };
+    rounds::run(
+        2,
+        &pairs,
+        |step| {
+            let i = step.round - 1;
+            let mut r = r.borrow_mut();
+            if step.config == 0 {
+                let s = run(baseline)?;
+                progress("baseline", i, &s);
+                watch(&mut r);
+                let first = r.baseline.first().unwrap_or(&s);
+                if s.signal.is_some() || (s.exit_code, s.signal) != (first.exit_code, first.signal)
+                {
+                    let how = ended(s.exit_code, s.signal);
+                    let tail = tail_text(&s.stderr, 2000);
+                    if r.baseline.is_empty() {
+                        bail!(
+                            "the program {how} without the plan: nothing to validate{}",
+                            stderr_part(&tail)
+                        );
+                    }
+                    bail!(
+                        "baseline run {} {how} where the first {}: the program does not end the same \
+                         way from run to run, so its times cannot be compared{}",
+                        i + 1,
+                        ended(first.exit_code, first.signal),
+                        stderr_part(&tail)
+                    );
+                }
+                r.baseline.push(s);
+                return Ok(Ran::Failed); // (no footprint: no warm-up round)
             }
-            bail!(
-                "baseline run {} {how} where the first {}: the program does not end the same \
-                 way from run to run, so its times cannot be compared{}",
-                i + 1,
-                ended(first.exit_code, first.signal),
-                stderr_part(&tail)
-            );
-        }
-        b.push(s.wall_s);
-        r.baseline.push(s);
-        let s = run(optimized)?;
-        progress("optimized", i, &s);
-        watch(&mut r);
-        let summary = after_optimized();
-        let want = &r.baseline[0];
-        if (s.exit_code, s.signal) != (want.exit_code, want.signal) {
-            r.broke = Some(BrokenRun {
-                pair: i,
-                exit_code: s.exit_code,
-                signal: s.signal,
-                baseline_exit_code: want.exit_code,
-                wall_s: s.wall_s,
-                stderr_tail: tail_text(&s.stderr, 2000),
-            });
-            if let Some(sm) = summary {
-                r.summaries.push(sm);
+            let s = run(optimized)?;
+            progress("optimized", i, &s);
+            watch(&mut r);
+            let summary = after_optimized();
+            let want = &r.baseline[0];
+            if (s.exit_code, s.signal) != (want.exit_code, want.signal) {
+                r.broke = Some(BrokenRun {
+                    pair: i,
+                    exit_code: s.exit_code,
+                    signal: s.signal,
+                    baseline_exit_code: want.exit_code,
+                    wall_s: s.wall_s,
+                    stderr_tail: tail_text(&s.stderr, 2000),
+                });
+                r.summaries.extend(summary);
+                return Ok(Ran::Stop);
             }
-            break;
-        }
-        o.push(s.wall_s);
-        r.optimized.push(s);
-        if let Some(s) = summary {
-            r.summaries.push(s);
-        }
-        i += 1;
-    }
-    Ok(r)
+            r.optimized.push(s);
+            r.summaries.extend(summary);
+            Ok(Ran::Failed)
+        },
+        |_| {
+            let r = r.borrow();
+            let b: Vec<f64> = r.baseline.iter().map(|s| s.wall_s).collect();
+            let o: Vec<f64> = r.optimized.iter().map(|s| s.wall_s).collect();
+            !count.enough(&b, &o)
+        },
+    )?;
+    Ok(r.into_inner())
 }
 
 fn stderr_part(tail: &str) -> String {

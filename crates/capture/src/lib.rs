@@ -14,5 +14,6 @@ pub mod perf;
 pub mod qemu;
 pub mod record;
 pub mod refs;
+pub mod rounds;
 pub mod runner;
 pub mod session;

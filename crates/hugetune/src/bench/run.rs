@@ -12,6 +12,7 @@ use super::stats::{self, BackingFigures, BackingVerdict, Spread};
 use crate::artifacts::Artifacts;
 use crate::stages;
 use anyhow::{Context, Result};
+use hugetune_capture::rounds::{self, Ran, Rounds};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_format::summary::Summary;
 use hugetune_host::machine::{self, HUGEPAGES_SYSFS, THP_SYSFS};
@@ -356,13 +357,19 @@ impl Bench {
             .collect();
         let n = runnable.len();
         let mut records: Vec<Vec<RunRecord>> = vec![Vec::new(); n];
-        let mut warm_bytes = 0u64;
-        for round in 0..=runs {
-            for i in stats::round_order(n, round) {
+        // Every configuration once per round, rotated; an untimed warm-up round;
+        // the baseline's footprint touched before each timed run (capture::rounds).
+        let rounds = Rounds {
+            warm_memory: self.warm,
+            ..Rounds::fixed(runs)
+        };
+        // (Its runs never fail it: a failed run is a record.)
+        let _ = rounds::run(
+            n,
+            &rounds,
+            |step| {
+                let (i, round) = (step.config, step.round);
                 let c = runnable[i];
-                if round > 0 && self.warm {
-                    stages::warm_memory(warm_bytes);
-                }
                 let rec = match self.run_one(w, c, round) {
                     Ok(r) => r,
                     Err(e) => RunRecord {
@@ -373,12 +380,11 @@ impl Bench {
                         ..Default::default()
                     },
                 };
-                if round == 0 && i == 0 && rec.ok {
-                    // Warm memory the size of the baseline's footprint (its 4 KB
-                    // faults), at most half of what is available.
-                    let cap = machine::mem_available_kb().unwrap_or(0) * 1024 / 2;
-                    warm_bytes = (rec.minor_faults * 4096 * 5 / 4).min(cap);
-                }
+                let ran = if rec.ok {
+                    Ran::Faults(rec.minor_faults)
+                } else {
+                    Ran::Failed
+                };
                 stages::note(format!(
                     "{} {} [{}] {}: {}",
                     self.suite,
@@ -413,8 +419,10 @@ impl Bench {
                     }
                 ));
                 records[i].push(rec);
-            }
-        }
+                Ok(ran)
+            },
+            |_| true,
+        );
         let mut results: Vec<ConfigResult> = runnable
             .iter()
             .zip(records)

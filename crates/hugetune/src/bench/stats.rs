@@ -5,13 +5,6 @@ use hugetune_capture::ab;
 pub use hugetune_model::stats::Spread;
 use serde::{Deserialize, Serialize};
 
-/// The order of the configurations in `round`: every configuration once,
-/// rotated by one place per round, so that no configuration always runs right
-/// after the same other one (a drifting machine hits them alike).
-pub fn round_order(n: usize, round: usize) -> Vec<usize> {
-    (0..n).map(|k| (k + round) % n.max(1)).collect()
-}
-
 /// Speedup of a configuration over the baseline: median(baseline) / median(config).
 pub fn speedup(baseline: &Spread, config: &Spread) -> f64 {
     if config.median > 0.0 {
@@ -207,19 +200,6 @@ pub fn budgets(footprint_pages: u64, pcts: &[u32]) -> Vec<(u32, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rounds_rotate_and_cover_every_configuration() {
-        assert_eq!(round_order(3, 0), vec![0, 1, 2]);
-        assert_eq!(round_order(3, 1), vec![1, 2, 0]);
-        assert_eq!(round_order(3, 5), vec![2, 0, 1]);
-        for r in 0..7 {
-            let mut o = round_order(4, r);
-            o.sort();
-            assert_eq!(o, vec![0, 1, 2, 3]);
-        }
-        assert!(round_order(0, 3).is_empty());
-    }
 
     #[test]
     fn spreads() {

@@ -7,6 +7,7 @@ use crate::stages::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
 use hugetune_capture::launch::PlanOptions;
+use hugetune_capture::rounds::{self, Ran, Rounds};
 use hugetune_capture::runner::{self, Output};
 use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, PoolChange, SysfsChange,
@@ -21,6 +22,7 @@ use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::Backing;
 use hugetune_render::table;
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -297,8 +299,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         applied.push(ap);
     }
     let n = set.len();
-    let mut warm_bytes = 0u64;
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let times: RefCell<Vec<Vec<f64>>> = RefCell::new(vec![Vec::new(); n]);
     let mut huge: Vec<Vec<f64>> = vec![Vec::new(); n];
     let min_runs = a.runs as usize;
     let max_runs = a.max_runs.map_or(min_runs, |m| (m as usize).max(min_runs));
@@ -320,16 +321,23 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         }
     }
     // Round 0 is the untimed warm-up (memory the host reclaimed is slow once);
-    // each round runs every mapping, in an order rotated from round to round.
-    // Past --runs, rounds go on (up to --max-runs) while some mapping's
-    // measured PMB is still uncertain by more than --pmb-ci points.
-    let mut round = 0;
-    loop {
-        for k in 0..n {
-            let i = (k + round) % n;
-            if round > 0 {
-                stages::warm_memory(warm_bytes);
-            }
+    // each round runs every mapping, in an order rotated from round to round
+    // (capture::rounds).
+    let rounds = Rounds {
+        min: min_runs,
+        max: max_runs,
+        warm_up: true,
+        rotate: true,
+        warm_memory: true,
+        // The footprint, from the all-small run's 4 KB faults (not its maximum
+        // RSS: a child's counts what it inherited from us at fork).
+        footprint_of: set.iter().position(|p| p.is_all_small()).unwrap_or(0),
+    };
+    let round = rounds::run(
+        n,
+        &rounds,
+        |step| {
+            let (i, round) = (step.config, step.round);
             let st = runner::run(&specs[i])
                 .with_context(|| format!("running the mapping {}", set[i].label))?;
             if st.exit_code != 0 {
@@ -340,38 +348,35 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
                 );
             }
             let bytes = stages::summary_huge_bytes(&stages::take_summaries(applied[i].dir.path()));
-            // The footprint, from the all-small run's 4 KB faults (not its maximum
-            // RSS: a child's counts what it inherited from us at fork).
-            if set[i].is_all_small() && round == 0 {
-                let cap = machine::mem_available_kb().unwrap_or(0) * 1024 / 2;
-                warm_bytes = (st.minor_faults * 4096 * 5 / 4).min(cap);
-            }
-            if round > 0 {
-                times[i].push(st.wall_s);
+            if step.timed() {
+                times.borrow_mut()[i].push(st.wall_s);
                 huge[i].push(bytes as f64);
                 stages::note(format!(
                     "round {round}/{min_runs}..{max_runs} {}: {:.3} s",
                     set[i].label, st.wall_s
                 ));
             }
-        }
-        if round >= min_runs {
-            if round >= max_runs {
-                break;
-            }
-            let u = ranking_uncertainty(&times, &predicted_pmbs, 1000, UNCERTAINTY_SEED);
+            Ok(Ran::Faults(st.minor_faults))
+        },
+        |round| {
+            // Past --runs, rounds go on (up to --max-runs) while some mapping's
+            // measured PMB is still uncertain by more than --pmb-ci points.
+            let u = ranking_uncertainty(&times.borrow(), &predicted_pmbs, 1000, UNCERTAINTY_SEED);
             match u {
-                Some(u) if u.widest() > a.pmb_ci => stages::note(format!(
-                    "after {round} rounds the widest measured-PMB interval is {:.1} points \
-                     (> {}): another round",
-                    u.widest(),
-                    a.pmb_ci
-                )),
-                _ => break,
+                Some(u) if u.widest() > a.pmb_ci => {
+                    stages::note(format!(
+                        "after {round} rounds the widest measured-PMB interval is {:.1} points \
+                         (> {}): another round",
+                        u.widest(),
+                        a.pmb_ci
+                    ));
+                    true
+                }
+                _ => false,
             }
-        }
-        round += 1;
-    }
+        },
+    )?;
+    let times = times.into_inner();
     let runs = round;
     let med: Vec<f64> = times.iter().map(|t| median(t)).collect();
     let base = med[0];

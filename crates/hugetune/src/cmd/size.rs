@@ -6,6 +6,7 @@
 use crate::{stages, Ctx};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::launch::PlanOptions;
+use hugetune_capture::rounds::{self, Ran, Rounds};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding,
@@ -252,29 +253,32 @@ fn sweep(
     let mut times: Vec<Vec<f64>> = vec![vec![]; idx.len()];
     let mut got = vec![0u64; idx.len()];
     let mut base_t = Vec::new();
-    let mut warm_bytes = 0u64;
-    // Round 0 is untimed: memory the host took back is slow once (free page
-    // reporting is also held off meanwhile); before each timed run the footprint
-    // is touched and freed, so every configuration starts on memory the host backs.
-    for round in 0..=a.runs {
-        if round > 0 {
-            stages::warm_memory(warm_bytes);
-        }
-        let s = runner::run(&baseline)?;
-        if round == 0 {
-            let cap = machine::mem_available_kb().unwrap_or(0) * 1024 / 2;
-            warm_bytes = (s.minor_faults * 4096 * 5 / 4).min(cap);
-        } else {
-            stages::note(format!("round {round}: baseline {:.3} s", s.wall_s));
-            base_t.push(s.wall_s);
-        }
-        for (j, &i) in idx.iter().enumerate() {
+    // Configuration 0 is the baseline, then one per budget, in that order every
+    // round; round 0 is untimed: memory the host took back is slow once (free
+    // page reporting is also held off meanwhile); before each timed run the
+    // baseline's footprint is touched and freed (capture::rounds).
+    let rounds = Rounds {
+        rotate: false,
+        ..Rounds::fixed(a.runs as usize)
+    };
+    rounds::run(
+        1 + idx.len(),
+        &rounds,
+        |step| {
+            let round = step.round;
+            if step.config == 0 {
+                let s = runner::run(&baseline)?;
+                if step.timed() {
+                    stages::note(format!("round {round}: baseline {:.3} s", s.wall_s));
+                    base_t.push(s.wall_s);
+                }
+                return Ok(Ran::Faults(s.minor_faults));
+            }
+            let j = step.config - 1;
+            let i = idx[j];
             let b = r.predicted[i].pages;
             let change = set_hugetlb_pool_holding(&lock, kb, held + b)?;
             got[j] = change.now.saturating_sub(held);
-            if round > 0 {
-                stages::warm_memory(warm_bytes);
-            }
             let s = runner::run(&specs[j].spec)?;
             stages::take_summaries(specs[j].dir.path());
             drop(change);
@@ -284,19 +288,20 @@ fn sweep(
                     s.exit_code
                 );
             }
-            if round == 0 {
-                continue;
+            if step.timed() {
+                stages::note(format!(
+                    "round {round}: {b} pages ({} given), {}: {:.3} s, {} huge at peak",
+                    got[j],
+                    r.predicted[i].label,
+                    s.wall_s,
+                    hugetune_render::bytes(s.peak.huge())
+                ));
+                times[j].push(s.wall_s);
             }
-            stages::note(format!(
-                "round {round}: {b} pages ({} given), {}: {:.3} s, {} huge at peak",
-                got[j],
-                r.predicted[i].label,
-                s.wall_s,
-                hugetune_render::bytes(s.peak.huge())
-            ));
-            times[j].push(s.wall_s);
-        }
-    }
+            Ok(Ran::Faults(s.minor_faults))
+        },
+        |_| true,
+    )?;
     let t0 = stats::median(&base_t);
     let medians: Vec<f64> = times.iter().map(|t| stats::median(t)).collect();
     let best = medians.iter().copied().fold(f64::INFINITY, f64::min);
