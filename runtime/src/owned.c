@@ -16,9 +16,10 @@
  *     pool, the common failure;
  *   - a failed move DOES open one: the kernel unmaps the destination before
  *     it moves anything (mremap_to), and Linux 6.18 refuses with ENOMEM most
- *     moves of an unpopulated hugetlb mapping of more than 1 GiB (measured: 23
- *     of 30 moves of 2 716 pages; the runtime library once handed a program a
- *     5.7 GB block with nothing mapped under it). So the hole is refilled at
+ *     moves of an unpopulated hugetlb mapping of several GB (measured with
+ *     experiments/hugetlb_move.c: none of 20 at 2.6 GB, 6 and 7 of 20 at 3.4 GB, 20
+ *     of 20 at 4.2 GB; the runtime library once handed a program a 5.7 GB
+ *     block with nothing mapped under it). So the hole is refilled at
  *     once with MAP_FIXED_NOREPLACE (never over another thread's mapping),
  *     the hugetlb pages go back, and a MAP_FIXED hugetlb mmap onto the refilled
  *     range is tried (it succeeds where the move did not; a failure again

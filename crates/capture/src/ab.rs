@@ -229,7 +229,7 @@ pub fn interleaved(
                     );
                 }
                 r.baseline.push(s);
-                return Ok(Ran::Failed); // (no footprint: no warm-up round)
+                return Ok(Ran::Done); // (no footprint: no warm-up round)
             }
             let s = run(optimized)?;
             progress("optimized", i, &s);
@@ -250,7 +250,7 @@ pub fn interleaved(
             }
             r.optimized.push(s);
             r.summaries.extend(summary);
-            Ok(Ran::Failed)
+            Ok(Ran::Done)
         },
         |_| {
             let r = r.borrow();
@@ -282,16 +282,14 @@ mod tests {
         s
     }
 
+    /// The pairs of `b` and `o` (shell scripts), `n` of them at most.
+    fn pairs(b: &str, o: &str, n: usize) -> Result<AbResult> {
+        interleaved(&sh(b), &sh(o), RunCount::fixed(n), || None, |_, _, _| {})
+    }
+
     #[test]
     fn a_broken_optimized_run_stops_the_runs_and_is_never_timed() {
-        let r = interleaved(
-            &sh("exit 0"),
-            &sh("echo boom >&2; kill -SEGV $$"),
-            RunCount::fixed(3),
-            || None,
-            |_, _, _| {},
-        )
-        .unwrap();
+        let r = pairs("exit 0", "echo boom >&2; kill -SEGV $$", 3).unwrap();
         let b = r.broke.expect("the optimized run broke the program");
         assert_eq!((b.pair, b.signal, b.baseline_exit_code), (0, Some(11), 0));
         assert_eq!(b.stderr_tail, "boom");
@@ -303,37 +301,17 @@ mod tests {
         assert!(r.optimized.is_empty(), "a failed run is never a timing");
         assert_eq!(r.baseline.len(), 1);
         // A status that differs is a break too, a program's own non-zero is not.
-        let r = interleaved(
-            &sh("exit 2"),
-            &sh("exit 2"),
-            RunCount::fixed(2),
-            || None,
-            |_, _, _| {},
-        )
-        .unwrap();
+        let r = pairs("exit 2", "exit 2", 2).unwrap();
         assert!(r.broke.is_none() && r.optimized.len() == 2);
-        let r = interleaved(
-            &sh("exit 2"),
-            &sh("exit 0"),
-            RunCount::fixed(2),
-            || None,
-            |_, _, _| {},
-        )
-        .unwrap();
+        let r = pairs("exit 2", "exit 0", 2).unwrap();
         assert_eq!(r.broke.unwrap().exit_code, 0);
     }
 
     #[test]
     fn a_failed_baseline_run_stops_the_validation_with_the_reason() {
-        let e = interleaved(
-            &sh("echo no input >&2; kill -TERM $$"),
-            &sh("exit 0"),
-            RunCount::fixed(3),
-            || None,
-            |_, _, _| {},
-        )
-        .unwrap_err()
-        .to_string();
+        let e = pairs("echo no input >&2; kill -TERM $$", "exit 0", 3)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("died of signal 15 without the plan") && e.contains("no input"),
             "{e}"
@@ -344,15 +322,7 @@ mod tests {
             "if [ -e {0} ]; then exit 1; else touch {0}; fi",
             flag.display()
         );
-        let e = interleaved(
-            &sh(&flaky),
-            &sh("exit 0"),
-            RunCount::fixed(3),
-            || None,
-            |_, _, _| {},
-        )
-        .unwrap_err()
-        .to_string();
+        let e = pairs(&flaky, "exit 0", 3).unwrap_err().to_string();
         assert!(
             e.contains("baseline run 2 exited with status 1 where the first exited with status 0"),
             "{e}"

@@ -58,12 +58,14 @@ impl Step {
     }
 }
 
-/// What a run said: its 4 KB faults (the footprint, from the warm-up), or that
-/// the measurement must stop now (a run that broke the program).
+/// What a run said: its 4 KB faults (the footprint, when the warm-up run of
+/// `footprint_of` gives them), nothing to say (`Done`: no footprint wanted, or
+/// the run failed), or that the measurement must stop now (a run that broke
+/// the program).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ran {
     Faults(u64),
-    Failed,
+    Done,
     Stop,
 }
 
@@ -226,7 +228,7 @@ mod tests {
         assert_eq!(n, 2);
         assert_eq!(seen, vec![(1, 0), (1, 1), (2, 0), (2, 1)]);
         assert_eq!(
-            run(1, &Rounds::fixed(2), |_| Ok(Ran::Failed), |_| true).unwrap(),
+            run(1, &Rounds::fixed(2), |_| Ok(Ran::Done), |_| true).unwrap(),
             2
         );
     }

@@ -225,9 +225,15 @@ fn change_pool(
 ) -> Result<PoolChange> {
     let path = nr_path(page_kb);
     let previous = read_nr(&path)?;
+    // nr_hugepages reads the pool with its surplus pages (overcommitted, or
+    // leaked reservations) but a write sets the persistent pool: putting back
+    // what was read would turn the surplus into persistent pages. Restore the
+    // persistent part.
+    let surplus = crate::machine::pool(page_kb).map_or(0, |p| p.surplus);
+    let persistent = previous.saturating_sub(surplus);
     let restore_path = path.clone();
     let restore = on_restore(move || {
-        if let Err(e) = write_nr(&restore_path, previous) {
+        if let Err(e) = write_nr(&restore_path, persistent) {
             eprintln!(
                 "hugetune: could not restore {}: {e:#}",
                 restore_path.display()

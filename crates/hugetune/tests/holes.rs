@@ -205,7 +205,7 @@ fn every_block_is_mapped_under_every_plan_and_injected_failure() {
 /// The crash's own shape: a block of GBs on 2 MB hugetlb pages with a 4 KB tail,
 /// so that its pages are moved into place, in fresh processes that place it at
 /// different 1 GiB offsets. Linux 6.18 refuses every such move of over ~4 GB
-/// (measured: 20 of 20 at 4.2 GB, 6 of 20 at 3.4 GB, none at 2.6 GB) after it has
+/// (experiments/hugetlb_move.c: 20 of 20 at 4.2 GB, 6-7 of 20 at 3.4 GB, none at 2.6 GB) after it has
 /// unmapped the destination; the library used to return that pointer (the old
 /// library crashed in 6 of 6 runs of this case). Every block must be mapped and,
 /// with the pool holding its pages, hugetlb-backed by the second way.

@@ -224,7 +224,12 @@ impl Kernel {
     /// those in use or reserved by others (or leaked by the kernel, see
     /// docs/testing.md) are added on top and left out of what it returns.
     fn set(&mut self, path: &str, value: &str) -> String {
-        let old = read_setting(path);
+        // A pool is put back to its persistent size: nr_hugepages reads the
+        // surplus pages too, and writing them back would make them persistent.
+        let old = match (read_setting(path).parse::<u64>(), pool_surplus(path)) {
+            (Ok(n), s) if s > 0 => n.saturating_sub(s).to_string(),
+            _ => read_setting(path),
+        };
         let p = path.to_string();
         self.restores.push(on_restore(move || {
             if let Err(e) = std::fs::write(&p, format!("{old}\n")) {
@@ -254,20 +259,23 @@ impl Drop for Kernel {
     }
 }
 
-/// Pages of the pool whose `nr_hugepages` is `path` that are not free for a new
-/// mapping (`HugetlbPool::taken`); 0 for other files.
-fn pool_taken(path: &str) -> u64 {
-    let Some(dir) = path.strip_suffix("/nr_hugepages") else {
-        return 0;
-    };
-    let Some(kb) = dir
+/// The pool whose `nr_hugepages` is `path`; None for other files.
+fn pool_of(path: &str) -> Option<hugetune_host::machine::HugetlbPool> {
+    let kb = path
+        .strip_suffix("/nr_hugepages")?
         .rsplit_once("hugepages-")
         .and_then(|(_, k)| k.strip_suffix("kB"))
-        .and_then(|k| k.parse::<u64>().ok())
-    else {
-        return 0;
-    };
-    hugetune_host::machine::pool(kb).map_or(0, |p| p.taken())
+        .and_then(|k| k.parse::<u64>().ok())?;
+    hugetune_host::machine::pool(kb)
+}
+
+/// Pages of that pool that are not free for a new mapping (`HugetlbPool::taken`).
+fn pool_taken(path: &str) -> u64 {
+    pool_of(path).map_or(0, |p| p.taken())
+}
+
+fn pool_surplus(path: &str) -> u64 {
+    pool_of(path).map_or(0, |p| p.surplus)
 }
 
 fn read_setting(path: &str) -> String {

