@@ -11,9 +11,10 @@
 //! kept. A hugetlb pool resized by someone else meanwhile is reported.
 
 use crate::rounds::{self, Ran, Rounds};
-use crate::runner::{run, RunSpec, RunStats};
+use crate::runner::{run, RunSpec};
 use anyhow::{bail, Result};
 use hugetune_host::machine;
+use hugetune_host::procfs::RunStats;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! events with resolved sites, static segments, heap and stack ranges, and the
 //! ranges of the tools' own memory.
 
-use crate::alloclog::{AllocLog, Kind, Module, PF_W, PF_X};
+use hugetune_format::alloclog::{AllocLog, Kind, Module, PF_W, PF_X};
 use hugetune_host::procfs::{parse_maps, MapEntry};
 use hugetune_model::categorize::{
     AddressSpace, AllocEvent, AllocOp, AllocVia, Site, StaticSegment,

@@ -2,8 +2,8 @@
 //! machine has. Lackey's text trace is streamed through a pipe and converted on the
 //! fly into the compact binary reference stream; the text never touches the disk.
 
-use crate::refs::{RefWriter, StreamHeader};
 use anyhow::{bail, Context, Result};
+use hugetune_format::refstream::{RefWriter, StreamHeader};
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufRead, BufReader};

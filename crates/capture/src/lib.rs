@@ -4,16 +4,13 @@
 //! kernel-state guards are `hugetune_host`'s.
 
 pub mod ab;
-pub mod alloclog;
 pub mod damon;
 pub mod elf;
 pub mod inputs;
 pub mod lackey;
-pub mod launch;
 pub mod perf;
 pub mod qemu;
 pub mod record;
-pub mod refs;
 pub mod rounds;
 pub mod runner;
 pub mod session;

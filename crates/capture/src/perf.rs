@@ -247,7 +247,7 @@ pub fn write_stream<W: std::io::Write>(
     command: Option<Vec<String>>,
     w: W,
 ) -> Result<W> {
-    use crate::refs::{RefWriter, SamplingKind, StreamHeader};
+    use hugetune_format::refstream::{RefWriter, SamplingKind, StreamHeader};
     let Sampling::Time { period, .. } = s.sampling;
     let header = StreamHeader {
         sampling: SamplingKind::Time,

@@ -10,8 +10,8 @@
 //! (`HUGETUNE_MARKER_ADDR`) that the plugin is told too (`markers=BASE:SPAN`), so
 //! marker loads are always kept whatever the sampling.
 
-use crate::refs::{RefReader, StreamHeader, Totals};
 use anyhow::{bail, Context, Result};
+use hugetune_format::refstream::{RefReader, StreamHeader, Totals};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;

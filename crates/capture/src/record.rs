@@ -1,13 +1,13 @@
 //! A recording session: the program under the runtime library (record mode, with
 //! markers) and a reference source, in a scratch directory.
 
-use crate::alloclog::AllocLog;
 use crate::damon::{self, DamonOptions};
 use crate::lackey::{self, LackeyRun};
-use crate::launch::{record_env, RecordEnv};
 use crate::perf::{self, PerfPlan};
 use crate::qemu::{self, QemuRun, Sampling};
 use anyhow::{bail, Context, Result};
+use hugetune_format::alloclog::AllocLog;
+use hugetune_format::env::{record_env, RecordEnv};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -107,7 +107,7 @@ fn root_images(dir: &Path) -> Result<Vec<(PathBuf, AllocLog)>> {
 
 /// Marker references of the stream inside each image's marker area.
 fn marker_refs(refs: &Path, images: &[(PathBuf, AllocLog)]) -> Result<Vec<u64>> {
-    let mut r = crate::refs::RefReader::new(
+    let mut r = hugetune_format::refstream::RefReader::new(
         std::fs::File::open(refs).with_context(|| format!("opening {}", refs.display()))?,
     )?;
     let areas: Vec<(u64, u64)> = images

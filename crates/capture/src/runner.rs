@@ -5,8 +5,8 @@
 use crate::session::{self, Driver};
 use anyhow::{bail, Context, Result};
 use hugetune_host::kernel_state::track_child;
-use hugetune_host::procfs::{tree_usage, HugeUsage};
-use serde::{Deserialize, Serialize};
+use hugetune_host::procfs::{tree_usage, HugeUsage, RunStats};
+
 use std::ffi::OsString;
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -69,33 +69,6 @@ impl RunSpec {
             driver: None,
         }
     }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RunStats {
-    /// Exit code, or 128 + signal number when killed by a signal.
-    pub exit_code: i32,
-    pub signal: Option<i32>,
-    pub wall_s: f64,
-    pub user_s: f64,
-    pub sys_s: f64,
-    pub minor_faults: u64,
-    pub major_faults: u64,
-    pub max_rss_kb: u64,
-    /// Peak huge page usage seen while it ran (sampled).
-    pub peak: HugeUsage,
-    /// The largest census of large folios seen (bytes per folio size in kB),
-    /// when asked for (`RunSpec::folio_census`).
-    #[serde(default)]
-    pub peak_folios: Vec<(u64, u64)>,
-    /// Why a server's session failed (its driver's failure, or the server's
-    /// death under load); `None` for a plain command.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_error: Option<String>,
-    #[serde(skip)]
-    pub stdout: Vec<u8>,
-    #[serde(skip)]
-    pub stderr: Vec<u8>,
 }
 
 fn tv(t: libc::timeval) -> f64 {

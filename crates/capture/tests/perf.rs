@@ -668,7 +668,7 @@ fn record_reports_perf_failures_clearly() {
 
 #[test]
 fn samples_become_a_time_sampled_reference_stream() {
-    use hugetune_capture::refs::{RefReader, SamplingKind};
+    use hugetune_format::refstream::{RefReader, SamplingKind};
     let s = parse_fixture("intel-mem.txt").unwrap();
     let bytes =
         hugetune_capture::perf::write_stream(&s, Some(vec!["x".into()]), Vec::new()).unwrap();

@@ -137,6 +137,35 @@ pub fn selected_choice(text: &str) -> Option<String> {
     Some(text[s + 1..e].to_string())
 }
 
+/// What a finished process cost, as the kernel reports it: wait4's rusage and
+/// the peaks sampled from /proc while it ran (capture::runner fills it in).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunStats {
+    /// Exit code, or 128 + signal number when killed by a signal.
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub wall_s: f64,
+    pub user_s: f64,
+    pub sys_s: f64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub max_rss_kb: u64,
+    /// Peak huge page usage seen while it ran (sampled).
+    pub peak: HugeUsage,
+    /// The largest census of large folios seen (bytes per folio size in kB),
+    /// when asked for (`RunSpec::folio_census`).
+    #[serde(default)]
+    pub peak_folios: Vec<(u64, u64)>,
+    /// Why a server's session failed (its driver's failure, or the server's
+    /// death under load); `None` for a plain command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_error: Option<String>,
+    #[serde(skip)]
+    pub stdout: Vec<u8>,
+    #[serde(skip)]
+    pub stderr: Vec<u8>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,6 @@
 mod artifacts;
 mod bench;
 mod cmd;
-mod profile;
 mod report;
 mod stages;
 

@@ -5,7 +5,7 @@
 //! (with a message) where qemu-x86_64 is not installed; scripts/setup.sh installs it.
 
 use hugetune_capture::qemu::{self, Sampling, MARKER_ADDR, MARKER_SPAN, MODULUS};
-use hugetune_capture::refs::{fmix64, Event, Ref, RefReader, SamplingKind};
+use hugetune_format::refstream::{fmix64, Event, Ref, RefReader, SamplingKind};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;

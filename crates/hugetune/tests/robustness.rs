@@ -5,7 +5,7 @@
 //!    stdout, files and exit status under the library as in a plain run: in record
 //!    mode (with a log) and in apply mode (`heap-large hugetlb-2m` with an empty
 //!    pool and with a pool; `heap-small thp-2m` with the launcher's
-//!    `GLIBC_TUNABLES`). Environments come from `hugetune_capture::launch`, as the
+//!    `GLIBC_TUNABLES`). Environments come from `hugetune_format::{env, plan}`, as the
 //!    tool builds them. Every summary is checked (present, no errors, what was
 //!    backed; in record mode the log is read back with the tool's reader).
 //! 2. Faults: an empty pool, a pool exhausted in the middle of a run, THP `never`,
@@ -19,7 +19,7 @@
 mod common;
 
 use common::*;
-use hugetune_capture::alloclog::{AllocLog, Kind};
+use hugetune_format::alloclog::{AllocLog, Kind};
 use hugetune_host::kernel_state::{
     set_hugetlb_pool, set_thp_enabled, set_thp_enabled_holding, PoolChange, ThpChange,
 };

@@ -2,8 +2,8 @@
 //! tool's own reader, apply mode checked in /proc by the test programs, pools set
 //! under the shared kernel-state lock and always restored.
 
-use hugetune_capture::alloclog::{AllocLog, Kind, FLAG_PREINIT};
 use hugetune_capture::inputs::inputs_from_log;
+use hugetune_format::alloclog::{AllocLog, Kind, FLAG_PREINIT};
 use hugetune_host::kernel_state::{
     lock_kernel_state, on_restore, set_hugetlb_pool, KernelStateLock, Restore,
 };
@@ -1103,7 +1103,7 @@ fn markers_place_every_call_in_the_lackey_stream() {
         threshold: inputs.threshold,
         markers: inputs.markers,
     };
-    let mut r = hugetune_capture::refs::RefReader::new(
+    let mut r = hugetune_format::refstream::RefReader::new(
         std::fs::File::open(rec.refs_path.as_ref().unwrap()).unwrap(),
     )
     .unwrap();
@@ -1165,7 +1165,7 @@ fn calls_before_initialization_are_recorded_signal_handlers_included() {
             .find(|r| r.kind == kind && r.addr == addr)
             .unwrap_or_else(|| panic!("no {kind:?} record at {addr:#x}"))
     };
-    let pre = |r: &hugetune_capture::alloclog::Record| r.flags & FLAG_PREINIT != 0;
+    let pre = |r: &hugetune_format::alloclog::Record| r.flags & FLAG_PREINIT != 0;
     let m = find(Kind::Malloc, hex(&j["malloc4321"]));
     assert_eq!(m.size, 4321);
     let c = find(Kind::Calloc, hex(&j["calloc3000"]));

@@ -3,7 +3,7 @@
 //! curves against the exact one over TLB capacities 16 … 65 536. Also: the
 //! model's sampling hash is the capture crate's (and so the QEMU plugin's).
 
-use hugetune_capture::refs::{sampled, RefReader};
+use hugetune_format::refstream::{sampled, RefReader};
 use hugetune_model::mrc::eval::{exact_histogram, shards_figures, statstack_mae};
 use hugetune_model::shards::{Sampler, MODULUS};
 use std::path::Path;

@@ -27,8 +27,8 @@ fn record(dir: &Path, refs: &str) -> (i32, String, std::path::PathBuf) {
 }
 
 fn bundle_meta(p: &Path) -> Value {
-    let s = hugetune_store::bundle::read(p).unwrap();
-    serde_json::from_slice(hugetune_store::bundle::section(&s, "meta").unwrap()).unwrap()
+    let s = hugetune_format::bundle::read(p).unwrap();
+    serde_json::from_slice(hugetune_format::bundle::section(&s, "meta").unwrap()).unwrap()
 }
 
 fn analyze(dir: &Path, bundle: &Path) -> (i32, String) {
@@ -93,8 +93,8 @@ fn damon_records_where_it_can_and_leaves_the_kernel_as_it_was() {
             assert_eq!(code, 0, "{err}");
             let m = bundle_meta(&out);
             assert_eq!(m["ref_source"], "damon");
-            let s = hugetune_store::bundle::read(&out).unwrap();
-            assert!(hugetune_store::bundle::section(&s, "damon").is_ok());
+            let s = hugetune_format::bundle::read(&out).unwrap();
+            assert!(hugetune_format::bundle::section(&s, "damon").is_ok());
             let (code, err) = analyze(d.path(), &out);
             assert_ne!(code, 0);
             assert!(err.contains("DAMON region access frequencies"), "{err}");

@@ -2,7 +2,7 @@
 //! the C encoder (include/hugetune/refstream.h) and read by the Rust reader. These
 //! are the ground truth the sampled sources are tested against.
 
-use hugetune_capture::refs::{RefReader, SamplingKind};
+use hugetune_format::refstream::{RefReader, SamplingKind};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,7 +12,7 @@ const WORK: &str = env!("HUGETUNE_BUILT_WORK");
 
 struct Traced {
     out: Value,
-    refs: Vec<hugetune_capture::refs::Ref>,
+    refs: Vec<hugetune_format::refstream::Ref>,
     seen: u64,
     command: Vec<String>,
 }
@@ -55,7 +55,7 @@ fn hex(v: &Value) -> u64 {
 }
 
 /// Per thread, indices 0, 1, 2, ... in order (a complete stream has no gaps).
-fn check_sequences(refs: &[hugetune_capture::refs::Ref]) -> HashMap<u32, u64> {
+fn check_sequences(refs: &[hugetune_format::refstream::Ref]) -> HashMap<u32, u64> {
     let mut next: HashMap<u32, u64> = HashMap::new();
     for r in refs {
         let n = next.entry(r.thread).or_insert(0);

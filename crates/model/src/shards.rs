@@ -52,7 +52,7 @@
 //!
 //! **Hash.** MurmurHash3's fmix64 of `(key >> region_shift) ^ seed`, reduced mod
 //! the modulus: with `region_shift = 0` this is the decision of the QEMU plugin
-//! and of `hugetune_capture::refs::sampled` (same function, same seed and
+//! and of `hugetune_format::refstream::sampled` (same function, same seed and
 //! modulus), so a stream the plugin sampled can be fed to
 //! [`Shards::process_prefiltered`]. The three copies must agree; a test in the
 //! `hugetune` crate checks the model's against the capture crate's.

@@ -5,7 +5,7 @@
 //! line and an environment; nothing else in the suites branches on a
 //! configuration's kind.
 
-use hugetune_capture::launch::{self, PlanOptions};
+use hugetune_format::plan::{self, PlanOptions};
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
 use serde::{Deserialize, Serialize};
@@ -26,7 +26,7 @@ pub struct LibPlan {
 
 impl LibPlan {
     pub fn new(assignments: &[(Category, Backing)], opts: &PlanOptions) -> LibPlan {
-        let text = launch::plan_text_with(assignments, THRESHOLD, opts);
+        let text = plan::plan_text_with(assignments, THRESHOLD, opts);
         LibPlan::from_text(text)
     }
 

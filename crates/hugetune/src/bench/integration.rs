@@ -11,7 +11,7 @@ use super::output::{self, SuiteReport};
 use super::run::{Workload, WorkloadResult};
 use super::{drop_missing_kernels, emit, select, select_configs, Opts, SuiteRun};
 use anyhow::Result;
-use hugetune_capture::launch::{Layout, PlanOptions};
+use hugetune_format::plan::{Layout, PlanOptions};
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
 use serde_json::json;

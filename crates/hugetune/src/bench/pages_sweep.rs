@@ -19,7 +19,7 @@ use super::{emit, Opts, SuiteRun};
 use crate::stages::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::launch::PlanOptions;
+use hugetune_format::plan::PlanOptions;
 use hugetune_host::machine;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;

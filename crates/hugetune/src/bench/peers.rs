@@ -21,7 +21,7 @@ use crate::stages;
 use crate::Ctx;
 use anyhow::{bail, Result};
 use hugetune_capture::ab::RunCount;
-use hugetune_capture::launch::PlanOptions;
+use hugetune_format::plan::PlanOptions;
 use hugetune_render::svg::{self, Chart, ChartKind, Series};
 use hugetune_render::table;
 use serde_json::json;
@@ -188,7 +188,7 @@ fn agent_plan(ctx: &Ctx, command: &[OsString], pages: u64) -> Result<(String, u6
     avail.hugetlb_2m_free += pages;
     avail.hugetlb_2m_total += pages;
     let d = st.choose(&avail, stages::DEFAULT_MIN_GAIN);
-    let text = hugetune_capture::launch::plan_text_with(
+    let text = hugetune_format::plan::plan_text_with(
         &d.assignments,
         st.threshold,
         &PlanOptions::for_program(&st.program).with_sites(&d.sites),

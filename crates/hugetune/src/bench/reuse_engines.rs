@@ -88,7 +88,7 @@ fn work_pages(work: &std::path::Path, args: &[&str], dir: &std::path::Path) -> R
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let mut r = hugetune_capture::refs::RefReader::new(std::io::BufReader::new(
+    let mut r = hugetune_format::refstream::RefReader::new(std::io::BufReader::new(
         std::fs::File::open(&file)?,
     ))?;
     let mut keys = Vec::new();

@@ -5,8 +5,8 @@
 
 use crate::stages;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::launch;
 use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_format::{env, plan};
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
 use hugetune_model::stats::median;
@@ -104,18 +104,18 @@ pub fn runtime_overhead(quick: bool, runs: usize) -> Result<RuntimeReport> {
     let plan = dir.path().join("plan");
     // Heap-large on THP: nothing here is that large, so apply mode touches nothing.
     let assignments = [(Category::HeapLarge, Backing::Thp2m)];
-    std::fs::write(&plan, launch::plan_text(&assignments, 128 * 1024))?;
+    std::fs::write(&plan, plan::plan_text(&assignments, 128 * 1024))?;
     let log = dir.path().join("alloc.%p.log");
     let envs: Vec<Vec<(String, String)>> = vec![
         vec![],
-        vec![("LD_PRELOAD".into(), launch::preload_value(&art.runtime_lib))],
-        launch::record_env(&launch::RecordEnv {
+        vec![("LD_PRELOAD".into(), env::preload_value(&art.runtime_lib))],
+        env::record_env(&env::RecordEnv {
             lib: &art.runtime_lib,
             log: Some(&log),
             summary: None,
             markers: false,
         }),
-        launch::apply_env(&art.runtime_lib, &plan, None, &assignments),
+        env::apply_env(&art.runtime_lib, &plan, None, &assignments),
     ];
     let load_before = std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()

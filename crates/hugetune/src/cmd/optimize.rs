@@ -5,8 +5,8 @@
 use crate::stages::{self, Analysis, Validation};
 use crate::Ctx;
 use anyhow::{Context, Result};
-use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::session::{self, Driver};
+use hugetune_format::plan::PlanOptions;
 use hugetune_format::summary::Summary;
 use hugetune_host::kernel_state::{reserve_hugetlb, PoolChange};
 use hugetune_host::machine;
@@ -332,11 +332,8 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     }
     let availability = stages::availability_now();
     plan_options = plan_options.with_sites(&decision.sites);
-    let plan_text = hugetune_capture::launch::plan_text_with(
-        &decision.assignments,
-        an.threshold,
-        &plan_options,
-    );
+    let plan_text =
+        hugetune_format::plan::plan_text_with(&decision.assignments, an.threshold, &plan_options);
     stages::note(format!("plan: {}", super::decision_text(&decision)));
 
     let validation = stages::validate(

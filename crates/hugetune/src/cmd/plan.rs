@@ -1,6 +1,6 @@
 use crate::{stages, Ctx};
 use anyhow::{bail, Result};
-use hugetune_capture::launch::PlanOptions;
+use hugetune_format::plan::PlanOptions;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -48,7 +48,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     }
     let d = st.choose(&avail, a.min_gain);
     let threshold = st.threshold;
-    let text = hugetune_capture::launch::plan_text_with(
+    let text = hugetune_format::plan::plan_text_with(
         &d.assignments,
         threshold,
         &PlanOptions::for_program(&st.program).with_sites(&d.sites),

@@ -6,9 +6,9 @@
 use crate::stages::{self, RefOptions, RefSource};
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
-use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::rounds::{self, Ran, Rounds};
 use hugetune_capture::runner::{self, Output};
+use hugetune_format::plan::PlanOptions;
 use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding, PoolChange, SysfsChange,
 };

@@ -3,8 +3,8 @@
 
 use crate::{stages, Ctx};
 use anyhow::Result;
-use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_format::plan::PlanOptions;
 use hugetune_store::db::NewRun;
 use std::ffi::OsString;
 

@@ -5,9 +5,9 @@
 
 use crate::{stages, Ctx};
 use anyhow::{bail, Context, Result};
-use hugetune_capture::launch::PlanOptions;
 use hugetune_capture::rounds::{self, Ran, Rounds};
 use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_format::plan::PlanOptions;
 use hugetune_host::kernel_state::{
     hold_page_reporting, lock_kernel_state, set_hugetlb_pool_holding,
 };

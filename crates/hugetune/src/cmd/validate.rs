@@ -3,7 +3,7 @@
 
 use crate::{stages, Ctx};
 use anyhow::{bail, Result};
-use hugetune_capture::launch::PlanOptions;
+use hugetune_format::plan::PlanOptions;
 use hugetune_store::db::NewRun;
 use std::ffi::OsString;
 

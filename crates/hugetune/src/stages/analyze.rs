@@ -3,12 +3,12 @@
 //! into the cost model; what validated runs teach the store.
 
 use super::{analysis_options, note, program_of, strings, Validation};
-use crate::profile::{self, ProfileMeta};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::ab::Verdict;
-use hugetune_capture::alloclog::AllocLog;
 use hugetune_capture::inputs::inputs_from_log;
-use hugetune_capture::refs::{RefReader, SamplingKind};
+use hugetune_format::alloclog::AllocLog;
+use hugetune_format::profile::{self, ProfileMeta};
+use hugetune_format::refstream::{RefReader, SamplingKind};
 use hugetune_host::calibrate::Calibration;
 use hugetune_host::machine::Machine;
 use hugetune_model::analysis::AnalysisResult;

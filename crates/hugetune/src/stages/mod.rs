@@ -4,9 +4,9 @@
 //! user typed it, the progress note). Commands call the stages; the stages call
 //! the libraries (docs/architecture.md).
 
-use crate::profile::Program;
 use anyhow::{bail, Context, Result};
 use hugetune_capture::elf;
+use hugetune_format::profile::Program;
 use std::ffi::OsString;
 
 mod analyze;

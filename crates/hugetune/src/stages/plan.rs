@@ -5,11 +5,11 @@
 use super::session_why;
 use crate::artifacts::Artifacts;
 use anyhow::{bail, Result};
-use hugetune_capture::alloclog::AllocLog;
 use hugetune_capture::inputs::inputs_from_log;
-use hugetune_capture::launch;
 use hugetune_capture::runner::{self, RunSpec};
 use hugetune_capture::session::Driver;
+use hugetune_format::alloclog::AllocLog;
+use hugetune_format::env;
 use hugetune_host::machine;
 use hugetune_model::analysis::AnalysisResult;
 use hugetune_model::categorize::Categorizer;
@@ -57,7 +57,7 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -
         .tempdir()?;
     let log = dir.path().join("alloc.%p.log");
     let mut spec = RunSpec::new(argv.to_vec());
-    spec.env = launch::record_env(&launch::RecordEnv {
+    spec.env = env::record_env(&env::RecordEnv {
         lib: &art.runtime_lib,
         log: Some(&log),
         summary: None,

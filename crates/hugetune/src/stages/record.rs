@@ -4,16 +4,17 @@
 
 use super::{display_cmd, note, program_of, strings};
 use crate::artifacts::Artifacts;
-use crate::profile::{self, ProfileMeta};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::damon::DamonOptions;
 use hugetune_capture::perf;
 use hugetune_capture::qemu::{self, Sampling};
 use hugetune_capture::record::{self as rec_mod, Source};
-use hugetune_capture::runner::{self, Output, RunSpec, RunStats};
+use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_capture::session::Driver;
+use hugetune_format::bundle::Section;
+use hugetune_format::profile::{self, ProfileMeta};
 use hugetune_host::machine;
-use hugetune_store::bundle::Section;
+use hugetune_host::procfs::RunStats;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -315,7 +316,7 @@ pub fn record(
             data: data.clone(),
         })
         .collect();
-    profile::write(out, &meta, &log_bytes, refs, extra)
+    Ok(profile::write(out, &meta, &log_bytes, refs, extra)?)
 }
 
 /// `: why` a server's session failed, or nothing.

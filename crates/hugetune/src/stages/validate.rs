@@ -6,9 +6,10 @@ use super::{note, session_why};
 use crate::artifacts::Artifacts;
 use anyhow::{bail, Result};
 use hugetune_capture::ab::{self, AbResult, RunCount, Verdict};
-use hugetune_capture::launch::{self, PlanOptions};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_capture::session::Driver;
+use hugetune_format::env;
+use hugetune_format::plan::{self, PlanOptions};
 use hugetune_format::summary::Summary;
 use hugetune_host::machine;
 use hugetune_model::category::Category;
@@ -38,11 +39,11 @@ pub fn applied_spec(
     let plan_file = dir.path().join("plan");
     std::fs::write(
         &plan_file,
-        launch::plan_text_with(assignments, threshold, options),
+        plan::plan_text_with(assignments, threshold, options),
     )?;
     let summary = dir.path().join("summary.%p.json");
     let mut spec = RunSpec::new(argv.to_vec());
-    spec.env = launch::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
+    spec.env = env::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
     spec.stdout = stdout;
     Ok(Applied { dir, spec })
 }

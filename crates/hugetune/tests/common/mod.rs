@@ -1,12 +1,11 @@
 //! Helpers of the robustness tests: processes that cannot outlive a test
 //! (own process group, timeout, killed on drop), the runtime library's modes as
-//! the tool builds them (`hugetune_capture::launch`), and the exit summaries.
+//! the tool builds them (`hugetune_format::{env, plan}`), and the exit summaries.
 
 #![allow(dead_code)]
 
-use hugetune_capture::launch::{
-    apply_env_with, plan_text_with, record_env, PlanOptions, RecordEnv,
-};
+use hugetune_format::env::{apply_env_with, record_env, RecordEnv};
+use hugetune_format::plan::{plan_text_with, PlanOptions};
 use hugetune_model::{Backing, Category};
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -304,8 +304,22 @@ impl<R: Read> Read for Input<R> {
     }
 }
 
+/// A stream that is not a valid reference stream (as opposed to a failed read):
+/// it reaches callers inside an `io::Error` of kind `InvalidData`, since the
+/// reader streams from any `Read`; `CorruptStream::of` finds it there.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CorruptStream(pub String);
+
+impl CorruptStream {
+    /// The corruption an I/O error carries, if it is one.
+    pub fn of(e: &std::io::Error) -> Option<&CorruptStream> {
+        e.get_ref().and_then(|x| x.downcast_ref::<CorruptStream>())
+    }
+}
+
 fn corrupt(msg: impl Into<String>) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, msg.into())
+    std::io::Error::new(std::io::ErrorKind::InvalidData, CorruptStream(msg.into()))
 }
 
 /// Reads version 1 and version 2 streams, raw or zstd-compressed.
@@ -749,6 +763,8 @@ mod tests {
 
     #[test]
     fn corrupt_streams_are_errors_that_say_why() {
+        let e = RefReader::new(&b"HTREFS\x00\x07rest"[..]).err().unwrap();
+        assert!(CorruptStream::of(&e).is_some(), "{e}");
         let mut w = RefWriter::new(Vec::new(), &StreamHeader::complete("test")).unwrap();
         for i in 0..10_000u64 {
             w.push(i.wrapping_mul(0x9e37_79b9_7f4a_7c15), false)

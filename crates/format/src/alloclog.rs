@@ -10,7 +10,6 @@
 //! sees `seq` exactly as in version 1. Times are TSC ticks converted to
 //! CLOCK_MONOTONIC nanoseconds with the calibration pairs of the log.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: &[u8; 8] = b"HTALLOC\0";
@@ -260,26 +259,14 @@ impl AllocLog {
     }
 }
 
-#[derive(Debug)]
+/// What is wrong with an allocation log, and where.
+#[derive(Debug, thiserror::Error)]
+#[error("allocation log {}: at byte {offset}: {what}", path.display())]
 pub struct LogError {
     pub path: PathBuf,
     pub offset: usize,
     pub what: String,
 }
-
-impl fmt::Display for LogError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "allocation log {}: at byte {}: {}",
-            self.path.display(),
-            self.offset,
-            self.what
-        )
-    }
-}
-
-impl std::error::Error for LogError {}
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
@@ -306,10 +293,13 @@ struct Raw {
 }
 
 impl AllocLog {
-    pub fn read(path: &Path) -> anyhow::Result<AllocLog> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| anyhow::anyhow!("cannot read allocation log {}: {e}", path.display()))?;
-        Ok(Self::parse(&bytes, path)?)
+    pub fn read(path: &Path) -> Result<AllocLog, LogError> {
+        let bytes = std::fs::read(path).map_err(|e| LogError {
+            path: path.to_path_buf(),
+            offset: 0,
+            what: format!("cannot be read: {e}"),
+        })?;
+        Self::parse(&bytes, path)
     }
 
     pub fn parse(b: &[u8], path: &Path) -> Result<AllocLog, LogError> {

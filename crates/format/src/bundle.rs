@@ -9,9 +9,8 @@
 //! and every checksum, and say which check failed. Writers write a temporary file
 //! and rename it, so a bundle is never seen half-written.
 
-use anyhow::{bail, Context, Result};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub const MAGIC: &[u8; 8] = b"HTBUNDLE";
 pub const VERSION: u32 = 1;
@@ -24,7 +23,50 @@ pub struct Section {
     pub data: Vec<u8>,
 }
 
-pub fn encode(sections: &[Section]) -> Result<Vec<u8>> {
+/// What is wrong with a bundle container (its sections' contents are
+/// `profile::ProfileError`'s).
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("file is {0} bytes, too short for a bundle header")]
+    TooShort(usize),
+    #[error("not a hugetune profile bundle (bad magic)")]
+    BadMagic,
+    #[error("bundle version {0} is not supported (this hugetune reads version {VERSION})")]
+    Version(u32),
+    #[error("bundle declares {0} sections (at most {MAX_SECTIONS}): corrupt")]
+    TooManySections(u32),
+    #[error("bundle truncated inside its section table")]
+    TruncatedTable,
+    #[error("section '{name}' ({len} bytes at {offset}) lies outside the {file_len}-byte file: truncated or corrupt")]
+    OutOfFile {
+        name: String,
+        offset: u64,
+        len: u64,
+        file_len: usize,
+    },
+    #[error("section '{0}' fails its checksum: corrupt")]
+    Checksum(String),
+    #[error("bundle has no '{0}' section")]
+    Missing(String),
+    #[error("bad section name '{0}' (1 to 16 bytes, no NUL)")]
+    BadName(String),
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BundleError + 'a {
+    move |source| BundleError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+pub fn encode(sections: &[Section]) -> Result<Vec<u8>, BundleError> {
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -32,7 +74,7 @@ pub fn encode(sections: &[Section]) -> Result<Vec<u8>> {
     let mut offset = (16 + ENTRY * sections.len()) as u64;
     for s in sections {
         if s.name.is_empty() || s.name.len() > 16 || s.name.contains('\0') {
-            bail!("bad section name '{}'", s.name);
+            return Err(BundleError::BadName(s.name.clone()));
         }
         let mut name = [0u8; 16];
         name[..s.name.len()].copy_from_slice(s.name.as_bytes());
@@ -49,24 +91,32 @@ pub fn encode(sections: &[Section]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-pub fn decode(b: &[u8]) -> Result<Vec<Section>> {
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from(u32_at(b, o)) | u64::from(u32_at(b, o + 4)) << 32
+}
+
+pub fn decode(b: &[u8]) -> Result<Vec<Section>, BundleError> {
     if b.len() < 16 {
-        bail!("file is {} bytes, too short for a bundle header", b.len());
+        return Err(BundleError::TooShort(b.len()));
     }
     if &b[..8] != MAGIC {
-        bail!("not a hugetune profile bundle (bad magic)");
+        return Err(BundleError::BadMagic);
     }
-    let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+    let version = u32_at(b, 8);
     if version != VERSION {
-        bail!("bundle version {version} is not supported (this hugetune reads version {VERSION})");
+        return Err(BundleError::Version(version));
     }
-    let n = u32::from_le_bytes(b[12..16].try_into().unwrap());
+    let n = u32_at(b, 12);
     if n > MAX_SECTIONS {
-        bail!("bundle declares {n} sections (at most {MAX_SECTIONS}): corrupt");
+        return Err(BundleError::TooManySections(n));
     }
     let table_end = 16 + ENTRY * n as usize;
     if b.len() < table_end {
-        bail!("bundle truncated inside its section table");
+        return Err(BundleError::TruncatedTable);
     }
     let mut out = Vec::new();
     for i in 0..n as usize {
@@ -74,18 +124,23 @@ pub fn decode(b: &[u8]) -> Result<Vec<Section>> {
         let raw = &e[..16];
         let name = String::from_utf8_lossy(&raw[..raw.iter().position(|&c| c == 0).unwrap_or(16)])
             .into_owned();
-        let off = u64::from_le_bytes(e[16..24].try_into().unwrap());
-        let len = u64::from_le_bytes(e[24..32].try_into().unwrap());
-        let crc = u32::from_le_bytes(e[32..36].try_into().unwrap());
+        let off = u64_at(e, 16);
+        let len = u64_at(e, 24);
+        let crc = u32_at(e, 32);
         let end = off
             .checked_add(len)
             .filter(|&end| off >= table_end as u64 && end <= b.len() as u64);
         let Some(end) = end else {
-            bail!("section '{name}' ({len} bytes at {off}) lies outside the {}-byte file: truncated or corrupt", b.len());
+            return Err(BundleError::OutOfFile {
+                name,
+                offset: off,
+                len,
+                file_len: b.len(),
+            });
         };
         let data = &b[off as usize..end as usize];
         if crc32fast::hash(data) != crc {
-            bail!("section '{name}' fails its checksum: corrupt");
+            return Err(BundleError::Checksum(name));
         }
         out.push(Section {
             name,
@@ -95,13 +150,14 @@ pub fn decode(b: &[u8]) -> Result<Vec<Section>> {
     Ok(out)
 }
 
-pub fn write(path: &Path, sections: &[Section]) -> Result<()> {
+/// Writes a temporary file beside `path` and renames it over `path`.
+pub fn write(path: &Path, sections: &[Section]) -> Result<(), BundleError> {
     let bytes = encode(sections)?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
     let tmp = dir.join(format!(
         ".{}.tmp{}",
         path.file_name()
@@ -109,26 +165,29 @@ pub fn write(path: &Path, sections: &[Section]) -> Result<()> {
             .unwrap_or("bundle"),
         std::process::id()
     ));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(&bytes).and_then(|_| f.sync_all()));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io("writing", &tmp)(e));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io("renaming a temporary file to", path)(e)
+    })
 }
 
-pub fn read(path: &Path) -> Result<Vec<Section>> {
-    let b = std::fs::read(path).with_context(|| format!("reading bundle {}", path.display()))?;
-    decode(&b).with_context(|| format!("bundle {}", path.display()))
+pub fn read(path: &Path) -> Result<Vec<Section>, BundleError> {
+    let b = std::fs::read(path).map_err(io("reading bundle", path))?;
+    decode(&b)
 }
 
-pub fn section<'a>(sections: &'a [Section], name: &str) -> Result<&'a [u8]> {
+pub fn section<'a>(sections: &'a [Section], name: &str) -> Result<&'a [u8], BundleError> {
     sections
         .iter()
         .find(|s| s.name == name)
         .map(|s| s.data.as_slice())
-        .with_context(|| format!("bundle has no '{name}' section"))
+        .ok_or_else(|| BundleError::Missing(name.to_string()))
 }
 
 #[cfg(test)]

@@ -1,13 +1,17 @@
-//! The profile bundle's contents: metadata (JSON), the allocation log (zstd), the
-//! reference stream (docs/formats.md §6, zstd) and optional extra sections. The
-//! container is `hugetune_store::bundle`; docs/formats.md §7 documents it all.
+//! The profile bundle's contents (docs/formats.md §7): metadata (JSON), the
+//! allocation log (§2, zstd), the reference stream (§6, zstd) and optional extra
+//! sections (DAMON snapshots). The container is `bundle`.
+//!
+//! Invariants: a bundle is written only with a stream that reads to its END
+//! (never a cut one) and is replaced atomically; reading checks the metadata's
+//! version before its fields, the allocation log completely and the stream's
+//! header (its body is checked as it is read).
 
-use anyhow::{bail, Context, Result};
-use hugetune_capture::alloclog::AllocLog;
-use hugetune_capture::refs::{RefReader, StreamHeader, Totals};
-use hugetune_capture::runner::RunStats;
+use crate::alloclog::{AllocLog, LogError};
+use crate::bundle::{self, BundleError, Section};
+use crate::refstream::{RefReader, StreamHeader, Totals};
 use hugetune_host::machine::Machine;
-use hugetune_store::bundle::{self, Section};
+use hugetune_host::procfs::RunStats;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -57,10 +61,49 @@ pub struct ProfileMeta {
     pub ref_stream: Option<RefStreamInfo>,
 }
 
+/// What is wrong with a profile bundle, or why one could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error(transparent)]
+    Container(#[from] BundleError),
+    #[error("bundle {}", path.display())]
+    In {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<ProfileError>,
+    },
+    #[error("the 'meta' section is not JSON")]
+    MetaNotJson(#[source] serde_json::Error),
+    #[error("metadata format '{format}' version {version} is not supported (this hugetune reads '{FORMAT}' versions {}..={})", META_VERSIONS.start(), META_VERSIONS.end())]
+    Unsupported { format: String, version: u64 },
+    #[error("the 'meta' section is not valid profile metadata")]
+    BadMeta(#[source] serde_json::Error),
+    #[error("the 'alloc' section does not decompress")]
+    AllocNotZstd(#[source] std::io::Error),
+    #[error(transparent)]
+    AllocLog(#[from] LogError),
+    #[error("the 'refs' section")]
+    Refs(#[source] std::io::Error),
+    #[error("the 'refs' section does not match the stream the metadata describes")]
+    RefsMismatch,
+    #[error("the reference stream has no totals after its end")]
+    NoTotals,
+    #[error("the captured reference stream")]
+    CapturedStream(#[source] Box<ProfileError>),
+    #[error("a bundle from {0} needs its reference stream")]
+    NeedsStream(String),
+    #[error("section name '{0}' is reserved")]
+    Reserved(String),
+    #[error("encoding the bundle")]
+    Encode(#[source] std::io::Error),
+}
+
+type Result<T> = std::result::Result<T, ProfileError>;
+
 pub struct Bundle {
     pub meta: ProfileMeta,
     pub alloc_log: Vec<u8>,
-    /// The zstd-compressed reference stream (hugetune_capture::refs format);
+    /// The zstd-compressed reference stream (`refstream` format);
     /// `None` only for DAMON bundles, which hold region frequencies instead.
     pub refs: Option<Vec<u8>>,
     /// Sections beyond meta, alloc and refs (e.g. `damon`), as stored.
@@ -70,11 +113,9 @@ pub struct Bundle {
 /// Reads a whole reference stream: its header and END's totals, or the reason it is
 /// not a valid stream.
 pub fn scan_refs(refs: &[u8]) -> Result<RefStreamInfo> {
-    let mut r = RefReader::new(refs)?;
-    while r.next_event()?.is_some() {}
-    let totals = r
-        .totals()
-        .context("the reference stream has no totals after its end")?;
+    let mut r = RefReader::new(refs).map_err(ProfileError::Refs)?;
+    while r.next_event().map_err(ProfileError::Refs)?.is_some() {}
+    let totals = r.totals().ok_or(ProfileError::NoTotals)?;
     Ok(RefStreamInfo {
         version: r.version(),
         header: r.header().clone(),
@@ -102,26 +143,23 @@ pub fn write(
     meta.format = FORMAT.into();
     meta.version = META_VERSION;
     meta.ref_stream = match &refs {
-        Some(r) => Some(scan_refs(r).context("the captured reference stream")?),
+        Some(r) => Some(scan_refs(r).map_err(|e| ProfileError::CapturedStream(Box::new(e)))?),
         None if meta.ref_source == DAMON_SOURCE => None,
-        None => bail!(
-            "a bundle from {} needs its reference stream",
-            meta.ref_source
-        ),
+        None => return Err(ProfileError::NeedsStream(meta.ref_source.clone())),
     };
     for e in &extra {
         if CORE_SECTIONS.contains(&e.name.as_str()) {
-            bail!("section name '{}' is reserved", e.name);
+            return Err(ProfileError::Reserved(e.name.clone()));
         }
     }
     let mut sections = vec![
         Section {
             name: "meta".into(),
-            data: serde_json::to_vec_pretty(&meta)?,
+            data: serde_json::to_vec_pretty(&meta).map_err(|e| ProfileError::Encode(e.into()))?,
         },
         Section {
             name: "alloc".into(),
-            data: zstd::encode_all(alloc_log, 3)?,
+            data: zstd::encode_all(alloc_log, 3).map_err(ProfileError::Encode)?,
         },
     ];
     if let Some(r) = refs {
@@ -137,7 +175,10 @@ pub fn write(
 
 pub fn read(path: &Path) -> Result<Bundle> {
     let s = bundle::read(path)?;
-    decode(s).with_context(|| format!("bundle {}", path.display()))
+    decode(s).map_err(|e| ProfileError::In {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
 }
 
 /// Checks and splits a bundle's sections (the container is already checked).
@@ -146,33 +187,31 @@ pub fn decode(s: Vec<Section>) -> Result<Bundle> {
     // The version first, so that a newer bundle gets a version error rather than
     // a complaint about a field this hugetune does not know.
     let head: serde_json::Value =
-        serde_json::from_slice(meta_bytes).context("the 'meta' section is not JSON")?;
+        serde_json::from_slice(meta_bytes).map_err(ProfileError::MetaNotJson)?;
     let format = head["format"].as_str().unwrap_or("");
     let version = head["version"].as_u64().unwrap_or(0);
     if format != FORMAT || !META_VERSIONS.contains(&(version as u32)) || version > u32::MAX as u64 {
-        bail!(
-            "metadata format '{format}' version {version} is not supported (this hugetune reads '{FORMAT}' versions {}..={})",
-            META_VERSIONS.start(),
-            META_VERSIONS.end()
-        );
+        return Err(ProfileError::Unsupported {
+            format: format.to_string(),
+            version,
+        });
     }
-    let meta: ProfileMeta =
-        serde_json::from_value(head).context("the 'meta' section is not valid profile metadata")?;
-    let alloc_log = zstd::decode_all(bundle::section(&s, "alloc")?)
-        .context("the 'alloc' section does not decompress")?;
+    let meta: ProfileMeta = serde_json::from_value(head).map_err(ProfileError::BadMeta)?;
+    let alloc_log =
+        zstd::decode_all(bundle::section(&s, "alloc")?).map_err(ProfileError::AllocNotZstd)?;
     // Validate now, so a bad log is reported against the bundle, not later.
     AllocLog::parse(&alloc_log, Path::new("alloc section"))?;
     let refs = match bundle::section(&s, "refs") {
         Ok(r) => Some(r.to_vec()),
         Err(_) if meta.ref_source == DAMON_SOURCE => None,
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     if let Some(refs) = &refs {
         // The stream's header now (cheap); its body is checked as it is read.
-        let r = RefReader::new(&refs[..]).context("the 'refs' section")?;
+        let r = RefReader::new(&refs[..]).map_err(ProfileError::Refs)?;
         if let Some(info) = &meta.ref_stream {
             if info.version != r.version() || &info.header != r.header() {
-                bail!("the 'refs' section does not match the stream the metadata describes");
+                return Err(ProfileError::RefsMismatch);
             }
         }
     }
@@ -191,12 +230,23 @@ pub fn decode(s: Vec<Section>) -> Result<Bundle> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hugetune_capture::refs::RefWriter;
+    use crate::refstream::RefWriter;
     use proptest::prelude::*;
+
+    /// An error and its causes, as the CLI prints them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut s = e.to_string();
+        let mut c = e.source();
+        while let Some(x) = c {
+            s += &format!(": {x}");
+            c = x.source();
+        }
+        s
+    }
 
     /// The smallest valid allocation log: a version-1 header without records.
     fn empty_log() -> Vec<u8> {
-        let mut b = hugetune_capture::alloclog::MAGIC.to_vec();
+        let mut b = crate::alloclog::MAGIC.to_vec();
         b.extend_from_slice(&1u32.to_le_bytes());
         b.extend_from_slice(&64u32.to_le_bytes());
         b.extend_from_slice(&42u32.to_le_bytes());
@@ -273,7 +323,8 @@ mod tests {
             vec![],
         )
         .unwrap_err();
-        assert!(format!("{e:#}").contains("reference stream"), "{e:#}");
+        let e = chain(&e);
+        assert!(e.contains("reference stream"), "{e}");
         assert!(!d.path().join("c.htb").exists());
     }
 
@@ -294,7 +345,7 @@ mod tests {
             v["version"] = 3.into();
             v["new_field"] = "x".into();
         });
-        let e = format!("{:#}", read(&p).err().unwrap());
+        let e = chain(&read(&p).err().unwrap());
         assert!(e.contains("version 3 is not supported"), "{e}");
         // Version 1 metadata had no ref_stream.
         let (p, _) = valid_bundle(d.path());
@@ -308,7 +359,7 @@ mod tests {
         // A stream that does not match its description.
         let (p, _) = valid_bundle(d.path());
         rewrite_meta(&p, |v| v["ref_stream"]["header"]["source"] = "other".into());
-        let e = format!("{:#}", read(&p).err().unwrap());
+        let e = chain(&read(&p).err().unwrap());
         assert!(e.contains("does not match"), "{e}");
     }
 
