@@ -236,8 +236,10 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     };
     let mut wall_s = wall.as_secs_f64();
     let mut session_error = None;
+    let mut driver_stdout = Vec::new();
     if let Some(d) = driver {
-        let o = d.finish();
+        let mut o = d.finish();
+        driver_stdout = std::mem::take(&mut o.stdout);
         exit_code = o.status(exit_code);
         if exit_code == 0 {
             signal = None;
@@ -250,6 +252,7 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
         signal,
         wall_s,
         session_error,
+        driver_stdout,
         user_s: tv(ru.ru_utime),
         sys_s: tv(ru.ru_stime),
         minor_faults: ru.ru_minflt as u64,

@@ -33,7 +33,13 @@ pub struct Driver {
     pub ready_timeout: Duration,
     /// Time the server gets to exit after SIGTERM before it is killed.
     pub grace: Duration,
+    /// Keep what the driver prints on stdout (`DriverOutcome::stdout`, at most
+    /// `MAX_DRIVER_STDOUT`); otherwise it goes to /dev/null.
+    pub capture_stdout: bool,
 }
+
+/// The most of a driver's stdout that is kept (its beginning).
+pub const MAX_DRIVER_STDOUT: usize = 16 << 20;
 
 impl Driver {
     pub fn new(argv: Vec<OsString>) -> Self {
@@ -42,6 +48,7 @@ impl Driver {
             ready_port: None,
             ready_timeout: Duration::from_secs(120),
             grace: Duration::from_secs(30),
+            capture_stdout: false,
         }
     }
 }
@@ -59,6 +66,8 @@ pub struct DriverOutcome {
     /// The server was still running when the driver ended and was told to stop:
     /// its exit by SIGTERM is then the expected end, not a failure.
     pub stopped_server: bool,
+    /// What the driver printed on stdout, when `Driver::capture_stdout`.
+    pub stdout: Vec<u8>,
 }
 
 impl DriverOutcome {
@@ -152,10 +161,16 @@ pub fn start(driver: &Driver, server_pid: u32) -> DriverRun {
                 return out;
             }
         }
-        match run_driver(&d.argv, server_pid) {
-            Ok((code, wall, tail)) => {
+        match run_driver(&d.argv, d.capture_stdout, server_pid) {
+            Ok(Ran {
+                code,
+                wall,
+                tail,
+                stdout,
+            }) => {
                 out.exit_code = Some(code);
                 out.wall_s = wall;
+                out.stdout = stdout;
                 if code != 0 {
                     out.error = Some(format!(
                         "the driver exited with status {code}{}",
@@ -198,9 +213,39 @@ fn wait_ready(port: u16, server_pid: u32, timeout: Duration) -> Result<()> {
     }
 }
 
-/// Runs the driver to its end (killed if the server dies first): its status,
-/// wall time and the end of its stderr.
-fn run_driver(argv: &[OsString], server_pid: u32) -> Result<(i32, f64, String)> {
+/// What a driver's run gave.
+struct Ran {
+    code: i32,
+    wall: f64,
+    /// The end of its stderr.
+    tail: String,
+    stdout: Vec<u8>,
+}
+
+/// Reads a child's pipe to its end on a thread, keeping at most `limit` bytes.
+fn drain(pipe: Option<impl Read + Send + 'static>, limit: usize) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        if let Some(mut p) = pipe {
+            let mut buf = [0u8; 1 << 16];
+            loop {
+                match p.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let room = limit.saturating_sub(v.len());
+                        v.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        v
+    })
+}
+
+/// Runs the driver to its end (killed if the server dies first).
+fn run_driver(argv: &[OsString], capture_stdout: bool, server_pid: u32) -> Result<Ran> {
     let Some((prog, args)) = argv.split_first() else {
         bail!("empty driver command")
     };
@@ -208,19 +253,18 @@ fn run_driver(argv: &[OsString], server_pid: u32) -> Result<(i32, f64, String)> 
     let mut child = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(if capture_stdout {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting the driver {}", prog.to_string_lossy()))?;
     let _tracked = track_child(child.id());
-    let mut err = child.stderr.take();
-    let reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_end(&mut v);
-        }
-        v
-    });
+    // Kept whole up to a generous bound: the tail is cut from it below.
+    let reader = drain(child.stderr.take(), MAX_DRIVER_STDOUT);
+    let out_reader = drain(child.stdout.take(), MAX_DRIVER_STDOUT);
     let status = loop {
         if let Some(s) = child.try_wait()? {
             break s;
@@ -237,6 +281,7 @@ fn run_driver(argv: &[OsString], server_pid: u32) -> Result<(i32, f64, String)> 
     };
     let wall = t.elapsed().as_secs_f64();
     let stderr = reader.join().unwrap_or_default();
+    let stdout = out_reader.join().unwrap_or_default();
     let text = String::from_utf8_lossy(&stderr);
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(10)..].join("\n");
@@ -244,7 +289,12 @@ fn run_driver(argv: &[OsString], server_pid: u32) -> Result<(i32, f64, String)> 
     let code = status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    Ok((code, wall, tail))
+    Ok(Ran {
+        code,
+        wall,
+        tail,
+        stdout,
+    })
 }
 
 /// A free TCP port on 127.0.0.1 (the kernel's choice; another program may take it

@@ -164,6 +164,9 @@ pub struct RunStats {
     pub stdout: Vec<u8>,
     #[serde(skip)]
     pub stderr: Vec<u8>,
+    /// A server session's driver's stdout, when it asked for it.
+    #[serde(skip)]
+    pub driver_stdout: Vec<u8>,
 }
 
 #[cfg(test)]

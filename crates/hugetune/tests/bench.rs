@@ -7,30 +7,18 @@
 //! that need workload kernels this `hugetune-work` lacks report them missing,
 //! and the checks of those kernels' results are skipped with a message.
 
+mod common;
+use common::{hugetune, HUGETUNE};
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
 const WORK: &str = env!("HUGETUNE_BUILT_WORK");
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
-}
-
-fn hugetune(db: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(HUGETUNE)
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("run hugetune");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The kernel's resting huge page settings, read under the kernel-state lock

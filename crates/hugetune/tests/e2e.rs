@@ -1,26 +1,14 @@
 //! End to end, on small sizes: the whole `optimize` loop on the built-in workloads,
 //! and the separate pipeline commands wired to each other.
 
+mod common;
+use common::{hugetune, HUGETUNE};
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
 const WORK: &str = env!("HUGETUNE_BUILT_WORK");
-
-fn hugetune(db: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(HUGETUNE)
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .output()
-        .expect("run hugetune");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// `optimize` with one timed pair, JSON out, the bundle at `bundle`, `options`
 /// before the command.

@@ -1,19 +1,15 @@
 //! `hugetune frag` end to end: JSON and HTML output, clear errors for bad input,
 //! and kernel state restored after --try and after Ctrl-C during --events.
 
+mod common;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
+use common::HUGETUNE;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(HUGETUNE).args(args).output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into(),
-        String::from_utf8_lossy(&o.stderr).into(),
-    )
+    common::hugetune_at(None, args)
 }
 
 fn root() -> bool {

@@ -1,30 +1,29 @@
 //! `hugetune fragsim` end to end: every output, replay of a compressed
 //! recording, and clear errors for bad arguments.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn hugetune(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hugetune"))
-        .arg("fragsim")
-        .args(args)
-        .output()
-        .expect("run hugetune")
+use std::path::Path;
+
+/// What `hugetune fragsim ARGS` did.
+struct Ran {
+    code: i32,
+    stdout: String,
+    /// stdout then stderr.
+    text: String,
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+fn fragsim(args: &[&str]) -> Ran {
+    let (code, stdout, err) = common::hugetune_at(None, &[&["fragsim"], args].concat());
+    let text = format!("{stdout}{err}");
+    Ran { code, stdout, text }
 }
 
 #[test]
 fn highalloc_writes_every_output() {
     let dir = tempfile::tempdir().unwrap();
     let p = |n: &str| dir.path().join(n).display().to_string();
-    let o = hugetune(&[
+    let o = fragsim(&[
         "highalloc",
         "--mem",
         "64M",
@@ -43,8 +42,8 @@ fn highalloc_writes_every_output() {
         "--html",
         &p("r.html"),
     ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let out = text(&o);
+    assert!(o.code == 0, "{}", o.text);
+    let out = o.text;
     assert!(
         out.contains("linux-4.5") && out.contains("illuminator") && out.contains("pass success"),
         "{out}"
@@ -84,7 +83,7 @@ fn replays_a_compressed_recording() {
     }
     s.push_str("99999 F 5 0\n");
     std::fs::write(&f, zstd::encode_all(s.as_bytes(), 3).unwrap()).unwrap();
-    let o = hugetune(&[
+    let o = fragsim(&[
         "replay",
         f.to_str().unwrap(),
         "--policy",
@@ -92,8 +91,8 @@ fn replays_a_compressed_recording() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.code == 0, "{}", o.text);
+    let out = o.stdout.clone();
     assert!(
         out.contains("1 frees of pages allocated before the recording ignored"),
         "{out}"
@@ -111,18 +110,18 @@ fn bad_arguments_are_clear_errors() {
         (&["highalloc", "--hp-mode", "x"], "--hp-mode"),
     ];
     for (args, msg) in cases {
-        let o = hugetune(args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
-        assert!(text(&o).contains(msg), "{args:?}: {}", text(&o));
+        let o = fragsim(args);
+        assert_eq!(Some(o.code), Some(1), "{args:?}: {}", o.text);
+        assert!(o.text.contains(msg), "{args:?}: {}", o.text);
     }
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("bad");
     std::fs::write(&f, "# hugetune-pagealloc v1\n1 A 2 3\n").unwrap();
-    let o = hugetune(&["replay", f.to_str().unwrap()]);
+    let o = fragsim(&["replay", f.to_str().unwrap()]);
     assert!(
-        text(&o).contains("line 2") && text(&o).contains("migratetype"),
+        o.text.contains("line 2") && o.text.contains("migratetype"),
         "{}",
-        text(&o)
+        o.text
     );
 }
 
@@ -158,7 +157,7 @@ fn replays_what_frag_records() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("rec.pagealloc");
     std::fs::write(&f, &out).unwrap();
-    let o = hugetune(&[
+    let o = fragsim(&[
         "replay",
         f.to_str().unwrap(),
         "--policy",
@@ -166,8 +165,8 @@ fn replays_what_frag_records() {
         "--json",
         "-",
     ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(o.code == 0, "{}", o.text);
+    let s = o.stdout.clone();
     assert!(
         s.contains("1 frees of pages allocated before the recording ignored"),
         "{s}"

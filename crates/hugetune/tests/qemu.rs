@@ -4,6 +4,9 @@
 //! estimates fall within sampling error, fixed-size sampling keeps its bound. Skipped
 //! (with a message) where qemu-x86_64 is not installed; scripts/setup.sh installs it.
 
+mod common;
+use common::hugetune;
+
 use hugetune_capture::qemu::{self, Sampling, MARKER_ADDR, MARKER_SPAN, MODULUS};
 use hugetune_format::refstream::{fmix64, Event, Ref, RefReader, SamplingKind};
 use serde_json::Value;
@@ -15,7 +18,6 @@ use std::process::{Command, Stdio};
 const WORK: &str = env!("HUGETUNE_BUILT_WORK");
 const PLUGIN: &str = env!("HUGETUNE_BUILT_QEMU_PLUGIN");
 const LIB: &str = env!("HUGETUNE_BUILT_RUNTIME");
-const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
 
 fn qemu_or_skip() -> Option<PathBuf> {
     let q = qemu::find_qemu();
@@ -396,22 +398,6 @@ fn bad_plugin_arguments_fail_clearly() {
 }
 
 // ---------------------------------------------------------------- hugetune record
-
-fn hugetune(db: &Path, args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(HUGETUNE)
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env("HUGETUNE_RUNTIME_LIB", LIB)
-        .env("HUGETUNE_QEMU_PLUGIN", PLUGIN)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
 
 /// (e) `record --refs qemu`: complete streams are analyzed; sampled ones are
 /// refused by `analyze` with a clear error (the model does not scale them yet).

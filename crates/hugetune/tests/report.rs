@@ -4,13 +4,14 @@
 //! errors, its DOM has the four plots and their marks, and its screenshot shows
 //! the plots' colours. Chromium is required: scripts/setup.sh installs it.
 
+mod common;
+use common::{hugetune, HUGETUNE};
+
 use hugetune_store::db::{Db, NewDirective, NewRun};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
-
-const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
 
 /// The program the synthetic profile belongs to: hugetune itself, so that
 /// `report -- CMD` resolves it as `optimize` would have stored it.
@@ -148,30 +149,21 @@ fn median(v: &[f64]) -> f64 {
     (v[(n - 1) / 2] + v[n / 2]) / 2.0
 }
 
-fn hugetune(db: &Path, args: &[&str]) -> Output {
-    Command::new(HUGETUNE)
-        .arg("--db")
-        .arg(db)
-        .arg("report")
-        .args(args)
-        .output()
-        .unwrap()
+/// `hugetune --db DB report ARGS`.
+fn report(db: &Path, args: &[&str]) -> (i32, String, String) {
+    hugetune(db, &[&["report"], args].concat())
 }
 
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "hugetune report failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
+fn ok((code, out, err): (i32, String, String)) -> String {
+    assert_eq!(code, 0, "hugetune report failed: {err}");
+    out
 }
 
 #[test]
 fn terminal_json_and_errors() {
     let f = fixture();
     let p = f.profile.to_string();
-    let t = ok(hugetune(&f.db, &["--profile", &p]));
+    let t = ok(report(&f.db, &["--profile", &p]));
     assert!(t.starts_with(&format!("profile {p}: ")), "{t}");
     let line = t
         .lines()
@@ -182,11 +174,10 @@ fn terminal_json_and_errors() {
     assert!(t.contains("knee: heap-large:hugetlb"), "{t}");
 
     // The same through the command, the newest profile of its program.
-    let by_cmd = ok(hugetune(&f.db, &["--", HUGETUNE, "--size", "1G"]));
+    let by_cmd = ok(report(&f.db, &["--", HUGETUNE, "--size", "1G"]));
     assert_eq!(by_cmd, t);
 
-    let j: Value =
-        serde_json::from_str(&ok(hugetune(&f.db, &["--profile", &p, "--json"]))).unwrap();
+    let j: Value = serde_json::from_str(&ok(report(&f.db, &["--profile", &p, "--json"]))).unwrap();
     assert_eq!(j["profile"]["machine"], "testbox, Test CPU, kernel 6.18");
     assert_eq!(j["mappings"].as_array().unwrap().len(), 6);
     assert_eq!(j["runs"].as_array().unwrap().len(), 3);
@@ -195,7 +186,7 @@ fn terminal_json_and_errors() {
     assert_eq!(j["runs"][2]["mapping"], Value::Null);
 
     let r = f.runs[0].to_string();
-    let j: Value = serde_json::from_str(&ok(hugetune(&f.db, &["--run", &r, "--json"]))).unwrap();
+    let j: Value = serde_json::from_str(&ok(report(&f.db, &["--run", &r, "--json"]))).unwrap();
     assert_eq!(j["runs"].as_array().unwrap().len(), 1);
     assert_eq!(j["profile"]["id"].as_i64(), Some(f.profile));
 
@@ -212,13 +203,12 @@ fn terminal_json_and_errors() {
             "reading /nonexistent".into(),
         ),
     ] {
-        let o = hugetune(&f.db, &args);
-        let e = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && e.contains(&msg), "{args:?}: {e}");
+        let (code, _, e) = report(&f.db, &args);
+        assert!(code != 0 && e.contains(&msg), "{args:?}: {e}");
     }
     // A report never creates a database.
     let missing = f.out.with_extension("db");
-    let e = String::from_utf8_lossy(&hugetune(&missing, &["--profile", "1"]).stderr).into_owned();
+    let e = report(&missing, &["--profile", "1"]).2;
     assert!(e.contains("no database at"), "{e}");
     assert!(!missing.exists());
 }
@@ -298,7 +288,7 @@ fn html_page_loads_in_headless_chromium_with_its_plots() {
         .to_string(),
     )
     .unwrap();
-    ok(hugetune(
+    ok(report(
         &f.db,
         &[
             "--profile",

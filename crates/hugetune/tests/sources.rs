@@ -2,28 +2,21 @@
 //! where the source can run, a clear error naming why where it cannot (this
 //! machine: no PMU, no DAMON for processes), and the kernel left as it was.
 
+mod common;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
-const WORK: &str = env!("HUGETUNE_BUILT_WORK");
+use common::{hugetune, HUGETUNE, WORK};
 
 fn record(dir: &Path, refs: &str) -> (i32, String, std::path::PathBuf) {
     let out = dir.join(format!("{refs}.htb"));
-    let o = Command::new(HUGETUNE)
-        .arg("--db")
-        .arg(dir.join("h.db"))
-        .args(["record", "--refs", refs, "-o"])
-        .arg(&out)
-        .args(["--", WORK, "chase", "--size", "2M", "--iters", "4"])
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-        out,
-    )
+    let o = out.to_str().unwrap();
+    let args = [
+        "record", "--refs", refs, "-o", o, "--", WORK, "chase", "--size", "2M", "--iters", "4",
+    ];
+    let (code, _, err) = hugetune(&dir.join("h.db"), &args);
+    (code, err, out)
 }
 
 fn bundle_meta(p: &Path) -> Value {
@@ -32,17 +25,8 @@ fn bundle_meta(p: &Path) -> Value {
 }
 
 fn analyze(dir: &Path, bundle: &Path) -> (i32, String) {
-    let o = Command::new(HUGETUNE)
-        .arg("--db")
-        .arg(dir.join("h.db"))
-        .arg("analyze")
-        .arg(bundle)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    let (code, _, err) = hugetune(&dir.join("h.db"), &["analyze", bundle.to_str().unwrap()]);
+    (code, err)
 }
 
 #[test]

@@ -2,19 +2,21 @@
 //! free port, with its own scratch directory and no persistence; a dataset
 //! loaded with pipelined SETs, every key read back with pipelined GETs (each
 //! value checked), and, for the fork control, a `BGSAVE` (fork + copy-on-write)
-//! that must end with `rdb_last_bgsave_status:ok`. The server is always shut
-//! down: `SHUTDOWN NOSAVE`, then its process group killed if it lingers, also
-//! when the suite fails or is interrupted (it is a tracked child).
+//! that must end with `rdb_last_bgsave_status:ok`. The server runs as every
+//! measured server does (capture::runner with a session driver: this module's
+//! client as `hugetune bench redis-client --json`); the session stops it when
+//! the client is done (SIGTERM, then SIGKILL), also when the suite fails or is
+//! interrupted (it is a tracked child).
 
 use anyhow::{bail, Context, Result};
-use hugetune_capture::session::{exited, free_port};
-use hugetune_host::kernel_state::track_child;
+use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_capture::session::{free_port, with_port, Driver};
+use hugetune_host::procfs::HugeUsage;
 use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,24 +203,6 @@ pub struct RedisOutcome {
     pub stderr_tail: String,
 }
 
-/// A running server; dropping it kills its process group and reaps it.
-struct Server {
-    child: Child,
-    pid: u32,
-    _tracked: hugetune_host::kernel_state::ChildGuard,
-    reaped: bool,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if !self.reaped {
-            // SAFETY: signalling our own child's process group.
-            unsafe { libc::kill(-(self.pid as i32), libc::SIGKILL) };
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// The server's arguments: `port` (a number, or `{port}` for `optimize
 /// --driver`), no persistence but the BGSAVE's dump, files in `dir`.
 pub fn server_args(port: &str, dir: &Path) -> Vec<std::ffi::OsString> {
@@ -269,138 +253,18 @@ pub fn client_args(job: &RedisJob) -> Vec<std::ffi::OsString> {
     v
 }
 
-fn spawn(
-    server: &Path,
-    wrapper: &[String],
-    env: &[(String, String)],
-    env_remove: &[&str],
-    dir: &Path,
-    port: u16,
-) -> Result<Server> {
-    let mut cmd = match wrapper.split_first() {
-        Some((w, rest)) => {
-            let mut c = Command::new(w);
-            c.args(rest).arg(server);
-            c
-        }
-        None => Command::new(server),
-    };
-    cmd.args(server_args(&port.to_string(), dir))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(
-            std::fs::File::create(dir.join(format!("redis-{port}.stderr")))
-                .context("creating the server's stderr file")?,
-        ));
-    for k in env_remove {
-        cmd.env_remove(k);
-    }
-    cmd.envs(env.iter().map(|(k, v)| (k, v)));
-    cmd.process_group(0);
-    // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between
-    // fork and exec. The server dies with us even if we are killed outright.
-    unsafe {
-        let parent = libc::getpid();
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() != parent {
-                libc::_exit(111);
-            }
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", server.display()))?;
-    let pid = child.id();
-    Ok(Server {
-        child,
-        pid,
-        _tracked: track_child(pid),
-        reaped: false,
-    })
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let t = std::fs::read_to_string(path).unwrap_or_default();
-    let v: Vec<&str> = t.lines().collect();
+fn tail(text: &str, lines: usize) -> String {
+    let v: Vec<&str> = text.lines().collect();
     v[v.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Starts a server (retrying on a port race), waits until it answers PING.
-fn start(
-    server: &Path,
-    wrapper: &[String],
-    env: &[(String, String)],
-    env_remove: &[&str],
-    dir: &Path,
-) -> Result<(Server, u16, Conn)> {
-    let mut last = String::new();
-    for _attempt in 0..3 {
-        let port = free_port()?;
-        let s = spawn(server, wrapper, env, env_remove, dir, port)?;
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(20) {
-            if exited(s.pid) {
-                break;
-            }
-            if let Ok(mut c) = Conn::open(port) {
-                if let Ok(Reply::Simple(p)) = c.call(&[b"PING"]) {
-                    if p == "PONG" {
-                        return Ok((s, port, c));
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        last = format!(
-            "{}\n{}",
-            tail(&dir.join(format!("redis-{port}.log")), 5),
-            tail(&dir.join(format!("redis-{port}.stderr")), 5)
-        );
-        drop(s);
-    }
-    bail!("redis-server did not start: {}", last.trim())
-}
-
-/// Waits for the server to exit (at most `limit`) and returns its wait status
-/// and resource usage; kills its group on timeout.
-fn reap(s: &mut Server, limit: Duration) -> (i32, libc::rusage) {
-    let t0 = Instant::now();
-    // SAFETY: an all-zero rusage is a valid value to be overwritten by wait4.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let mut status = 0;
-    loop {
-        // SAFETY: wait4 on our own child with valid out-pointers.
-        let r = unsafe { libc::wait4(s.pid as i32, &mut status, libc::WNOHANG, &mut ru) };
-        if r == s.pid as i32 || r < 0 {
-            break;
-        }
-        if t0.elapsed() > limit {
-            // SAFETY: our child's process group.
-            unsafe { libc::kill(-(s.pid as i32), libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    s.reaped = true;
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        -1
-    };
-    (code, ru)
-}
-
-fn tv(t: libc::timeval) -> f64 {
-    t.tv_sec as f64 + t.tv_usec as f64 * 1e-6
-}
-
-/// Runs the job against a fresh server. `on_start` gets the server's pid (the
-/// caller samples its memory). Failures of the workload itself (a failed
-/// BGSAVE, a wrong value, a crash) are reported in the outcome, not as errors;
-/// an `Err` means the server could not be run at all.
+/// Runs the job against a fresh server, as every measured server runs: through
+/// `capture::runner` with `hugetune bench redis-client --json` as the session's
+/// driver (capture::session), which stops the server when the load is done.
+/// Returns what the client measured, with the server's rusage, its end and the
+/// peak huge page usage of it and its BGSAVE child. Failures of the workload
+/// itself (a failed BGSAVE, a wrong value, a crash) are reported in the
+/// outcome, not as errors; an `Err` means the server could not be run at all.
 pub fn run(
     job: &RedisJob,
     server: &Path,
@@ -408,47 +272,66 @@ pub fn run(
     env: &[(String, String)],
     env_remove: &[&str],
     dir: &Path,
-    on_start: impl FnOnce(u32),
-) -> Result<RedisOutcome> {
-    let t0 = Instant::now();
-    let (mut s, port, mut c) = start(server, wrapper, env, env_remove, dir)?;
-    on_start(s.pid);
-    let mut out = RedisOutcome::default();
-    let r = drive(job, &mut c, &mut out);
-    if let Err(e) = r {
-        out.error = Some(format!("{e:#}"));
+) -> Result<(RedisOutcome, HugeUsage)> {
+    let exe = std::env::current_exe().context("finding the hugetune executable")?;
+    // A port the kernel gave may be taken before the server binds it: retried.
+    let mut last = String::new();
+    for _attempt in 0..3 {
+        let port = free_port()?;
+        let mut argv: Vec<OsString> = wrapper.iter().map(OsString::from).collect();
+        argv.push(server.into());
+        argv.extend(server_args(&port.to_string(), dir));
+        let mut spec = RunSpec::new(argv);
+        spec.env = env.to_vec();
+        spec.env_remove = env_remove.iter().map(|s| s.to_string()).collect();
+        spec.stderr = Output::Capture;
+        let mut client = vec![exe.clone().into_os_string()];
+        client.extend(with_port(&client_args(job), port));
+        client.push("--json".into());
+        let mut d = Driver::new(client);
+        d.ready_port = Some(port);
+        d.ready_timeout = Duration::from_secs(20);
+        d.capture_stdout = true;
+        spec.driver = Some(d);
+        let st = runner::run(&spec)?;
+        let log = dir.join(format!("redis-{port}.log"));
+        let log_tail = tail(&std::fs::read_to_string(&log).unwrap_or_default(), 8);
+        let stderr_tail = tail(&String::from_utf8_lossy(&st.stderr), 40);
+        for f in [format!("dump-{port}.rdb"), format!("redis-{port}.log")] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let never_served = st
+            .session_error
+            .as_deref()
+            .is_some_and(|e| e.contains("before it accepted connections"));
+        if never_served && log_tail.contains("Address already in use") {
+            last = log_tail;
+            continue;
+        }
+        let mut out = serde_json::from_slice::<RedisOutcome>(&st.driver_stdout).unwrap_or_default();
+        out.error = st.session_error.clone();
+        if out.error.is_none() && st.exit_code != 0 {
+            out.error = Some(format!("redis-server exited with status {}", st.exit_code));
+        }
+        out.exit_code = st.exit_code;
+        out.wall_s = st.wall_s;
+        out.user_s = st.user_s;
+        out.sys_s = st.sys_s;
+        out.minor_faults = st.minor_faults;
+        out.major_faults = st.major_faults;
+        out.max_rss_kb = st.max_rss_kb;
+        out.log_tail = log_tail;
+        out.stderr_tail = stderr_tail;
+        return Ok((out, st.peak));
     }
-    // Shut down without saving; the connection closes instead of replying.
-    let _ = c.send(&[b"SHUTDOWN", b"NOSAVE"]);
-    let _ = c.w.flush();
-    drop(c);
-    let (code, ru) = reap(&mut s, Duration::from_secs(30));
-    out.wall_s = t0.elapsed().as_secs_f64();
-    out.exit_code = code;
-    out.user_s = tv(ru.ru_utime);
-    out.sys_s = tv(ru.ru_stime);
-    out.minor_faults = ru.ru_minflt as u64;
-    out.major_faults = ru.ru_majflt as u64;
-    out.max_rss_kb = ru.ru_maxrss as u64;
-    out.log_tail = tail(&dir.join(format!("redis-{port}.log")), 8);
-    out.stderr_tail = tail(&dir.join(format!("redis-{port}.stderr")), 40);
-    if code != 0 && out.error.is_none() {
-        out.error = Some(format!("redis-server exited with status {code}"));
-    }
-    for f in [
-        format!("dump-{port}.rdb"),
-        format!("redis-{port}.log"),
-        format!("redis-{port}.stderr"),
-    ] {
-        let _ = std::fs::remove_file(dir.join(f));
-    }
-    Ok(out)
+    bail!("redis-server did not start: {}", last.trim())
 }
 
-/// The suites' client on its own, against a server already running on
-/// 127.0.0.1:`port` (the driver of `optimize --driver`): the job's load, read
-/// and BGSAVE; an error when any of them fails, the BGSAVE included.
-pub fn client(job: &RedisJob, port: u16) -> Result<RedisOutcome> {
+/// The suites' client, against a server already running on 127.0.0.1:`port`
+/// (the driver of `optimize --driver` and of the bench's own runs): the job's
+/// load, read and BGSAVE; an error when any of them fails, the BGSAVE too when
+/// `strict_bgsave` (otherwise its status is in the outcome).
+pub fn client(job: &RedisJob, port: u16, strict_bgsave: bool) -> Result<RedisOutcome> {
     let mut c =
         Conn::open(port).with_context(|| format!("connecting to redis on 127.0.0.1:{port}"))?;
     // A server that loads a dump at start accepts connections before it serves.
@@ -466,7 +349,7 @@ pub fn client(job: &RedisJob, port: u16) -> Result<RedisOutcome> {
     }
     let mut out = RedisOutcome::default();
     drive(job, &mut c, &mut out)?;
-    if job.bgsave && out.bgsave_status.as_deref() != Some("ok") {
+    if strict_bgsave && job.bgsave && out.bgsave_status.as_deref() != Some("ok") {
         bail!(
             "the BGSAVE failed (rdb_last_bgsave_status: {})",
             out.bgsave_status.as_deref().unwrap_or("unknown")

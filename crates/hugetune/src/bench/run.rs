@@ -16,11 +16,11 @@ use hugetune_capture::rounds::{self, Ran, Rounds};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_format::summary::Summary;
 use hugetune_host::machine::{self, HUGEPAGES_SYSFS, THP_SYSFS};
-use hugetune_host::procfs::{tree_usage, HugeUsage};
+use hugetune_host::procfs::HugeUsage;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -530,31 +530,11 @@ impl Bench {
             }
             Job::Redis(job) => {
                 let server = redis::server_path().map_err(anyhow::Error::msg)?;
-                let pid = Arc::new(AtomicU32::new(0));
-                let p2 = pid.clone();
-                let stop = Arc::new(AtomicBool::new(false));
-                let s2 = stop.clone();
-                // The server's memory (and its BGSAVE child's), sampled.
-                let smaps = std::thread::spawn(move || {
-                    let mut peak = HugeUsage::default();
-                    while !s2.load(Ordering::Relaxed) {
-                        let p = p2.load(Ordering::Relaxed);
-                        if p != 0 {
-                            peak = peak.max(tree_usage(p));
-                        }
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    peak
-                });
                 let rdir = self.dir.path().join("redis");
                 std::fs::create_dir_all(&rdir)?;
                 let scrub: Vec<&str> = SCRUB.to_vec();
-                let out = redis::run(job, &server, &c.wrapper, &env, &scrub, &rdir, |p| {
-                    pid.store(p, Ordering::Relaxed)
-                });
-                stop.store(true, Ordering::Relaxed);
-                peak = smaps.join().unwrap_or_default();
-                let out = out?;
+                let (out, p) = redis::run(job, &server, &c.wrapper, &env, &scrub, &rdir)?;
+                peak = p;
                 rec.exit_code = out.exit_code;
                 rec.wall_s = out.wall_s;
                 rec.user_s = out.user_s;

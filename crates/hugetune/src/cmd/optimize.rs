@@ -7,11 +7,10 @@ use crate::Ctx;
 use anyhow::{Context, Result};
 use hugetune_capture::session::{self, Driver};
 use hugetune_format::plan::PlanOptions;
-use hugetune_format::summary::Summary;
-use hugetune_host::kernel_state::{reserve_hugetlb, PoolChange};
+
 use hugetune_host::machine;
 use hugetune_model::plan;
-use hugetune_model::plan::{Availability, PlanDecision, ProgramTraits};
+use hugetune_model::plan::{Availability, ProgramTraits};
 use hugetune_model::rank::Prediction;
 use hugetune_render::{bytes, secs};
 use hugetune_store::db::NewRun;
@@ -224,23 +223,6 @@ fn default_bundle(argv: &[OsString]) -> PathBuf {
         .join(format!("{name}-{ts}.htb"))
 }
 
-/// Grows the pool when the plan needs more hugetlb pages than are free.
-fn reserve_for(decision: &PlanDecision, avail_now: &Availability) -> Result<Option<PoolChange>> {
-    let need = decision.hugetlb_pages();
-    if need <= avail_now.hugetlb_2m_free {
-        return Ok(None);
-    }
-    let extra = need - avail_now.hugetlb_2m_free;
-    let r = reserve_hugetlb(2048, extra)?;
-    stages::note(format!(
-        "grew the 2 MB hugetlb pool by {} pages ({} asked) for the runs; it goes back to {} afterwards",
-        r.added(),
-        extra,
-        r.previous
-    ));
-    Ok(Some(r))
-}
-
 pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let art = crate::artifacts::find()?;
     let refs = stages::RefOptions::complete(o.refs)?;
@@ -317,7 +299,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let mut decision = choose(&avail_plan);
     let mut reserved = None;
     if o.reserve {
-        match reserve_for(&decision, &avail_now) {
+        match stages::reserve_for(&decision, &avail_now) {
             Ok(r) => reserved = r,
             Err(e) => stages::note(format!("cannot grow the hugetlb pool: {e:#}")),
         }
@@ -542,7 +524,7 @@ pub fn render(r: &Report) -> String {
     if let Some(p) = super::folio_proof(v) {
         s += &format!("             {p}\n");
     }
-    for f in fallbacks(&v.runtime_summaries) {
+    for f in stages::fallbacks(&v.runtime_summaries) {
         s += &format!("             fallback: {f}\n");
     }
     s += &format!(
@@ -550,23 +532,4 @@ pub fn render(r: &Report) -> String {
         r.profile_id, r.run_id, r.db
     );
     s
-}
-
-/// Fallbacks the runtime library reported, deduplicated across runs.
-pub fn fallbacks(summaries: &[serde_json::Value]) -> Vec<String> {
-    let mut out = Vec::new();
-    for run in summaries {
-        for proc in run.as_array().into_iter().flatten() {
-            let Ok(s) = Summary::from_value(proc) else {
-                continue;
-            };
-            for f in &s.fallbacks {
-                let line = format!("{}, {} time(s)", f.describe("→"), f.count);
-                if !out.contains(&line) {
-                    out.push(line);
-                }
-            }
-        }
-    }
-    out
 }

@@ -10,11 +10,13 @@ use hugetune_format::profile::Program;
 use std::ffi::OsString;
 
 mod analyze;
+mod apply;
 mod plan;
 mod record;
 mod validate;
 
 pub use analyze::*;
+pub use apply::*;
 pub use plan::*;
 pub use record::*;
 pub use validate::*;

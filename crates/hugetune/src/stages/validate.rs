@@ -1,16 +1,13 @@
-//! Stages 4 and 5, apply and validate: the plan applied to a run, the runtime
-//! library's summaries collected, baseline and optimized runs interleaved, the
-//! verdict and its agreement with the prediction.
+//! Stage 5, validate: baseline and optimized runs (`apply`'s spec) interleaved,
+//! the verdict and its agreement with the prediction.
 
-use super::{note, session_why};
+use super::{applied_spec, note, session_why, summary_huge_bytes, take_summaries};
 use crate::artifacts::Artifacts;
 use anyhow::{bail, Result};
 use hugetune_capture::ab::{self, AbResult, RunCount, Verdict};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_capture::session::Driver;
-use hugetune_format::env;
-use hugetune_format::plan::{self, PlanOptions};
-use hugetune_format::summary::Summary;
+use hugetune_format::plan::PlanOptions;
 use hugetune_host::machine;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
@@ -18,75 +15,7 @@ use hugetune_model::stats;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-
-pub struct Applied {
-    /// Holds the plan file and the runtime library's summaries.
-    pub dir: tempfile::TempDir,
-    pub spec: RunSpec,
-}
-
-/// The optimized run's spec: the plan file written, the runtime library preloaded.
-pub fn applied_spec(
-    art: &Artifacts,
-    argv: &[OsString],
-    assignments: &[(Category, Backing)],
-    threshold: u64,
-    options: &PlanOptions,
-    stdout: Output,
-) -> Result<Applied> {
-    let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
-    let plan_file = dir.path().join("plan");
-    std::fs::write(
-        &plan_file,
-        plan::plan_text_with(assignments, threshold, options),
-    )?;
-    let summary = dir.path().join("summary.%p.json");
-    let mut spec = RunSpec::new(argv.to_vec());
-    spec.env = env::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
-    spec.stdout = stdout;
-    Ok(Applied { dir, spec })
-}
-
-/// Collects (and removes) the runtime library summaries written in `dir`.
-pub fn take_summaries(dir: &Path) -> Vec<serde_json::Value> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    let mut paths: Vec<PathBuf> = rd
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("summary."))
-        })
-        .collect();
-    paths.sort();
-    for p in paths {
-        if let Ok(t) = std::fs::read_to_string(&p) {
-            match serde_json::from_str(&t) {
-                Ok(v) => out.push(v),
-                Err(e) => note(format!(
-                    "runtime summary {} is not valid JSON: {e}",
-                    p.display()
-                )),
-            }
-        }
-        let _ = std::fs::remove_file(&p);
-    }
-    out
-}
-
-/// Huge bytes the runtime library says it backed, summed over processes:
-/// hugetlb bytes plus THP bytes verified in smaps.
-pub fn summary_huge_bytes(summaries: &[serde_json::Value]) -> u64 {
-    summaries
-        .iter()
-        .filter_map(|s| Summary::from_value(s).ok())
-        .map(|s| s.huge_bytes())
-        .sum()
-}
+use std::path::Path;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Validation {

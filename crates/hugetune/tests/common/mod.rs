@@ -1,6 +1,7 @@
-//! Helpers of the robustness tests: processes that cannot outlive a test
-//! (own process group, timeout, killed on drop), the runtime library's modes as
-//! the tool builds them (`hugetune_format::{env, plan}`), and the exit summaries.
+//! What the integration tests share: the CLI as they run it (`hugetune`), and the
+//! robustness tests' helpers: processes that cannot outlive a test (own process
+//! group, timeout, killed on drop), the runtime library's modes as the tool
+//! builds them (`hugetune_format::{env, plan}`), and the exit summaries.
 
 #![allow(dead_code)]
 
@@ -15,9 +16,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
 pub const LIB: &str = env!("HUGETUNE_BUILT_RUNTIME");
 pub const WORK: &str = env!("HUGETUNE_BUILT_WORK");
+pub const PLUGIN: &str = env!("HUGETUNE_BUILT_QEMU_PLUGIN");
 pub const THRESHOLD: u64 = 131072;
+
+/// `hugetune [--db DB] ARGS` with this build's runtime library and QEMU plugin:
+/// its exit code (-1 when killed by a signal), stdout and stderr.
+pub fn hugetune_at(db: Option<&Path>, args: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new(HUGETUNE);
+    if let Some(db) = db {
+        c.arg("--db").arg(db);
+    }
+    let o = c
+        .args(args)
+        .env("HUGETUNE_RUNTIME_LIB", LIB)
+        .env("HUGETUNE_QEMU_PLUGIN", PLUGIN)
+        .output()
+        .expect("run hugetune");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `hugetune --db DB ARGS` (see `hugetune_at`).
+pub fn hugetune(db: &Path, args: &[&str]) -> (i32, String, String) {
+    hugetune_at(Some(db), args)
+}
 
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
