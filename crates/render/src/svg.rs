@@ -142,7 +142,8 @@ impl Axis {
     }
 }
 
-fn nice_step(raw: f64) -> f64 {
+/// A round axis step (1, 2 or 5 times a power of ten) at least `raw`.
+pub fn nice_step(raw: f64) -> f64 {
     if !(raw.is_finite() && raw > 0.0) {
         return 1.0;
     }

@@ -11,7 +11,7 @@
 use anyhow::{bail, Context, Result};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_capture::session::{free_port, with_port, Driver};
-use hugetune_host::procfs::HugeUsage;
+use hugetune_host::procfs::RunStats;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -189,14 +189,6 @@ pub struct RedisOutcome {
     pub bgsave_status: Option<String>,
     /// Whatever went wrong (the run counts as failed).
     pub error: Option<String>,
-    /// The server's exit: code, or 128 + signal.
-    pub exit_code: i32,
-    pub wall_s: f64,
-    pub user_s: f64,
-    pub sys_s: f64,
-    pub minor_faults: u64,
-    pub major_faults: u64,
-    pub max_rss_kb: u64,
     /// The last lines of the server's log.
     pub log_tail: String,
     /// The last lines of its stderr (preloaded libraries speak there).
@@ -261,8 +253,8 @@ fn tail(text: &str, lines: usize) -> String {
 /// Runs the job against a fresh server, as every measured server runs: through
 /// `capture::runner` with `hugetune bench redis-client --json` as the session's
 /// driver (capture::session), which stops the server when the load is done.
-/// Returns what the client measured, with the server's rusage, its end and the
-/// peak huge page usage of it and its BGSAVE child. Failures of the workload
+/// Returns what the client measured and the server's run (its rusage, its end,
+/// the peak huge page usage of it and its BGSAVE child). Failures of the workload
 /// itself (a failed BGSAVE, a wrong value, a crash) are reported in the
 /// outcome, not as errors; an `Err` means the server could not be run at all.
 pub fn run(
@@ -272,7 +264,7 @@ pub fn run(
     env: &[(String, String)],
     env_remove: &[&str],
     dir: &Path,
-) -> Result<(RedisOutcome, HugeUsage)> {
+) -> Result<(RedisOutcome, RunStats)> {
     let exe = std::env::current_exe().context("finding the hugetune executable")?;
     // A port the kernel gave may be taken before the server binds it: retried.
     let mut last = String::new();
@@ -313,16 +305,9 @@ pub fn run(
         if out.error.is_none() && st.exit_code != 0 {
             out.error = Some(format!("redis-server exited with status {}", st.exit_code));
         }
-        out.exit_code = st.exit_code;
-        out.wall_s = st.wall_s;
-        out.user_s = st.user_s;
-        out.sys_s = st.sys_s;
-        out.minor_faults = st.minor_faults;
-        out.major_faults = st.major_faults;
-        out.max_rss_kb = st.max_rss_kb;
         out.log_tail = log_tail;
         out.stderr_tail = stderr_tail;
-        return Ok((out, st.peak));
+        return Ok((out, st));
     }
     bail!("redis-server did not start: {}", last.trim())
 }

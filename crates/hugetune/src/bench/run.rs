@@ -16,7 +16,7 @@ use hugetune_capture::rounds::{self, Ran, Rounds};
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_format::summary::Summary;
 use hugetune_host::machine::{self, HUGEPAGES_SYSFS, THP_SYSFS};
-use hugetune_host::procfs::HugeUsage;
+use hugetune_host::procfs::{HugeUsage, RunStats};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -223,6 +223,19 @@ pub struct RunRecord {
     pub notes: Vec<String>,
     /// The workload's JSON line, or redis's figures.
     pub output: serde_json::Value,
+}
+
+impl RunRecord {
+    /// The process's exit and resource usage, from the runner.
+    fn take_run_stats(&mut self, st: &RunStats) {
+        self.exit_code = st.exit_code;
+        self.wall_s = st.wall_s;
+        self.user_s = st.user_s;
+        self.sys_s = st.sys_s;
+        self.minor_faults = st.minor_faults;
+        self.major_faults = st.major_faults;
+        self.max_rss_kb = st.max_rss_kb;
+    }
 }
 
 impl RunRecord {
@@ -483,13 +496,7 @@ impl Bench {
                 spec.stderr = Output::Capture;
                 let st = runner::run(&spec)?;
                 peak = st.peak;
-                rec.exit_code = st.exit_code;
-                rec.wall_s = st.wall_s;
-                rec.user_s = st.user_s;
-                rec.sys_s = st.sys_s;
-                rec.minor_faults = st.minor_faults;
-                rec.major_faults = st.major_faults;
-                rec.max_rss_kb = st.max_rss_kb;
+                rec.take_run_stats(&st);
                 let stderr = String::from_utf8_lossy(&st.stderr);
                 rec.notes.extend(stderr_notes(&stderr));
                 if let Some(p) = perf_out {
@@ -533,15 +540,9 @@ impl Bench {
                 let rdir = self.dir.path().join("redis");
                 std::fs::create_dir_all(&rdir)?;
                 let scrub: Vec<&str> = SCRUB.to_vec();
-                let (out, p) = redis::run(job, &server, &c.wrapper, &env, &scrub, &rdir)?;
-                peak = p;
-                rec.exit_code = out.exit_code;
-                rec.wall_s = out.wall_s;
-                rec.user_s = out.user_s;
-                rec.sys_s = out.sys_s;
-                rec.minor_faults = out.minor_faults;
-                rec.major_faults = out.major_faults;
-                rec.max_rss_kb = out.max_rss_kb;
+                let (out, st) = redis::run(job, &server, &c.wrapper, &env, &scrub, &rdir)?;
+                peak = st.peak;
+                rec.take_run_stats(&st);
                 rec.phases = out.phases.clone();
                 rec.ok = out.error.is_none();
                 rec.error = out.error.clone();

@@ -145,23 +145,6 @@ pub fn compared_chart(set: &ComparedSet) -> String {
     )
 }
 
-fn nice_step(raw: f64) -> f64 {
-    if !(raw.is_finite() && raw > 0.0) {
-        return 1.0;
-    }
-    let mag = 10f64.powf(raw.log10().floor());
-    let f = raw / mag;
-    mag * if f <= 1.0 {
-        1.0
-    } else if f <= 2.0 {
-        2.0
-    } else if f <= 5.0 {
-        5.0
-    } else {
-        10.0
-    }
-}
-
 /// Runs drawn at most: the newest ones (the table lists them all).
 pub const MAX_RUNS_DRAWN: usize = 20;
 
@@ -188,7 +171,7 @@ pub fn runs_chart(runs: &[RunView]) -> String {
     if hi <= lo {
         (lo, hi) = (lo - 0.5 * lo.abs().max(1e-3), hi + 0.5 * hi.abs().max(1e-3));
     }
-    let step = nice_step((hi - lo) / 6.0);
+    let step = hugetune_render::svg::nice_step((hi - lo) / 6.0);
     let (lo, hi) = ((lo / step).floor() * step, (hi / step).ceil() * step);
     let y = |v: f64| top + (hi - v) / (hi - lo) * (h - top - bottom);
     let slot = (w - left - right) / (2 * runs.len().max(1)) as f64;
