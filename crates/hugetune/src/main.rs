@@ -1,5 +1,12 @@
 //! hugetune: huge pages for unmodified Linux programs, automatically and with
-//! evidence. One module per command; the stages live in `pipeline`.
+//! evidence. The CLI is glue: `cmd/` one thin module per command, `stages/` the
+//! pipeline (record → analyze → plan → apply → validate) that commands call and
+//! that calls the library crates, `bench/` the benchmark suites, `report/`
+//! `hugetune report`'s view (docs/architecture.md).
+//!
+//! Invariants: `anyhow` stays here (library crates with untrusted input return
+//! typed errors); every kernel change goes through `hugetune_host::kernel_state`
+//! guards, restored on error and on Ctrl-C.
 
 mod artifacts;
 mod bench;
