@@ -345,6 +345,24 @@ impl Session {
         let dir = Path::new(TRACEFS)
             .join("instances")
             .join(format!("hugetune-{}", std::process::id()));
+        // Journaled before anything is made, undone by the next hugetune after a
+        // kill: the instance removed (its events go with it), then the unmount.
+        let mut undo = vec![kernel_state::Undo::RemoveDir { path: dir.clone() }];
+        if mount {
+            undo.push(kernel_state::Undo::Unmount {
+                path: TRACEFS.into(),
+            });
+        }
+        let fd = Arc::new(AtomicI32::new(-1));
+        let events: Vec<String> = events.iter().map(|s| s.to_string()).collect();
+        let restore = {
+            let (dir, fd, events) = (dir.clone(), fd.clone(), events.clone());
+            kernel_state::on_restore_journaled(
+                &format!("the tracefs instance {}", dir.display()),
+                undo,
+                move || teardown(&dir, &fd, &events, mount),
+            )?
+        };
         if mount {
             let (src, tgt, ty) = (
                 CString::new("nodev")?,
@@ -359,12 +377,6 @@ impl Session {
                     .with_context(|| format!("mounting tracefs at {TRACEFS}"));
             }
         }
-        let fd = Arc::new(AtomicI32::new(-1));
-        let events: Vec<String> = events.iter().map(|s| s.to_string()).collect();
-        let restore = {
-            let (dir, fd, events) = (dir.clone(), fd.clone(), events.clone());
-            kernel_state::on_restore(move || teardown(&dir, &fd, &events, mount))
-        };
         let s = Session {
             dir: dir.clone(),
             fd,

@@ -11,6 +11,7 @@
 //! restores the old value on drop, panic and SIGINT/SIGTERM/SIGHUP.
 
 pub mod calibrate;
+pub mod journal;
 pub mod kernel_state;
 pub mod machine;
 pub mod procfs;

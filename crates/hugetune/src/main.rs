@@ -73,6 +73,8 @@ enum Command {
     Frag(cmd::frag::Args),
     /// Buddy allocator simulation with anti-fragmentation policies (seed 003)
     Fragsim(cmd::fragsim::Args),
+    /// Undo the kernel changes a hugetune killed outright left (pools, THP, tracefs)
+    Restore(cmd::restore::Args),
 }
 
 pub struct Ctx {
@@ -112,6 +114,7 @@ fn main() {
         Command::Report(a) => cmd::report::run(&ctx, a),
         Command::Frag(a) => cmd::frag::run(&ctx, a),
         Command::Fragsim(a) => cmd::fragsim::run(&ctx, a),
+        Command::Restore(a) => cmd::restore::run(&ctx, a),
     };
     match r {
         Ok(code) => std::process::exit(code),

@@ -126,3 +126,44 @@ fn ctrl_c_during_events_restores_tracefs() {
     assert_eq!(tracefs_mounted(), before, "tracefs mount state restored");
     assert!(!inst.exists(), "instance removed");
 }
+
+#[test]
+fn a_killed_event_session_is_undone_by_hugetune_restore() {
+    if !root() {
+        eprintln!("SKIPPED: needs root");
+        return;
+    }
+    let before = {
+        let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
+        tracefs_mounted()
+    };
+    let mut child = Command::new(HUGETUNE)
+        .args(["frag", "--no-scan", "--events", "60s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let inst = Path::new("/sys/kernel/tracing/instances").join(format!("hugetune-{pid}"));
+    let t0 = std::time::Instant::now();
+    while !inst.exists() && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(inst.exists(), "the session started");
+    // A kill runs nothing of hugetune's: the instance (and a mount) stay.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    assert!(inst.exists());
+    let (code, out, err) = run(&["restore"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Another test's hugetune may have undone it first (any user of the lock does).
+    assert!(
+        out.contains(&format!("left by hugetune process {pid}"))
+            || out.contains("nothing to restore"),
+        "{out}"
+    );
+    assert!(!inst.exists(), "instance removed: {out}");
+    let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
+    assert_eq!(tracefs_mounted(), before, "tracefs mount state restored");
+}

@@ -12,6 +12,7 @@ pub mod plan;
 pub mod rank;
 pub mod record;
 pub mod report;
+pub mod restore;
 pub mod run;
 pub mod size;
 pub mod validate;
