@@ -81,6 +81,17 @@ void ht_verbose(const char *a, const char *b);
 /* Output path for a template: %p expansion, ".<pid>" in a forked child when
  * the template has no %p. Returns 0 or -1 (too long). */
 int ht_output_path(const char *tmpl, char *out, size_t cap);
+/* A new file that is to replace `path`: created next to it under a fresh name
+ * (written to `tmp`) with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, so that no
+ * planted file or symlink is ever written through; the caller renames `tmp`
+ * over `path` (rename replaces a symlink, never follows it). Returns the fd
+ * or -errno. Async-signal-safe. */
+long ht_create_beside(const char *path, char *tmp, size_t cap);
+/* The process was started securely (AT_SECURE: setuid/setgid, file
+ * capabilities, an LSM transition): HUGETUNE_* may come from a less
+ * privileged user, so the library stays inert, as glibc does for its
+ * tunables. */
+int ht_secure_exec(void);
 
 /* ---- per-thread state (thread.c) ---- */
 enum ht_phase { HT_PH_NONE = 0, HT_PH_ACQUIRING, HT_PH_ACTIVE, HT_PH_NOSLOT, HT_PH_EXITED };

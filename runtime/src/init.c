@@ -18,9 +18,13 @@
 #include "sys.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 _Atomic int ht_state;
@@ -109,6 +113,28 @@ int ht_output_path(const char *tmpl, char *out, size_t cap)
     return 0;
 }
 
+long ht_create_beside(const char *path, char *tmp, size_t cap)
+{
+    static _Atomic uint64_t serial;
+    long fd = -EEXIST;
+    /* A planted name is skipped, never opened: the next serial is tried. */
+    for (int i = 0; i < 16 && fd == -EEXIST; i++) {
+        struct ht_buf b;
+        hb_init(&b, tmp, cap);
+        hb_puts(&b, path);
+        hb_puts(&b, ".tmp.");
+        hb_i64(&b, (int64_t)HT_SYSCALL(SYS_getpid));
+        hb_putc(&b, '.');
+        hb_u64(&b, atomic_fetch_add(&serial, 1));
+        if (b.trunc)
+            return -ENAMETOOLONG;
+        fd = ht_sys_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
+    return fd;
+}
+
+int ht_secure_exec(void) { return getauxval(AT_SECURE) != 0; }
+
 static void copy_env(const char *name, char *dst, size_t cap, int *has)
 {
     const char *v = ht_getenv(name);
@@ -183,7 +209,8 @@ void ht_init_slow(void)
     HT_SYSCALL(SYS_rt_sigprocmask, SIG_SETMASK, &all, &sigs, 8);
     ht_tls.guard++;
 
-    const char *m = ht_getenv("HUGETUNE_MODE");
+    /* In a secure process not even HUGETUNE_MODE is read. */
+    const char *m = ht_secure_exec() ? NULL : ht_getenv("HUGETUNE_MODE");
     int mode = HT_INERT;
     if (m && strcmp(m, "record") == 0)
         mode = HT_RECORD;

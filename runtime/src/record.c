@@ -467,7 +467,15 @@ static int open_log(void)
         g_log_path[0] = 0;
         return -1;
     }
-    long fd = ht_sys_open(g_log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A fresh file renamed into place at once: an old log is replaced, a
+     * planted symlink at the name is replaced too, never written through. */
+    char tmp[sizeof g_log_path + 48];
+    long fd = ht_create_beside(g_log_path, tmp, sizeof tmp);
+    if (fd >= 0 && HT_SYSCALL(SYS_renameat, -100, tmp, -100, g_log_path) != 0) {
+        HT_SYSCALL(SYS_unlinkat, -100, tmp, 0);
+        ht_sys_close((int)fd);
+        fd = -EPERM;
+    }
     if (fd < 0) {
         ht_stats_error("cannot open log: ", ht_errno_name((int)-fd, eb));
         ht_verbose("cannot open log ", g_log_path);

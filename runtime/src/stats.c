@@ -201,7 +201,7 @@ static _Atomic uint64_t g_snapshots;
 static void summary_write(int final, int in_signal)
 {
     static char out[128 << 10];
-    char path[HT_PATH_MAX], tmp[HT_PATH_MAX + 8];
+    char path[HT_PATH_MAX], tmp[HT_PATH_MAX + 48];
     struct ht_buf b;
     struct ht_json j;
     uint64_t cnt[HT_TC_N];
@@ -369,12 +369,9 @@ static void summary_write(int final, int in_signal)
     hb_putc(&b, '\n');
 
     /* Written next to the target and renamed over it: a reader never sees
-     * half a summary (snapshots replace each other, the final one last). */
-    struct ht_buf tb;
-    hb_init(&tb, tmp, sizeof tmp);
-    hb_puts(&tb, path);
-    hb_puts(&tb, ".tmp");
-    long fd = tb.trunc ? -1 : ht_sys_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+     * half a summary (snapshots replace each other, the final one last), and
+     * nothing planted at either name is written through. */
+    long fd = ht_create_beside(path, tmp, sizeof tmp);
     if (fd >= 0) {
         write_all((int)fd, b.p, b.len);
         ht_sys_close((int)fd);

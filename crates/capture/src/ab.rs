@@ -8,7 +8,10 @@
 //! otherwise than the first, stops the validation with the reason (there is
 //! nothing to compare); an optimized run that ends otherwise than the baseline
 //! stops it as `broke` (the plan broke the program) and its time is never
-//! kept. A hugetlb pool resized by someone else meanwhile is reported.
+//! kept. With `compare_output`, what a run prints on stdout is part of how it
+//! ends: it must equal the first baseline run's, byte for byte (a baseline
+//! that prints something else from run to run stops the validation). A
+//! hugetlb pool resized by someone else meanwhile is reported.
 
 use crate::rounds::{self, Ran, Rounds};
 use crate::runner::{run, RunSpec};
@@ -47,10 +50,20 @@ pub struct BrokenRun {
     pub wall_s: f64,
     /// The end of what it wrote to stderr.
     pub stderr_tail: String,
+    /// How its stdout differed from the baseline's (`compare_output`), when it
+    /// ended with the same status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_differs: Option<String>,
 }
 
 impl BrokenRun {
     pub fn describe(&self) -> String {
+        if let Some(d) = &self.output_differs {
+            return format!(
+                "optimized run {} printed other output than the program without the plan: {d}",
+                self.pair + 1
+            );
+        }
         format!(
             "optimized run {} {} after {:.2} s, where the program {} without the plan",
             self.pair + 1,
@@ -128,14 +141,17 @@ pub fn verdict(baseline: &[f64], optimized: &[f64]) -> Verdict {
     }
 }
 
-/// How many A/B pairs to run: at least `min`, then more until the 95 %
-/// bootstrap confidence interval of the speedup is narrower than `ci_width`
-/// (in speedup units: 0.05 means ±2.5 %), at most `max`.
+/// How many A/B pairs to run and how a run is judged: at least `min`, then
+/// more until the 95 % bootstrap confidence interval of the speedup is
+/// narrower than `ci_width` (in speedup units: 0.05 means ±2.5 %), at most
+/// `max`; with `compare_output` a run's stdout is part of how it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RunCount {
     pub min: usize,
     pub max: usize,
     pub ci_width: f64,
+    #[serde(default)]
+    pub compare_output: bool,
 }
 
 impl RunCount {
@@ -144,6 +160,7 @@ impl RunCount {
             min: n,
             max: n,
             ci_width: f64::INFINITY,
+            compare_output: false,
         }
     }
 
@@ -161,9 +178,29 @@ impl RunCount {
     }
 }
 
+/// Where `got` first differs from `want`, in words; `None` when they are equal.
+pub fn output_difference(want: &[u8], got: &[u8]) -> Option<String> {
+    if want == got {
+        return None;
+    }
+    let at = want
+        .iter()
+        .zip(got)
+        .position(|(a, b)| a != b)
+        .unwrap_or(want.len().min(got.len()));
+    let line = want[..at].iter().filter(|&&c| c == b'\n').count() + 1;
+    Some(format!(
+        "{} bytes where the baseline printed {}, first different at byte {at} (line {line})",
+        got.len(),
+        want.len()
+    ))
+}
+
 /// Runs pairs, baseline first in each pair, until `count` says they are enough
 /// or an optimized run breaks (module doc). `after_optimized` reads the runtime
-/// library's summary after an optimized run.
+/// library's summary after an optimized run. With `count.compare_output` both
+/// specs must capture stdout (`Output::Capture`); an untimed baseline run
+/// first gives the output every run must print.
 pub fn interleaved(
     baseline: &RunSpec,
     optimized: &RunSpec,
@@ -178,6 +215,23 @@ pub fn interleaved(
         broke: None,
         pool_changes: vec![],
     });
+    let compare_output = count.compare_output;
+    // The output to compare with, from a run of its own: the first timed
+    // baseline run is already compared, so a program whose output changes from
+    // run to run is found before any optimized run is blamed for it.
+    let reference = if compare_output {
+        let s = run(baseline)?;
+        if s.signal.is_some() {
+            bail!(
+                "the program {} without the plan: nothing to validate{}",
+                ended(s.exit_code, s.signal),
+                stderr_part(&tail_text(&s.stderr, 2000))
+            );
+        }
+        s.stdout
+    } else {
+        Vec::new()
+    };
     let pools = pool_sizes();
     let watch = |r: &mut AbResult| {
         for (kb, nr) in pool_sizes() {
@@ -229,15 +283,33 @@ pub fn interleaved(
                         stderr_part(&tail)
                     );
                 }
+                let mut s = s;
+                if compare_output {
+                    if let Some(d) = output_difference(&reference, &s.stdout) {
+                        bail!(
+                            "baseline run {} printed other output than the run before it ({d}): the \
+                             program's output changes from run to run without the plan, so \
+                             --compare-output cannot judge the plan",
+                            i + 1
+                        );
+                    }
+                    s.stdout = Vec::new();
+                }
                 r.baseline.push(s);
                 return Ok(Ran::Done); // (no footprint: no warm-up round)
             }
-            let s = run(optimized)?;
+            let mut s = run(optimized)?;
             progress("optimized", i, &s);
             watch(&mut r);
             let summary = after_optimized();
             let want = &r.baseline[0];
-            if (s.exit_code, s.signal) != (want.exit_code, want.signal) {
+            let same_end = (s.exit_code, s.signal) == (want.exit_code, want.signal);
+            let output_differs = if compare_output && same_end {
+                output_difference(&reference, &s.stdout)
+            } else {
+                None
+            };
+            if !same_end || output_differs.is_some() {
                 r.broke = Some(BrokenRun {
                     pair: i,
                     exit_code: s.exit_code,
@@ -245,10 +317,12 @@ pub fn interleaved(
                     baseline_exit_code: want.exit_code,
                     wall_s: s.wall_s,
                     stderr_tail: tail_text(&s.stderr, 2000),
+                    output_differs,
                 });
                 r.summaries.extend(summary);
                 return Ok(Ran::Stop);
             }
+            s.stdout = Vec::new();
             r.optimized.push(s);
             r.summaries.extend(summary);
             Ok(Ran::Done)
@@ -330,6 +404,44 @@ mod tests {
         );
     }
 
+    /// `pairs` comparing what the scripts print.
+    fn printing(b: &str, o: &str, n: usize) -> Result<AbResult> {
+        let (mut b, mut o) = (sh(b), sh(o));
+        b.stdout = Output::Capture;
+        o.stdout = Output::Capture;
+        let count = RunCount {
+            compare_output: true,
+            ..RunCount::fixed(n)
+        };
+        interleaved(&b, &o, count, || None, |_, _, _| {})
+    }
+
+    #[test]
+    fn compared_outputs_must_be_the_baselines() {
+        let r = printing("printf 'a\\nb\\n'", "printf 'a\\nb\\n'", 2).unwrap();
+        assert!(r.broke.is_none() && r.optimized.len() == 2);
+        assert!(r.optimized.iter().all(|s| s.stdout.is_empty()), "not kept");
+        // Same status, other output: the plan broke the program.
+        let r = printing("printf 'a\\nb\\n'", "printf 'a\\nc\\n'", 2).unwrap();
+        let b = r.broke.expect("other output is a break");
+        assert!(r.optimized.is_empty());
+        let d = b.describe();
+        assert!(
+            d.contains("printed other output") && d.contains("byte 2 (line 2)"),
+            "{d}"
+        );
+        // A baseline whose output changes from run to run cannot be judged.
+        let e = printing("date +%N", "date +%N", 3).unwrap_err().to_string();
+        assert!(e.contains("cannot judge the plan"), "{e}");
+        assert_eq!(
+            output_difference(b"ab", b"abc").unwrap(),
+            "3 bytes where the baseline printed 2, first different at byte 2 (line 1)"
+        );
+        // Without the comparison, output does not matter.
+        let r = pairs("echo a", "echo b", 1).unwrap();
+        assert!(r.broke.is_none());
+    }
+
     #[test]
     fn stderr_tails_start_at_a_line() {
         assert_eq!(tail_text(b"one\ntwo\nthree\n", 9), "three");
@@ -378,6 +490,7 @@ mod tests {
             min: 3,
             max: 10,
             ci_width: 0.2,
+            compare_output: false,
         };
         assert!(!c.enough(&b[..2], &o[..2]), "below the minimum");
         assert!(c.enough(&b, &o), "tight runs: enough at 5");

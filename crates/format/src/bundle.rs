@@ -158,23 +158,19 @@ pub fn write(path: &Path, sections: &[Section]) -> Result<(), BundleError> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("bundle"),
-        std::process::id()
-    ));
-    let written = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(&bytes).and_then(|_| f.sync_all()));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io("writing", &tmp)(e));
-    }
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io("renaming a temporary file to", path)(e)
-    })
+    // A fresh file under a random name (O_EXCL, 0600: never through anything
+    // planted, private to its owner, since a bundle holds the profiled command
+    // line), renamed over the bundle's name once complete.
+    let mut f = tempfile::Builder::new()
+        .prefix(".bundle.")
+        .tempfile_in(dir)
+        .map_err(io("creating a temporary file in", dir))?;
+    f.write_all(&bytes)
+        .and_then(|_| f.as_file().sync_all())
+        .map_err(io("writing", f.path()))?;
+    f.persist(path)
+        .map(|_| ())
+        .map_err(|e| io("renaming a temporary file to", path)(e.error))
 }
 
 pub fn read(path: &Path) -> Result<Vec<Section>, BundleError> {
@@ -216,6 +212,27 @@ mod tests {
         assert_eq!(read(&p).unwrap(), sample());
         assert_eq!(section(&read(&p).unwrap(), "meta").unwrap(), br#"{"a":1}"#);
         assert!(section(&sample(), "nope").is_err());
+    }
+
+    #[test]
+    fn a_planted_symlink_is_replaced_not_written_through() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let p = d.path().join("x.htb");
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        write(&p, &sample()).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        assert!(m.is_file());
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        assert_eq!(read(&p).unwrap(), sample());
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            2,
+            "no temporary left"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! open; WAL and a busy timeout let several hugetune processes write at once.
 
 use anyhow::{bail, Context, Result};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -187,8 +187,39 @@ impl Db {
         if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let conn = Connection::open(path)
-            .with_context(|| format!("opening database {}", path.display()))?;
+        // A new database is created 0600 by us (O_EXCL), never through a symlink
+        // planted at the name (a root hugetune would otherwise write a database
+        // into whatever file it points to); SQLite then refuses symlinks too.
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+            {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(e).with_context(|| format!("creating database {}", path.display()))
+                }
+            }
+        }
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            bail!(
+                "the database {} is a symbolic link: give the file's real path",
+                path.display()
+            );
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+        .with_context(|| format!("opening database {}", path.display()))?;
         conn.busy_timeout(std::time::Duration::from_secs(30))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -611,6 +642,27 @@ mod tests {
             validations: 0,
             lost: false,
         }
+    }
+
+    #[test]
+    fn databases_are_created_private_and_never_through_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("h.db");
+        Db::open(&p).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "").unwrap();
+        let link = d.path().join("planted.db");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = format!("{:#}", Db::open(&link).err().unwrap());
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(
+            std::fs::metadata(&victim).unwrap().len(),
+            0,
+            "nothing written"
+        );
     }
 
     #[test]

@@ -461,6 +461,7 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
                     min: 3,
                     max: 10,
                     ci_width: 0.05,
+                    compare_output: false,
                 }
             },
             reserve: super::state::is_root(),

@@ -43,6 +43,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             min: a.runs as usize,
             max: (a.runs as usize).max(10),
             ci_width: 0.05,
+            compare_output: false,
         },
         reserve: !a.no_reserve && root,
         min_gain: stages::DEFAULT_MIN_GAIN,

@@ -32,6 +32,11 @@ pub struct RunCountArgs {
     /// Width of the speedup's 95 % bootstrap confidence interval that is enough (0.05: about ±2.5 %)
     #[arg(long, default_value_t = 0.05)]
     pub ci_width: f64,
+    /// Also compare what every run prints on stdout with the first baseline run's,
+    /// byte for byte: other output is a broken run, like another exit status
+    /// (stdout is then kept, not shown)
+    #[arg(long)]
+    pub compare_output: bool,
 }
 
 impl RunCountArgs {
@@ -44,6 +49,7 @@ impl RunCountArgs {
             min: self.runs as usize,
             max: self.max_runs.max(self.runs) as usize,
             ci_width: self.ci_width,
+            compare_output: self.compare_output,
         })
     }
 }

@@ -114,6 +114,10 @@ pub fn validate(
     // Kept to quote when a run fails (a failed run is never a timing).
     baseline.stderr = Output::Capture;
     applied.spec.stderr = Output::Capture;
+    if count.compare_output {
+        baseline.stdout = Output::Capture;
+        applied.spec.stdout = Output::Capture;
+    }
     let dir = applied.dir.path().to_path_buf();
     if !assignments.is_empty() {
         // Memory first touched since it was given back (freshly reserved hugetlb
