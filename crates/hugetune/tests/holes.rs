@@ -218,6 +218,15 @@ fn blocks_of_gigabytes_survive_the_kernels_refused_moves() {
     const SIZE: u64 = 4300 << 20;
     let dir = tempfile::tempdir().unwrap();
     let pool = set_hugetlb_pool(2048, 2200).unwrap();
+    // One block's pages at a time (each is freed before the next): with fewer,
+    // the blocks fall back to THP and the case tests nothing.
+    if pool.now < SIZE.div_ceil(2 << 20) {
+        eprintln!(
+            "SKIPPED: the kernel gave {} of the 2200 2 MB pages asked (memory short or fragmented)",
+            pool.now
+        );
+        return;
+    }
     let thp = set_thp_enabled_holding(pool.lock(), "madvise").unwrap();
     let p = plan(dir.path(), "h2m", "heap-large hugetlb-2m\n");
     let mut refused = 0;

@@ -1,0 +1,246 @@
+//! Database integrity under `kill -9` (issue 22, item 3): a writer process
+//! that stores profiles with their directives, runs, validations and imports
+//! in a loop is killed outright at random moments; after every kill the
+//! database opens, passes `PRAGMA integrity_check` and `foreign_key_check`,
+//! and holds every write whole or not at all. Two writers at once lose nothing.
+
+use hugetune_store::db::{Db, NewDirective, NewRun};
+use rusqlite::Connection;
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const DIRECTIVES: usize = 40;
+const IMPORTED: i64 = 5;
+const IMPORTED_DIRECTIVES: i64 = 7;
+
+fn directive(i: usize) -> NewDirective {
+    NewDirective {
+        mapping: format!("m{i}"),
+        assignments: json!([["heap-large", "hugetlb-2m"]]),
+        base: i % 2 == 0,
+        saving_ns: i as f64,
+        pmb: 10.0,
+        predicted_speedup: 1.1,
+        hugetlb_pages: 3,
+        thp_pages: 0,
+        // Large enough that a write spans many pages.
+        details: json!({ "pad": "x".repeat(2000) }),
+        confidence: 1.0,
+        validations: 0,
+        lost: false,
+    }
+}
+
+/// An export of a database holding `IMPORTED` programs with one profile each.
+fn export_doc(dir: &Path) -> serde_json::Value {
+    let mut src = Db::open(&dir.join("src.db")).unwrap();
+    for p in 0..IMPORTED {
+        let prog = src
+            .upsert_program(&format!("/imported/p{p}"), None)
+            .unwrap();
+        let d: Vec<NewDirective> = (0..IMPORTED_DIRECTIVES as usize).map(directive).collect();
+        src.insert_profile(prog, None, &[format!("{p}")], None, &json!({}), &d)
+            .unwrap();
+    }
+    src.export().unwrap()
+}
+
+/// The child: writes until killed (`a_killed_writer_leaves_whole_writes_or_none`).
+#[test]
+#[ignore]
+fn writer() {
+    let Some(path) = std::env::var_os("HUGETUNE_TEST_DB_WRITER") else {
+        return;
+    };
+    let path = Path::new(&path);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path.with_extension("export")).unwrap()).unwrap();
+    let mut db = Db::open(path).unwrap();
+    let tag = std::process::id();
+    let directives: Vec<NewDirective> = (0..DIRECTIVES).map(directive).collect();
+    for i in 0.. {
+        let prog = db
+            .upsert_program(&format!("/bin/w{tag}-{i}"), None)
+            .unwrap();
+        let profile = db
+            .insert_profile(prog, None, &[format!("{i}")], None, &json!({}), &directives)
+            .unwrap();
+        db.insert_run(&NewRun {
+            program_id: prog,
+            mapping: "m1".into(),
+            profile_id: Some(profile),
+            machine_id: None,
+            args: vec![],
+            plan: json!({}),
+            baseline_s: vec![1.0],
+            optimized_s: vec![0.5],
+            speedup: Some(2.0),
+            huge_bytes_backed: 1,
+            verdict: "gain".into(),
+            details: json!({}),
+        })
+        .unwrap();
+        db.record_validation(profile, "m1", 0.5, i % 3 == 0)
+            .unwrap();
+        db.import(&doc).unwrap();
+    }
+}
+
+fn spawn_writer(db: &Path) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "writer", "--test-threads", "1"])
+        .env("HUGETUNE_TEST_DB_WRITER", db)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Every check a database that survived a kill must pass; the number of
+/// profiles the writers stored.
+fn check(db: &Path) -> i64 {
+    // Opening runs the migrations and takes the WAL over: it must work.
+    drop(Db::open(db).unwrap());
+    let c = Connection::open(db).unwrap();
+    let ok: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+    let dangling: i64 = c
+        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(dangling, 0, "foreign keys that point nowhere");
+    // A profile is stored with all its directives or not at all.
+    let partial: i64 = c
+        .query_row(
+            "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id
+             WHERE g.path LIKE '/bin/w%'
+               AND (SELECT count(*) FROM directives d WHERE d.profile_id = p.id) != ?1",
+            [DIRECTIVES as i64],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(partial, 0, "a profile without all its directives");
+    // An import is whole or absent.
+    let imported: i64 = c
+        .query_row(
+            "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id
+             WHERE g.path LIKE '/imported/%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        imported == 0 || imported == IMPORTED,
+        "{imported} imported profiles"
+    );
+    let imported_directives: i64 = c
+        .query_row(
+            "SELECT count(*) FROM directives d JOIN profiles p ON p.id = d.profile_id
+             JOIN programs g ON g.id = p.program_id WHERE g.path LIKE '/imported/%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(imported_directives, imported * IMPORTED_DIRECTIVES);
+    c.query_row(
+        "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id WHERE g.path LIKE '/bin/w%'",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_killed_writer_leaves_whole_writes_or_none() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    std::fs::write(
+        db.with_extension("export"),
+        serde_json::to_vec(&export_doc(d.path())).unwrap(),
+    )
+    .unwrap();
+    let kills = std::env::var("HUGETUNE_DB_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12u64);
+    let mut stored = 0;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for k in 0..kills {
+        let mut child = spawn_writer(&db);
+        // 20..420 ms: before, during and after the first import, in the middle of
+        // profiles, runs and validations.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(20 + rng % 400));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let now = check(&db);
+        assert!(
+            now >= stored,
+            "kill {k}: stored profiles went from {stored} to {now}"
+        );
+        stored = now;
+    }
+    eprintln!("{kills} kills, {stored} profiles stored whole");
+    assert!(stored > 0, "the writers never got a profile stored");
+}
+
+#[test]
+fn two_writers_at_once_lose_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    std::fs::write(
+        db.with_extension("export"),
+        serde_json::to_vec(&export_doc(d.path())).unwrap(),
+    )
+    .unwrap();
+    Db::open(&db).unwrap();
+    let mut a = spawn_writer(&db);
+    let mut b = spawn_writer(&db);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(1500) {
+        std::thread::sleep(Duration::from_millis(50));
+        // Neither died of a busy database.
+        assert!(a.try_wait().unwrap().is_none(), "writer a stopped");
+        assert!(b.try_wait().unwrap().is_none(), "writer b stopped");
+    }
+    a.kill().unwrap();
+    b.kill().unwrap();
+    a.wait().unwrap();
+    b.wait().unwrap();
+    let c = Connection::open(&db).unwrap();
+    // Every iteration a writer began after its program row holds a profile: the
+    // per-writer sequence of programs has no gaps but possibly the last one.
+    // (writer, profiles, programs), from program paths "/bin/w<pid>-<i>".
+    let mut per_writer: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    let mut s = c
+        .prepare(
+            "SELECT g.path, count(p.id) FROM programs g LEFT JOIN profiles p ON p.program_id = g.id
+             WHERE g.path LIKE '/bin/w%' GROUP BY g.id",
+        )
+        .unwrap();
+    let rows = s
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+        .unwrap();
+    for row in rows {
+        let (path, profiles) = row.unwrap();
+        let w = path.split('-').next().unwrap().to_string();
+        let e = per_writer.entry(w).or_default();
+        e.0 += profiles;
+        e.1 += 1;
+    }
+    assert_eq!(per_writer.len(), 2, "{per_writer:?}");
+    for (w, (profiles, programs)) in &per_writer {
+        assert!(*profiles > 0, "{w} stored nothing");
+        assert!(
+            programs - profiles <= 1,
+            "{w}: {programs} programs, {profiles} profiles"
+        );
+    }
+    check(&db);
+}
