@@ -18,7 +18,7 @@ fn directive(i: usize) -> NewDirective {
     NewDirective {
         mapping: format!("m{i}"),
         assignments: json!([["heap-large", "hugetlb-2m"]]),
-        base: i % 2 == 0,
+        base: i.is_multiple_of(2),
         saving_ns: i as f64,
         pmb: 10.0,
         predicted_speedup: 1.1,
@@ -81,7 +81,7 @@ fn writer() {
             details: json!({}),
         })
         .unwrap();
-        db.record_validation(profile, "m1", 0.5, i % 3 == 0)
+        db.record_validation(profile, "m1", 0.5, i.is_multiple_of(3))
             .unwrap();
         db.import(&doc).unwrap();
     }
