@@ -59,7 +59,7 @@ fn writer() {
     let mut db = Db::open(path).unwrap();
     let tag = std::process::id();
     let directives: Vec<NewDirective> = (0..DIRECTIVES).map(directive).collect();
-    for i in 0.. {
+    for i in 0u64.. {
         let prog = db
             .upsert_program(&format!("/bin/w{tag}-{i}"), None)
             .unwrap();
