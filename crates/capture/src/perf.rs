@@ -103,7 +103,10 @@ pub fn parse_page_size(s: &str) -> std::result::Result<Option<u64>, String> {
     if s == "N/A" {
         return Ok(None);
     }
-    let (num, unit) = s.split_at(s.len().saturating_sub(1));
+    // The unit is the last character, which in a damaged file need not be ASCII
+    // (found by fuzzing: splitting at len - 1 panicked inside a character).
+    let unit_len = s.chars().next_back().map_or(0, char::len_utf8);
+    let (num, unit) = s.split_at(s.len() - unit_len);
     let shift = match unit {
         "B" => 0,
         "K" => 10,
@@ -1102,6 +1105,11 @@ mod tests {
         assert_eq!(parse_page_size("16K"), Ok(Some(16 << 10)));
         assert_eq!(parse_page_size("64K"), Ok(Some(64 << 10)));
         assert_eq!(parse_page_size("2M"), Ok(Some(2 << 20)));
+        assert!(
+            parse_page_size("4\u{331}").is_err(),
+            "a last character of two bytes"
+        );
+        assert!(parse_page_size("").is_err());
         // perf's unit_number__scnprintf only moves up a unit above 1×.
         assert_eq!(parse_page_size("1024M"), Ok(Some(1 << 30)));
         assert_eq!(parse_page_size("1024K"), Ok(Some(1 << 20)));

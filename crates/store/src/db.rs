@@ -232,6 +232,19 @@ impl Db {
         Ok(db)
     }
 
+    /// A database in memory, with the same schema: nothing on disk (fuzzing the
+    /// import, tests).
+    pub fn open_in_memory() -> Result<Db> {
+        let conn = Connection::open_in_memory()?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let mut db = Db {
+            conn,
+            path: PathBuf::from(":memory:"),
+        };
+        db.migrate()?;
+        Ok(db)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
