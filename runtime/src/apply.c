@@ -323,6 +323,9 @@ void ht_apply_start(void)
     }
     ht_sigusr2_install();
     ht_foreign_resolve();
+    /* Read once here, single-threaded, rather than on a first hugetlb mapping. */
+    (void)ht_hugetlb_cgroup_limited(2048);
+    (void)ht_hugetlb_cgroup_limited(1u << 20);
 }
 
 /* ---- decisions ---- */

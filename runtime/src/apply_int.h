@@ -33,6 +33,9 @@
 /* Internal errno value of a block given up because a hole in it could not be
  * refilled (reported as "hole-lost"). */
 #define HT_EHOLE 4001
+/* madvise(MADV_POPULATE_WRITE) (Linux 5.14): faults pages in, failing with an
+ * error where a touch would be SIGBUS; older kernels refuse it (EINVAL). */
+#define HT_MADV_POPULATE_WRITE 23
 
 /* Pseudo-category of fallbacks that concern the pool itself. */
 #define HT_CAT_POOL HT_CAT_COUNT

@@ -283,6 +283,7 @@ const char *ht_errno_name(int e, char *buf)
     case ENFILE: return "ENFILE";
     case EROFS: return "EROFS";
     case ENAMETOOLONG: return "ENAMETOOLONG";
+    case EDQUOT: return "EDQUOT";
     default: {
         struct ht_buf b;
         hb_init(&b, buf, 24);

@@ -97,7 +97,17 @@ long ht_hugetlb_mmap(size_t len, int backing)
         return -HT_EINJECTED;
     /* Never MAP_NORESERVE: a short pool must fail here, not SIGBUS later. */
     int f = MAP_HUGETLB | (backing == HT_B_HUGETLB1G ? HT_MAP_HUGE_1GB : HT_MAP_HUGE_2MB);
-    return ht_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | f, -1, 0);
+    long r = ht_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | f, -1, 0);
+    if (!ht_mmap_failed(r) && ht_hugetlb_cgroup_limited(backing == HT_B_HUGETLB1G ? 1u << 20 : 2048)) {
+        /* A hugetlb cgroup limit is charged when a page is faulted in, not
+         * here: past it the program's first touch would be SIGBUS. Fault the
+         * pages in now, where failing is an error (EDQUOT: fall back). */
+        if (ht_sys_madvise((void *)r, len, HT_MADV_POPULATE_WRITE) != 0) {
+            ht_sys_munmap((void *)r, len);
+            return -EDQUOT;
+        }
+    }
+    return r;
 }
 
 long ht_madvise_huge(void *addr, size_t len)
@@ -181,6 +191,9 @@ static long fixed_hugetlb(uintptr_t addr, size_t len, int b, size_t keep, uintpt
     if (ht_inj(HT_INJ_HUGETLB)) {
         ht_sys_munmap((void *)addr, len); /* as the kernel fails: a hole */
         r = -HT_EINJECTED;
+    } else if (ht_hugetlb_cgroup_limited(b == HT_B_HUGETLB1G ? 1u << 20 : 2048)) {
+        /* Pages it could not fault in would leave a hole: not tried. */
+        r = -EDQUOT;
     } else {
         int f = MAP_HUGETLB | MAP_FIXED | (b == HT_B_HUGETLB1G ? HT_MAP_HUGE_1GB : HT_MAP_HUGE_2MB);
         r = ht_sys_mmap((void *)addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | f, -1, 0);
@@ -553,6 +566,12 @@ void ht_owned_setup_pools(void)
                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE |
                                     (b == HT_B_HUGETLB1G ? HT_MAP_HUGE_1GB : HT_MAP_HUGE_2MB),
                                 -1, 0);
+        }
+        if (!ht_mmap_failed(r) && ht_hugetlb_cgroup_limited(page >> 10) &&
+            ht_sys_madvise((void *)r, got * page, HT_MADV_POPULATE_WRITE) != 0) {
+            /* MAP_POPULATE ignores a hugetlb cgroup limit; a touch would not. */
+            ht_sys_munmap((void *)r, got * page);
+            r = -EDQUOT;
         }
         if (ht_mmap_failed(r)) {
             fallback(HT_CAT_POOL, b, HT_B_NONE, r, n * page);

@@ -5,6 +5,7 @@
 #include "sys.h"
 
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <string.h>
 
 long ht_read_file(const char *path, char *buf, size_t cap)
@@ -249,4 +250,103 @@ long long ht_smaps_anon_huge_in(uint64_t start, uint64_t end)
     if (r < 0)
         return r;
     return (long long)c.bytes;
+}
+
+/* ---- hugetlb cgroup limits ---- */
+
+/* The cgroup2 mount point from /proc/self/mountinfo ("... MOUNTPOINT ... - cgroup2 ..."). */
+static int cgroup2_mount(char *out, size_t cap)
+{
+    char buf[2048];
+    long fd = ht_sys_open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct ht_lines l;
+    const char *line;
+    size_t n;
+    int found = -1;
+    ht_lines_init(&l, (int)fd, buf, sizeof buf);
+    while (found < 0 && ht_lines_next(&l, &line, &n) > 0) {
+        const char *dash = NULL;
+        for (size_t i = 0; i + 3 <= n; i++)
+            if (line[i] == ' ' && line[i + 1] == '-' && line[i + 2] == ' ') {
+                dash = line + i + 3;
+                break;
+            }
+        if (!dash || (size_t)(line + n - dash) < 8 || memcmp(dash, "cgroup2 ", 8) != 0)
+            continue;
+        /* Field 5 is the mount point. */
+        const char *p = line, *end = line + n;
+        for (int f = 0; f < 4 && p < end; f++) {
+            while (p < end && *p != ' ')
+                p++;
+            if (p < end)
+                p++;
+        }
+        const char *q = p;
+        while (q < end && *q != ' ')
+            q++;
+        if ((size_t)(q - p) + 1 > cap || q == p)
+            break;
+        memcpy(out, p, (size_t)(q - p));
+        out[q - p] = 0;
+        found = 0;
+    }
+    ht_sys_close((int)fd);
+    return found;
+}
+
+static int limited_now(uint64_t page_kb)
+{
+    char cg[1024], mnt[512], path[1024 + 512 + 32], v[64];
+    if (ht_read_file("/proc/self/cgroup", cg, sizeof cg) <= 0)
+        return 0;
+    /* The v2 line: "0::/some/path". */
+    char *p = cg;
+    for (;;) {
+        if (p[0] == '0' && p[1] == ':' && p[2] == ':')
+            break;
+        char *nl = strchr(p, '\n');
+        if (!nl)
+            return 0;
+        p = nl + 1;
+    }
+    p += 3;
+    char *nl = strchr(p, '\n');
+    if (nl)
+        *nl = 0;
+    if (cgroup2_mount(mnt, sizeof mnt) != 0)
+        return 0;
+    const char *file = page_kb == (1u << 20) ? "/hugetlb.1GB.max" : "/hugetlb.2MB.max";
+    /* From the process's cgroup up to the root (which has no limit files). */
+    size_t plen = strlen(p);
+    while (plen > 1) {
+        struct ht_buf b;
+        hb_init(&b, path, sizeof path);
+        hb_puts(&b, mnt);
+        hb_putn(&b, p, plen);
+        hb_puts(&b, file);
+        if (b.trunc)
+            return 0;
+        long r = ht_read_file(path, v, sizeof v);
+        if (r > 0 && strncmp(v, "max", 3) != 0)
+            return 1;
+        while (plen > 0 && p[plen - 1] != '/')
+            plen--;
+        if (plen > 0)
+            plen--; /* the '/' */
+    }
+    return 0;
+}
+
+int ht_hugetlb_cgroup_limited(uint64_t page_kb)
+{
+    static _Atomic int cache[2] = {-1, -1};
+    int i = page_kb == (1u << 20);
+    int c = atomic_load_explicit(&cache[i], memory_order_acquire);
+    if (c < 0) {
+        c = limited_now(page_kb);
+        atomic_store_explicit(&cache[i], c, memory_order_release);
+    }
+    return c;
 }

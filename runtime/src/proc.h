@@ -56,4 +56,11 @@ int ht_smaps_scan_self(ht_vma_cb cb, void *ctx);
  * Returns bytes, or a negative errno. */
 long long ht_smaps_anon_huge_in(uint64_t start, uint64_t end);
 
+/* Whether this process's cgroup (v2), or one above it, limits the hugetlb
+ * pages of `page_kb` it may fault in (hugetlb.<size>.max is not "max"). Such a
+ * limit is charged at fault time, not at mmap: past it a touch is SIGBUS.
+ * Read once (/proc/self/cgroup, /proc/self/mountinfo, the cgroup files), then
+ * cached; 0 when anything cannot be read. */
+int ht_hugetlb_cgroup_limited(uint64_t page_kb);
+
 #endif

@@ -506,6 +506,20 @@ fn change_sysfs(lock: &KernelStateLock, path: &Path, value: &str) -> Result<Sysf
     })
 }
 
+/// A `/proc/sys/vm` setting (e.g. `overcommit_memory`) changed for as long as
+/// the value lives, restored on drop and on interrupt and journaled, while
+/// holding the kernel-state lock (tests: strict overcommit).
+pub fn set_vm_sysctl_holding(
+    lock: &KernelStateLock,
+    name: &str,
+    value: &str,
+) -> Result<SysfsChange> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        bail!("{name:?} is not a vm sysctl name");
+    }
+    change_sysfs(lock, &Path::new("/proc/sys/vm").join(name), value)
+}
+
 const PAGE_REPORTING: &str = "/sys/module/page_reporting/parameters";
 
 /// Holds off free page reporting (virtio-balloon: the guest hands free memory back

@@ -21,7 +21,8 @@ mod common;
 use common::*;
 use hugetune_format::alloclog::{AllocLog, Kind};
 use hugetune_host::kernel_state::{
-    set_hugetlb_pool, set_thp_enabled, set_thp_enabled_holding, PoolChange, ThpChange,
+    lock_kernel_state, set_hugetlb_pool, set_thp_enabled, set_thp_enabled_holding,
+    set_vm_sysctl_holding, PoolChange, ThpChange,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -1254,6 +1255,150 @@ fn fault_pool_exhausted_in_the_middle_of_a_run() {
     assert!(
         fallback(&s, "heap-large", "hugetlb-2m", "ENOMEM").0 > 0,
         "{s}"
+    );
+}
+
+#[test]
+fn fault_strict_overcommit() {
+    if skip_unless_root("strict overcommit") {
+        return;
+    }
+    let b = Blocks::new();
+    // Strict accounting (mode 2) with a ratio that leaves the other tests room:
+    // every private writable mapping is charged when it is made, and
+    // MAP_NORESERVE no longer exempts one, so the library's reservations (the
+    // arena's address space, owned blocks) can fail where they never do under
+    // the default heuristic. The programs must run as without the library.
+    let lock = lock_kernel_state().unwrap();
+    let ratio = set_vm_sysctl_holding(&lock, "overcommit_ratio", "90").unwrap();
+    let mode = set_vm_sysctl_holding(&lock, "overcommit_memory", "2").unwrap();
+    let mut seen = Vec::new();
+    for (tag, m) in [
+        ("strict-large", Mode::ApplyLarge),
+        ("strict-large-thp", Mode::ApplyLargeThp),
+        ("strict-arena", Mode::ApplySmallArena),
+        ("strict-record", Mode::Record),
+    ] {
+        let s = b.compare(tag, &["16", &BLOCK.to_string(), "2"], m, &[]);
+        seen.push(format!(
+            "{tag}: backed {} fallbacks {}",
+            s["backed"], s["fallbacks"]
+        ));
+    }
+    drop(mode);
+    drop(ratio);
+    drop(lock);
+    eprintln!("{}", seen.join("\n"));
+}
+
+/// The cgroup v2 mount point, from /proc/self/mountinfo.
+fn cgroup2_mount() -> Option<PathBuf> {
+    let t = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    t.lines().find_map(|l| {
+        let (head, tail) = l.split_once(" - ")?;
+        if !tail.starts_with("cgroup2 ") {
+            return None;
+        }
+        head.split_whitespace().nth(4).map(PathBuf::from)
+    })
+}
+
+/// A child cgroup of the v2 root with the hugetlb controller, removed (and the
+/// controller switched back off if it was) on drop.
+struct HugetlbCgroup {
+    dir: PathBuf,
+    subtree: PathBuf,
+    enabled_here: bool,
+}
+
+impl Drop for HugetlbCgroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.enabled_here {
+            let _ = std::fs::write(&self.subtree, "-hugetlb");
+        }
+    }
+}
+
+#[test]
+fn fault_hugetlb_cgroup_limit() {
+    if skip_unless_root("hugetlb cgroup limit") {
+        return;
+    }
+    let Some(mnt) = cgroup2_mount() else {
+        eprintln!("SKIPPED hugetlb cgroup limit: no cgroup v2 mount");
+        return;
+    };
+    let controllers = std::fs::read_to_string(mnt.join("cgroup.controllers")).unwrap_or_default();
+    if !controllers.split_whitespace().any(|c| c == "hugetlb") {
+        eprintln!("SKIPPED hugetlb cgroup limit: the hugetlb controller is not on cgroup v2 here");
+        return;
+    }
+    let b = Blocks::new();
+    let pool = set_hugetlb_pool(2048, 48).unwrap();
+    if pool.now < 40 {
+        eprintln!(
+            "SKIPPED hugetlb cgroup limit: the kernel gave {} pages",
+            pool.now
+        );
+        return;
+    }
+    let subtree = mnt.join("cgroup.subtree_control");
+    let had = std::fs::read_to_string(&subtree)
+        .unwrap_or_default()
+        .split_whitespace()
+        .any(|c| c == "hugetlb");
+    if !had && std::fs::write(&subtree, "+hugetlb").is_err() {
+        eprintln!("SKIPPED hugetlb cgroup limit: cannot enable the hugetlb controller");
+        return;
+    }
+    let cg = HugetlbCgroup {
+        dir: mnt.join(format!("hugetune-test-{}", std::process::id())),
+        subtree,
+        enabled_here: !had,
+    };
+    std::fs::create_dir(&cg.dir).unwrap();
+    // Two 2 MB pages: charged when a page is faulted in, not at mmap, so without
+    // care the third block's first touch is SIGBUS.
+    std::fs::write(cg.dir.join("hugetlb.2MB.max"), "4194304").unwrap();
+    let run_in = |mode: Mode, tag: &str| {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
+                cg.dir.display()
+            ))
+            .arg(&b.exe)
+            .args(["16", &BLOCK.to_string(), "2"]);
+        let rd = prepare(&mut c, mode, b.dir.path(), tag);
+        (run(&mut c, None, RUN_TIMEOUT, tag), rd)
+    };
+    let (plain, _) = run_in(Mode::Plain, "cgroup-plain");
+    let (got, rd) = run_in(Mode::ApplyLarge, "cgroup-apply");
+    let events = std::fs::read_to_string(cg.dir.join("hugetlb.2MB.events")).unwrap_or_default();
+    drop(cg);
+    drop(pool);
+    assert_eq!(plain.code(), Some(0), "{}", plain.stderr_text());
+    assert_eq!(
+        got.code(),
+        Some(0),
+        "the plan killed the program: {}",
+        got.stderr_text()
+    );
+    assert_eq!(got.stdout, plain.stdout);
+    let s = check_summaries(&rd, got.pid, "cgroup-apply").unwrap();
+    let (c, _) = fallback(&s, "heap-large", "hugetlb-2m", "EDQUOT");
+    assert!(c > 0, "blocks past the limit fell back (EDQUOT): {s}");
+    assert!(u(&s["peak_huge_pages"]["hugetlb-2m"]) <= 2, "within the limit: {s}");
+    eprintln!(
+        "hugetlb cgroup limit: events {}; fallbacks {}",
+        events.trim(),
+        s["fallbacks"]
     );
 }
 
