@@ -276,25 +276,11 @@ fn change_pool(
     // persistent part.
     let surplus = crate::machine::pool(page_kb).map_or(0, |p| p.surplus);
     let persistent = previous.saturating_sub(surplus);
-    let mut entry = Some(journal(
+    let restore = restore_value(
         &format!("the {page_kb} kB hugetlb pool"),
-        vec![crate::journal::Undo::Write {
-            path: path.clone(),
-            value: persistent.to_string(),
-        }],
-    )?);
-    let restore_path = path.clone();
-    let restore = on_restore(move || match write_nr(&restore_path, persistent) {
-        Ok(()) => {
-            if let Some(e) = entry.take() {
-                e.done();
-            }
-        }
-        Err(e) => eprintln!(
-            "hugetune: could not restore {}: {e:#}",
-            restore_path.display()
-        ),
-    });
+        &path,
+        &persistent.to_string(),
+    )?;
     write_nr(&path, target(previous))?;
     let now = read_nr(&path)?.saturating_sub(taken);
     Ok(PoolChange {
@@ -408,11 +394,11 @@ fn check_thp_request(mode: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Writes `old` back to the sysfs file `path` on drop and on interrupt, and
-/// journals that before the caller changes it.
-fn restore_value(path: &Path, old: &str) -> Result<Restore> {
+/// Writes `old` back to the sysfs or procfs file `path` on drop and on
+/// interrupt, and journals that (as `what`) before the caller changes it.
+fn restore_value(what: &str, path: &Path, old: &str) -> Result<Restore> {
     let mut entry = Some(journal(
-        &path.display().to_string(),
+        what,
         vec![crate::journal::Undo::Write {
             path: path.to_path_buf(),
             value: old.to_string(),
@@ -451,7 +437,7 @@ pub fn on_restore_journaled(
 
 fn change_thp(lock: KernelStateLock, path: PathBuf, mode: &str) -> Result<ThpChange> {
     let previous = read_thp_enabled(&path)?;
-    let restore = restore_value(&path, &previous)?;
+    let restore = restore_value(&path.display().to_string(), &path, &previous)?;
     std::fs::write(&path, mode).with_context(|| format!("writing {mode} to {}", path.display()))?;
     let now = read_thp_enabled(&path)?;
     if now != mode {
@@ -495,7 +481,7 @@ fn change_sysfs(lock: &KernelStateLock, path: &Path, value: &str) -> Result<Sysf
         .with_context(|| format!("reading {}", path.display()))?
         .trim()
         .to_string();
-    let restore = restore_value(path, &previous)?;
+    let restore = restore_value(&path.display().to_string(), path, &previous)?;
     std::fs::write(path, value)
         .with_context(|| format!("writing {value} to {}", path.display()))?;
     Ok(SysfsChange {

@@ -91,12 +91,9 @@ fn tracefs_mounted() -> bool {
         .any(|l| l.split_whitespace().nth(1) == Some("/sys/kernel/tracing"))
 }
 
-#[test]
-fn ctrl_c_during_events_restores_tracefs() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+/// Starts `hugetune frag --events 60s` and waits for its tracefs instance:
+/// whether tracefs was mounted before, the child, its pid and its instance.
+fn events_session() -> (bool, std::process::Child, u32, std::path::PathBuf) {
     let before = {
         let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
         tracefs_mounted()
@@ -115,6 +112,16 @@ fn ctrl_c_during_events_restores_tracefs() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(inst.exists(), "the session started");
+    (before, child, pid, inst)
+}
+
+#[test]
+fn ctrl_c_during_events_restores_tracefs() {
+    if !root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let (before, child, pid, inst) = events_session();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let o = child.wait_with_output().unwrap();
@@ -133,23 +140,7 @@ fn a_killed_event_session_is_undone_by_hugetune_restore() {
         eprintln!("SKIPPED: needs root");
         return;
     }
-    let before = {
-        let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
-        tracefs_mounted()
-    };
-    let mut child = Command::new(HUGETUNE)
-        .args(["frag", "--no-scan", "--events", "60s"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let inst = Path::new("/sys/kernel/tracing/instances").join(format!("hugetune-{pid}"));
-    let t0 = std::time::Instant::now();
-    while !inst.exists() && t0.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(inst.exists(), "the session started");
+    let (before, mut child, pid, inst) = events_session();
     // A kill runs nothing of hugetune's: the instance (and a mount) stay.
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };

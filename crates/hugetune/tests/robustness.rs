@@ -1394,7 +1394,10 @@ fn fault_hugetlb_cgroup_limit() {
     let s = check_summaries(&rd, got.pid, "cgroup-apply").unwrap();
     let (c, _) = fallback(&s, "heap-large", "hugetlb-2m", "EDQUOT");
     assert!(c > 0, "blocks past the limit fell back (EDQUOT): {s}");
-    assert!(u(&s["peak_huge_pages"]["hugetlb-2m"]) <= 2, "within the limit: {s}");
+    assert!(
+        u(&s["peak_huge_pages"]["hugetlb-2m"]) <= 2,
+        "within the limit: {s}"
+    );
     eprintln!(
         "hugetlb cgroup limit: events {}; fallbacks {}",
         events.trim(),

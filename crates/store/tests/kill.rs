@@ -87,6 +87,18 @@ fn writer() {
     }
 }
 
+/// A directory with a database path and, next to it, the export the writers import.
+fn database_with_export() -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    std::fs::write(
+        db.with_extension("export"),
+        serde_json::to_vec(&export_doc(d.path())).unwrap(),
+    )
+    .unwrap();
+    (d, db)
+}
+
 fn spawn_writer(db: &Path) -> std::process::Child {
     std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "writer", "--test-threads", "1"])
@@ -156,13 +168,7 @@ fn check(db: &Path) -> i64 {
 
 #[test]
 fn a_killed_writer_leaves_whole_writes_or_none() {
-    let d = tempfile::tempdir().unwrap();
-    let db = d.path().join("h.db");
-    std::fs::write(
-        db.with_extension("export"),
-        serde_json::to_vec(&export_doc(d.path())).unwrap(),
-    )
-    .unwrap();
+    let (_dir, db) = database_with_export();
     let kills = std::env::var("HUGETUNE_DB_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -192,13 +198,7 @@ fn a_killed_writer_leaves_whole_writes_or_none() {
 
 #[test]
 fn two_writers_at_once_lose_nothing() {
-    let d = tempfile::tempdir().unwrap();
-    let db = d.path().join("h.db");
-    std::fs::write(
-        db.with_extension("export"),
-        serde_json::to_vec(&export_doc(d.path())).unwrap(),
-    )
-    .unwrap();
+    let (_dir, db) = database_with_export();
     Db::open(&db).unwrap();
     let mut a = spawn_writer(&db);
     let mut b = spawn_writer(&db);
