@@ -153,21 +153,9 @@ impl KernelStateLock {
     }
 }
 
-fn lock_kernel_state_quietly() -> Result<KernelStateLock> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(LOCK_PATH)
-        .with_context(|| format!("opening lock file {LOCK_PATH}"))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("locking kernel state");
-    }
-    Ok(KernelStateLock { _file: file })
-}
-
-pub fn lock_kernel_state() -> Result<KernelStateLock> {
+/// Takes the lock, saying so on stderr when it has to wait for another user
+/// (`announce`).
+fn take_lock(announce: bool) -> Result<File> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -176,12 +164,25 @@ pub fn lock_kernel_state() -> Result<KernelStateLock> {
         .with_context(|| format!("opening lock file {LOCK_PATH}"))?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        eprintln!("hugetune: waiting for another user of the huge page pools ({LOCK_PATH})");
+        if announce {
+            eprintln!("hugetune: waiting for another user of the huge page pools ({LOCK_PATH})");
+        }
         // SAFETY: as above, blocking this time.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(std::io::Error::last_os_error()).context("locking kernel state");
         }
     }
+    Ok(file)
+}
+
+fn lock_kernel_state_quietly() -> Result<KernelStateLock> {
+    Ok(KernelStateLock {
+        _file: take_lock(false)?,
+    })
+}
+
+pub fn lock_kernel_state() -> Result<KernelStateLock> {
+    let file = take_lock(true)?;
     let lock = KernelStateLock { _file: file };
     // What a hugetune that was killed outright left in force is undone first.
     if unsafe { libc::geteuid() } == 0 {
