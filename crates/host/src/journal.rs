@@ -227,21 +227,20 @@ impl Journal {
         (out, problems)
     }
 
-    /// Undoes every change that a process no longer running left in force, and
-    /// says what it did (one line per change, and per entry it refused).
-    pub fn recover(&self) -> Vec<String> {
-        let mut said = Vec::new();
+    /// Undoes every change that a process no longer running left in force.
+    pub fn recover(&self) -> Recovery {
+        let mut r = Recovery::default();
         if self.check_dir().is_err() {
             if self.dir.exists() {
-                said.push(format!(
+                r.problems.push(format!(
                     "the kernel-change journal {} is not ours or not a directory: nothing undone from it",
                     self.dir.display()
                 ));
             }
-            return said;
+            return r;
         }
         let (entries, problems) = self.entries();
-        said.extend(problems);
+        r.problems.extend(problems);
         for (file, e) in entries {
             if alive(e.pid, e.start) {
                 continue;
@@ -253,7 +252,7 @@ impl Journal {
                     Ok(text) => done.push(text),
                     Err(why) => {
                         ok = false;
-                        said.push(format!(
+                        r.problems.push(format!(
                             "could not undo {} left by hugetune process {} (no longer running): {why:#}; the entry stays in {}",
                             e.what,
                             e.pid,
@@ -264,7 +263,7 @@ impl Journal {
             }
             if ok {
                 let _ = std::fs::remove_file(&file);
-                said.push(format!(
+                r.undone.push(format!(
                     "undid {} left by hugetune process {} that is no longer running: {}",
                     e.what,
                     e.pid,
@@ -272,7 +271,24 @@ impl Journal {
                 ));
             }
         }
-        said
+        r
+    }
+}
+
+/// What `Journal::recover` did, one line each.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// Changes of dead processes undone.
+    pub undone: Vec<String>,
+    /// Entries refused or that could not be undone (they stay for a person),
+    /// and files in the journal that are not entries.
+    pub problems: Vec<String>,
+}
+
+impl Recovery {
+    /// Every line, what was undone first.
+    pub fn lines(&self) -> impl Iterator<Item = &String> {
+        self.undone.iter().chain(&self.problems)
     }
 }
 
@@ -428,9 +444,12 @@ mod tests {
         );
         let said = j.recover();
         assert!(
-            said.iter().any(|s| s.contains("refusing to write")),
+            said.problems
+                .iter()
+                .any(|s| s.contains("refusing to write")),
             "{said:?}"
         );
+        assert!(said.undone.is_empty(), "{said:?}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
         assert!(bad.exists(), "a refused entry stays for a person");
         assert!(mine.file.exists());
@@ -438,7 +457,7 @@ mod tests {
         // Garbage and symlinks are reported, never followed.
         std::fs::write(j.dir.join("junk.json"), "{").unwrap();
         std::os::unix::fs::symlink(&target, j.dir.join("link.json")).unwrap();
-        let said = j.recover();
+        let said = j.recover().problems;
         assert!(said.iter().any(|s| s.contains("junk.json")), "{said:?}");
         assert!(said.iter().any(|s| s.contains("link.json")), "{said:?}");
     }
@@ -469,6 +488,7 @@ mod tests {
             eprintln!("SKIPPED: needs root");
             return;
         }
+        let _serial = crate::kernel_state::test_serial();
         let _lock = crate::kernel_state::lock_kernel_state().unwrap();
         // A harmless knob with a range of valid values, restored after the test.
         let knob = Path::new("/proc/sys/vm/stat_interval");
@@ -487,6 +507,8 @@ mod tests {
         plant(&j, pid, start, 2, write("2"));
         std::fs::write(knob, "3").unwrap();
         let said = j.recover();
+        assert!(said.problems.is_empty(), "{said:?}");
+        let said = said.undone;
         let now = std::fs::read_to_string(knob).unwrap();
         std::fs::write(knob, &before).unwrap();
         assert_eq!(now.trim(), "1", "{said:?}");

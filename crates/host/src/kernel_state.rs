@@ -186,7 +186,7 @@ pub fn lock_kernel_state() -> Result<KernelStateLock> {
     let lock = KernelStateLock { _file: file };
     // What a hugetune that was killed outright left in force is undone first.
     if unsafe { libc::geteuid() } == 0 {
-        for m in crate::journal::Journal::system().recover() {
+        for m in crate::journal::Journal::system().recover().lines() {
             eprintln!("hugetune: {m}");
         }
     }
@@ -203,7 +203,7 @@ fn journal(what: &str, undo: Vec<crate::journal::Undo>) -> Result<crate::journal
 
 /// Undoes every change a dead hugetune left (`hugetune restore`): takes the
 /// kernel-state lock (which waits for a live user) and returns what was done.
-pub fn recover_journal() -> Result<Vec<String>> {
+pub fn recover_journal() -> Result<crate::journal::Recovery> {
     check_root(Path::new(crate::journal::JOURNAL_DIR))?;
     let _lock = lock_kernel_state_quietly()?;
     Ok(crate::journal::Journal::system().recover())
@@ -536,6 +536,15 @@ pub fn resting_pool_size(page_kb: u64) -> Result<u64> {
     read_nr(&nr_path(page_kb))
 }
 
+/// Serializes this crate's tests that take the kernel-state lock: any taker
+/// undoes what the journal holds of dead processes, so a test that kills a
+/// process on purpose must not have its entries undone by a neighbour.
+#[cfg(test)]
+pub(crate) fn test_serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,6 +589,7 @@ mod tests {
             eprintln!("SKIPPED: needs root and a 2 MB hugetlb pool");
             return;
         }
+        let _serial = test_serial();
         let persistent =
             || crate::procfs::read_u64(Path::new("/proc/sys/vm/nr_hugepages")).unwrap();
         let before = {
@@ -631,7 +641,8 @@ mod tests {
         assert_eq!(persistent(), before, "{said:?}");
         assert!(!entry.exists());
         assert!(
-            said.iter()
+            said.undone
+                .iter()
                 .any(|s| s.contains("2048 kB hugetlb pool") && s.contains(&pid.to_string())),
             "{said:?}"
         );

@@ -366,6 +366,7 @@ mod folio_tests {
             eprintln!("skipped: needs root and a kernel with 64 kB mTHP");
             return;
         }
+        let _serial = crate::kernel_state::test_serial();
         let lock = crate::kernel_state::lock_kernel_state().unwrap();
         let _m = crate::kernel_state::set_mthp_enabled_holding(&lock, 64, "always").unwrap();
         let len = 1usize << 20;

@@ -13,11 +13,11 @@ use hugetune_host::machine;
 pub struct Args {}
 
 pub fn run(_ctx: &Ctx, _a: Args) -> Result<i32> {
-    let said = kernel_state::recover_journal()?;
-    if said.is_empty() {
+    let r = kernel_state::recover_journal()?;
+    if r.undone.is_empty() && r.problems.is_empty() {
         println!("nothing to restore: no dead hugetune left kernel changes in force");
     }
-    for s in &said {
+    for s in r.lines() {
         println!("{s}");
     }
     for kb in [2048, 1 << 20] {
@@ -32,14 +32,5 @@ pub fn run(_ctx: &Ctx, _a: Args) -> Result<i32> {
         }
     }
     // A refused entry stays for a person to look at: that is a failure.
-    Ok(
-        if said
-            .iter()
-            .any(|s| s.starts_with("could not") || s.contains("left alone"))
-        {
-            1
-        } else {
-            0
-        },
-    )
+    Ok(if r.problems.is_empty() { 0 } else { 1 })
 }
