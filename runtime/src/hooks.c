@@ -16,6 +16,7 @@
 #include "rec.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -557,6 +558,122 @@ HT_API pid_t fork(void)
     if (HT_LIKELY(inert()))
         return f_fork();
     return fork_slow(f_fork, RA());
+}
+
+/* _Fork (glibc >= 2.34) and clone without CLONE_VM copy the address space
+ * like fork but run no atfork handlers: the child would share the parent's
+ * private hugetlb pages copy-on-write (SIGBUS when the pool cannot supply the
+ * copy) and its log state. Program calls to them get our fork handlers, as
+ * fork's do. glibc's own fork, pthread_create and posix_spawn reach the
+ * kernel through internal aliases and never come here. A call made from a
+ * signal handler that interrupted the library on this thread (guard set)
+ * passes through: the handlers take the library's locks. Raw clone/fork
+ * system calls cannot be seen (runtime/README.md, limits). */
+typedef int (*clone_fn_t)(void *);
+typedef int (*clone_t)(clone_fn_t, void *, int, void *, ...);
+
+static int handlers_apply(void)
+{
+    int s = ht_state_get();
+    return (s == HT_RECORD || s == HT_APPLY) && !ht_tls.guard;
+}
+
+HT_API pid_t _Fork(void)
+{
+    NEXT(fork_t, _Fork);
+    if (HT_LIKELY(inert()) || !handlers_apply())
+        return f__Fork();
+    const void *ra = RA();
+    ht_atfork_prepare();
+    pid_t pid = f__Fork();
+    int e = errno;
+    if (pid == 0) {
+        ht_atfork_child();
+    } else {
+        ht_atfork_parent();
+        int m = active_mode();
+        if (m == HT_RECORD)
+            rec_after(m, HT_K_FORK, NULL, 0, (uint64_t)(int64_t)pid, 0, ra);
+    }
+    errno = e;
+    return pid;
+}
+
+struct clone_tramp {
+    clone_fn_t fn;
+    void *arg;
+};
+
+/* Runs in the child, on the caller's stack, in its own copy of the parent's
+ * memory: the clone_tramp in the parent's frame was copied with it. */
+static int clone_child(void *p)
+{
+    struct clone_tramp t = *(struct clone_tramp *)p;
+    ht_atfork_child();
+    return t.fn(t.arg);
+}
+
+HT_API int clone(clone_fn_t fn, void *stack, int flags, void *arg, ...)
+{
+    /* glibc's clone reads these from registers whatever the flags say. */
+    va_list ap;
+    va_start(ap, arg);
+    pid_t *ptid = va_arg(ap, pid_t *);
+    void *tls = va_arg(ap, void *);
+    pid_t *ctid = va_arg(ap, pid_t *);
+    va_end(ap);
+    NEXT(clone_t, clone);
+    if (HT_LIKELY(inert()) || (flags & CLONE_VM) || !fn || !handlers_apply())
+        return f_clone(fn, stack, flags, arg, ptid, tls, ctid);
+    const void *ra = RA();
+    struct clone_tramp t = {fn, arg};
+    ht_atfork_prepare();
+    int pid = f_clone(clone_child, stack, flags, &t, ptid, tls, ctid);
+    int e = errno;
+    ht_atfork_parent();
+    int m = active_mode();
+    if (m == HT_RECORD && pid > 0)
+        rec_after(m, HT_K_FORK, NULL, 0, (uint64_t)(int64_t)pid, 0, ra);
+    errno = e;
+    return pid;
+}
+
+/* _exit and _Exit leave without destructors (dash, many daemons' children,
+ * programs' signal handlers): the summary and the log's end are written
+ * here first. Not in a vfork child or a child of a raw clone, which share or
+ * inherited our state without being us (their pid is not ours), nor from a
+ * signal handler that interrupted the library. exit() reaches the kernel
+ * through glibc's internal alias, after our destructor. */
+typedef void (*exit_t)(int);
+
+static void finish_before_exit(void)
+{
+    if (ht_sys_getpid() == ht_cfg.pid && handlers_apply())
+        ht_finish();
+}
+
+HT_API __attribute__((noreturn)) void _exit(int status)
+{
+    static void *_Atomic next__exit;
+    exit_t f = (exit_t)next_fn(&next__exit, "_exit");
+    if (!inert())
+        finish_before_exit();
+    if (f)
+        f(status);
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+HT_API __attribute__((noreturn)) void _Exit(int status)
+{
+    static void *_Atomic next__Exit;
+    exit_t f = (exit_t)next_fn(&next__Exit, "_Exit");
+    if (!inert())
+        finish_before_exit();
+    if (f)
+        f(status);
+    for (;;)
+        syscall(SYS_exit_group, status);
 }
 
 struct exec_ctx {

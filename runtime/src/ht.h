@@ -244,6 +244,13 @@ void ht_stats_atfork_parent(void);
 void ht_stats_atfork_child(void);
 void ht_summary_write(void);
 
+/* init.c: the fork handlers (registered with pthread_atfork; run by the
+ * _Fork and clone hooks too) and the end of the process (destructor, _exit). */
+void ht_atfork_prepare(void);
+void ht_atfork_parent(void);
+void ht_atfork_child(void);
+void ht_finish(void);
+
 #pragma GCC visibility pop
 
 #endif

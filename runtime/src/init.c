@@ -156,7 +156,14 @@ static void copy_env(const char *name, char *dst, size_t cap, int *has)
 
 /* ---- fork ---- */
 
-static void fork_prepare(void)
+/* What a process leaves behind at its end (log blobs, verification, the
+ * summary): from the destructor, or from the _exit hook for programs that
+ * leave without running destructors. Once per process image (a fork child
+ * writes its own: the flag is reset in the child handler). */
+static _Atomic int g_finished;
+
+
+void ht_atfork_prepare(void)
 {
     ht_tls.guard++; /* until the parent/child handler: fork internals pass through */
     if (ht_cfg.mode == HT_RECORD)
@@ -166,7 +173,7 @@ static void fork_prepare(void)
     ht_stats_atfork_prepare();
 }
 
-static void fork_parent(void)
+void ht_atfork_parent(void)
 {
     ht_stats_atfork_parent();
     if (ht_cfg.mode == HT_RECORD)
@@ -176,10 +183,11 @@ static void fork_parent(void)
     ht_tls.guard--;
 }
 
-static void fork_child(void)
+void ht_atfork_child(void)
 {
     ht_cfg.pid = ht_sys_getpid();
     ht_cfg.is_fork_child = 1;
+    atomic_store(&g_finished, 0);
     ht_thread_atfork_child();
     ht_stats_atfork_child();
     if (ht_cfg.mode == HT_RECORD)
@@ -251,7 +259,7 @@ void ht_init_slow(void)
     if (ht_thread_setup() != 0)
         ht_stats_error("cannot map the thread slot table", "");
     ht_thread_key_ok = pthread_key_create(&ht_thread_key, ht_thread_exit) == 0;
-    if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+    if (pthread_atfork(ht_atfork_prepare, ht_atfork_parent, ht_atfork_child) != 0)
         ht_stats_error("pthread_atfork failed", "");
 
     if (mode == HT_RECORD)
@@ -285,10 +293,12 @@ __attribute__((constructor)) static void ht_ctor(int argc, char **argv, char **e
     ht_tls.guard--;
 }
 
-__attribute__((destructor)) static void ht_dtor(void)
+void ht_finish(void)
 {
     int s = ht_state_get();
     if (s != HT_RECORD && s != HT_APPLY)
+        return;
+    if (atomic_exchange(&g_finished, 1))
         return;
     ht_tls.guard++;
     if (s == HT_RECORD)
@@ -298,3 +308,5 @@ __attribute__((destructor)) static void ht_dtor(void)
     ht_summary_write();
     ht_tls.guard--;
 }
+
+__attribute__((destructor)) static void ht_dtor(void) { ht_finish(); }

@@ -2,6 +2,7 @@
  * empty: the copy-on-write hazard, and the library's protection.
  *
  *   t_forkhuge [size=BYTES] [shrink=PATH] [writer=0|1] [children=N]
+ *              [via=fork|_Fork|clone]
  *
  * The parent mallocs `size` bytes (default 16 MiB; the plan makes it a
  * hugetlb block) and fills it with 0xA5. With shrink=PATH (e.g.
@@ -12,7 +13,9 @@
  * Meanwhile the parent writes its own pattern everywhere (racing with the
  * child) and checks it. With writer=1 a second parent thread keeps writing
  * the upper half of the block during the forks (the child then checks only
- * that the upper half holds one of the two patterns).
+ * that the upper half holds one of the two patterns). via= makes the
+ * children with glibc's _Fork or clone(SIGCHLD) (no atfork handlers run)
+ * instead of fork.
  *
  * Prints one JSON line: per child its exit code or the signal that killed it,
  * the child's smaps of the block (what backs its copy), and "ok" (every check
@@ -21,11 +24,40 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/wait.h>
 
 static unsigned char *g_p;
 static size_t g_n;
 static volatile int g_stop;
+
+static int g_use_writer;
+
+/* The child's part: check the pre-fork content, write its own pattern, report
+ * its smaps through wfd. */
+static int child_body(int wfd)
+{
+    unsigned char *p = g_p;
+    size_t n = g_n;
+    int good = 1;
+    size_t lim = g_use_writer ? n / 2 : n;
+    for (size_t i = 0; i < lim; i += 512)
+        good &= p[i] == 0xA5;
+    for (size_t i = lim; i < n; i += 512)
+        good &= p[i] == 0xA5 || p[i] == 0x5A;
+    memset(p, 0xC3, n);
+    for (size_t i = 0; i < n; i += 512)
+        good &= p[i] == 0xC3;
+    struct smaps_info si = smaps_range((uintptr_t)p, (uintptr_t)p + n);
+    char buf[256];
+    int len = snprintf(buf, sizeof buf, "{\"hugetlb_kb\":%ld,\"anon_huge_kb\":%ld,\"kernel_page_kb\":%ld}",
+                       si.private_hugetlb_kb, si.anon_huge_kb, si.kernel_page_kb);
+    if (write(wfd, buf, (size_t)len) != len)
+        good = 0;
+    return good ? 0 : 2;
+}
+
+static int clone_main(void *a) { _exit(child_body((int)(intptr_t)a)); }
 
 static void *writer(void *a)
 {
@@ -47,7 +79,15 @@ int main(int argc, char **argv)
         kids = atoi(v);
     if ((v = arg_value(argc, argv, "writer")))
         use_writer = atoi(v);
+    g_use_writer = use_writer;
     const char *shrink = arg_value(argc, argv, "shrink");
+    const char *via = arg_value(argc, argv, "via");
+    if (!via)
+        via = "fork";
+    if (strcmp(via, "fork") && strcmp(via, "_Fork") && strcmp(via, "clone"))
+        die("via= is fork, _Fork or clone");
+    /* the clone child's stack (16-byte aligned top) */
+    static char cstack[256 << 10] __attribute__((aligned(16)));
     if (kids < 1 || kids > 16 || n < 4096)
         die("bad arguments");
     unsigned char *p = malloc(n);
@@ -73,27 +113,18 @@ int main(int argc, char **argv)
         int fds[2];
         if (pipe(fds) != 0)
             die("pipe");
-        pid_t c = fork();
+        pid_t c;
+        if (!strcmp(via, "_Fork"))
+            c = _Fork();
+        else if (!strcmp(via, "clone"))
+            c = clone(clone_main, cstack + (256 << 10), SIGCHLD, (void *)(intptr_t)fds[1]);
+        else
+            c = fork();
         if (c < 0)
-            die("fork");
+            die("%s", via);
         if (c == 0) {
             close(fds[0]);
-            int good = 1;
-            size_t lim = use_writer ? n / 2 : n;
-            for (size_t i = 0; i < lim; i += 512)
-                good &= p[i] == 0xA5;
-            for (size_t i = lim; i < n; i += 512)
-                good &= p[i] == 0xA5 || p[i] == 0x5A;
-            memset(p, 0xC3, n);
-            for (size_t i = 0; i < n; i += 512)
-                good &= p[i] == 0xC3;
-            struct smaps_info si = smaps_range((uintptr_t)p, (uintptr_t)p + n);
-            char buf[256];
-            int len = snprintf(buf, sizeof buf, "{\"hugetlb_kb\":%ld,\"anon_huge_kb\":%ld,\"kernel_page_kb\":%ld}",
-                               si.private_hugetlb_kb, si.anon_huge_kb, si.kernel_page_kb);
-            if (write(fds[1], buf, (size_t)len) != len)
-                good = 0;
-            _exit(good ? 0 : 2);
+            _exit(child_body(fds[1]));
         }
         close(fds[1]);
         /* race the child */

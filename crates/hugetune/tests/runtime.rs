@@ -444,6 +444,24 @@ fn owned_block_layouts_in_smaps() {
 }
 
 #[test]
+fn a_program_leaving_through_exit_still_writes_its_summary() {
+    // No destructors run at _exit/_Exit (dash, daemons' children, signal
+    // handlers): the library's hooks write the summary first.
+    let d = tempfile::tempdir().unwrap();
+    for end in ["_exit", "_Exit"] {
+        let out = run(
+            &prog("t_apply"),
+            &[&format!("end={end}")],
+            &apply_env(d.path(), "hugetune-plan 1\nheap-large thp-2m\n"),
+        );
+        assert_eq!(out.code, 0, "{end}: {}\n{}", out.stderr, out.json);
+        let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+        assert_eq!(s["final"], true, "{end}: {s}");
+        assert_eq!(s["categories"]["heap-large"]["allocations"], 4, "{end}: {s}");
+    }
+}
+
+#[test]
 fn fork_with_an_empty_pool_is_safe_and_the_hazard_is_real() {
     if !is_root() {
         eprintln!("skipped: needs root to set and shrink a hugetlb pool");
@@ -456,6 +474,10 @@ fn fork_with_an_empty_pool_is_safe_and_the_hazard_is_real() {
     for (mode, extra) in [
         ("copy", vec![]),
         ("copy", vec!["writer=1", "children=3"]),
+        // glibc's _Fork and clone(SIGCHLD) run no atfork handlers: the hooks do.
+        ("copy", vec!["via=_Fork", "children=2"]),
+        ("copy", vec!["via=clone", "children=2"]),
+        ("off", vec!["via=clone"]),
         ("off", vec![]),
         ("thp", vec![]),
     ] {
@@ -488,6 +510,11 @@ fn fork_with_an_empty_pool_is_safe_and_the_hazard_is_real() {
                 let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
                 assert!(s["fork"]["protected_ranges"].as_u64().unwrap() >= 1, "{s}");
                 assert_eq!(s["fork"]["unprotected_ranges"], 0, "{s}");
+                // Children leave through _exit: each wrote its own summary.
+                for c in kids {
+                    let pid = c["pid"].as_u64().unwrap();
+                    assert!(summary(d.path(), pid).is_object(), "child {pid}");
+                }
             }
             // The control: without protection the child dies of SIGBUS.
             "off" => {

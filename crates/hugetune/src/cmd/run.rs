@@ -40,6 +40,9 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         r.stats.wall_s,
         hugetune_render::bytes(r.huge_bytes)
     ));
+    if let Some(m) = stages::missing_summary(&r.stats, &r.summaries) {
+        stages::note(m);
+    }
     for f in stages::fallbacks(&[serde_json::Value::Array(r.summaries)]) {
         stages::note(format!("fallback: {f}"));
     }

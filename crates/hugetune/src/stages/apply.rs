@@ -88,6 +88,29 @@ pub fn summary_huge_bytes(summaries: &[serde_json::Value]) -> u64 {
         .sum()
 }
 
+/// Why an applied run left no runtime summary, when it left none. The library
+/// writes one at exit, at `_exit`/`_Exit` and at exec; a process killed by a
+/// signal (or ending with a raw exit_group system call) cannot write it, and
+/// what it backed is then known only from /proc's peak.
+pub fn missing_summary(stats: &RunStats, summaries: &[serde_json::Value]) -> Option<String> {
+    if !summaries.is_empty() {
+        return None;
+    }
+    Some(match stats.signal {
+        Some(s) => format!(
+            "no runtime summary: the program {} before the runtime library could write one \
+             (huge pages are counted from /proc's peak only)",
+            hugetune_capture::ab::ended(stats.exit_code, Some(s))
+        ),
+        None => format!(
+            "no runtime summary although the program {}: it left without exit handlers in a way \
+             the library cannot see (a raw exit_group system call), or the library stayed inert \
+             (a setuid program, or its environment was cleared)",
+            hugetune_capture::ab::ended(stats.exit_code, None)
+        ),
+    })
+}
+
 /// Grows the pool when the plan needs more hugetlb pages than are free.
 pub fn reserve_for(
     decision: &PlanDecision,
@@ -186,4 +209,28 @@ pub fn run_applied(
         summaries,
         huge_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_without_a_summary_is_explained() {
+        let one = vec![serde_json::json!({"pid": 1})];
+        let killed = RunStats {
+            exit_code: 137,
+            signal: Some(9),
+            ..Default::default()
+        };
+        assert_eq!(missing_summary(&killed, &one), None);
+        let m = missing_summary(&killed, &[]).unwrap();
+        assert!(m.contains("died of signal 9"), "{m}");
+        let quiet = RunStats::default();
+        let m = missing_summary(&quiet, &[]).unwrap();
+        assert!(
+            m.contains("exited with status 0") && m.contains("inert"),
+            "{m}"
+        );
+    }
 }

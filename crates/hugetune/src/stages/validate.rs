@@ -136,6 +136,8 @@ pub fn validate(
         }
     }
     let mut per_run_runtime: Vec<u64> = Vec::new();
+    // Optimized runs that left no runtime summary (killed, or the library inert).
+    let mut no_summary = 0usize;
     // Folio counters just before and after each optimized run.
     let thp_root = Path::new(machine::THP_SYSFS);
     let before = RefCell::new(Vec::new());
@@ -162,6 +164,7 @@ pub fn validate(
                 }
             }
             let s = take_summaries(&dir);
+            no_summary += usize::from(s.is_empty() && !assignments.is_empty());
             per_run_runtime.push(summary_huge_bytes(&s));
             Some(serde_json::Value::Array(s))
         },
@@ -181,6 +184,13 @@ pub fn validate(
     let runs = r.optimized.len();
     // Every kept run ended as the first baseline run (ab::interleaved).
     let codes_match = r.broke.is_none();
+    if no_summary > 0 {
+        note(format!(
+            "warning: {no_summary} of {} optimized runs left no runtime summary (killed by a signal, \
+             or the runtime library stayed inert): their huge pages are counted from /proc only",
+            r.optimized.len()
+        ));
+    }
     for c in &r.pool_changes {
         note(format!("warning: {c}"));
     }
