@@ -8,8 +8,9 @@
 //!    `GLIBC_TUNABLES`). Environments come from `hugetune_format::{env, plan}`, as the
 //!    tool builds them. Every summary is checked (present, no errors, what was
 //!    backed; in record mode the log is read back with the tool's reader).
-//! 2. Faults: an empty pool, a pool exhausted in the middle of a run, THP `never`,
-//!    and failures injected with `HUGETUNE_INJECT` (the `inject_*` tests).
+//! 2. Faults: an empty pool, a pool exhausted in the middle of a run or taken by
+//!    another process before it, THP `never` (also switched during the run),
+//!    strict overcommit, a hugetlb cgroup limit, and failures injected with `HUGETUNE_INJECT` (the `inject_*` tests).
 //!
 //! Kernel state (hugetlb pools, THP mode) is only changed under the shared lock
 //! with `hugetune_host::kernel_state` guards, which restore it on drop and on
@@ -1484,6 +1485,137 @@ fn fault_thp_never() {
         "{s}"
     );
     assert_eq!(thp_enabled_now(), before, "THP mode restored");
+}
+
+#[test]
+fn fault_thp_mode_switched_during_the_run() {
+    if skip_unless_root("THP switched mid-run") {
+        return;
+    }
+    // An operator (or tuned, or another tool) switches THP while the program
+    // allocates: always / madvise / never every few milliseconds. The library
+    // asks with MADV_HUGEPAGE at each mapping and verifies in smaps at exit; the
+    // program must run as without it, whatever the mode was at each moment.
+    let before = thp_enabled_now();
+    let b = Blocks::new();
+    let lock = lock_kernel_state().unwrap();
+    let thp = set_thp_enabled_holding(&lock, "madvise").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flips = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let flipper = {
+        let (stop, flips) = (stop.clone(), flips.clone());
+        std::thread::spawn(move || {
+            let path = "/sys/kernel/mm/transparent_hugepage/enabled";
+            let modes = ["never", "always", "madvise"];
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::write(path, modes[i % 3]).unwrap();
+                flips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                i += 1;
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        })
+    };
+    let mut seen = Vec::new();
+    for (tag, m) in [
+        ("flip-large-thp", Mode::ApplyLargeThp),
+        ("flip-arena", Mode::ApplySmallArena),
+        ("flip-large-hugetlb", Mode::ApplyLarge),
+    ] {
+        for threads in ["1", "2"] {
+            let t = format!("{tag}-{threads}");
+            let s = b.compare(&t, &["64", &BLOCK.to_string(), threads], m, &[]);
+            seen.push(format!("{t}: backed {}", s["backed"]));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flipper.join().unwrap();
+    drop(thp);
+    drop(lock);
+    assert_eq!(thp_enabled_now(), before, "THP mode restored");
+    let n = flips.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n >= 6, "the mode was switched during the runs ({n} times)");
+    eprintln!(
+        "THP switched {n} times during the runs\n{}",
+        seen.join("\n")
+    );
+}
+
+/// Takes every free page of the 2 MB pool from this (another) process: reserved
+/// by a MAP_HUGETLB mapping, and faulted in when `touch`.
+struct PoolHog {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+impl PoolHog {
+    fn take(pages: u64, touch: bool) -> PoolHog {
+        let len = (pages as usize) << 21;
+        // SAFETY: a fresh anonymous mapping, only written within its length.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(
+            addr,
+            libc::MAP_FAILED,
+            "the hog could not take {pages} pages"
+        );
+        if touch {
+            for i in 0..pages as usize {
+                // SAFETY: inside the mapping made above.
+                unsafe { *(addr as *mut u8).add(i << 21) = 1 };
+            }
+        }
+        PoolHog { addr, len }
+    }
+}
+
+impl Drop for PoolHog {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in take.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
+#[test]
+fn fault_pool_taken_by_another_process_between_plan_and_run() {
+    if skip_unless_root("pool taken before the run") {
+        return;
+    }
+    // The plan was made for a pool with free pages; before the program starts
+    // another process reserves them (a MAP_HUGETLB mapping not yet touched) or
+    // uses them. The program's hugetlb mappings fail at mmap time (ENOMEM:
+    // the kernel reserves at mmap for private mappings) and fall back; nothing
+    // faults later.
+    let b = Blocks::new();
+    for touch in [false, true] {
+        let pool = set_hugetlb_pool(2048, 16).unwrap();
+        let free = hugetune_host::machine::pool(2048).unwrap().available();
+        assert!(free >= 2, "the kernel gave {free} free pages");
+        let hog = PoolHog::take(free, touch);
+        assert_eq!(hugetune_host::machine::pool(2048).unwrap().available(), 0);
+        let tag = if touch {
+            "taken-used"
+        } else {
+            "taken-reserved"
+        };
+        let s = b.compare(tag, &["16", &BLOCK.to_string(), "2"], Mode::ApplyLarge, &[]);
+        drop(hog);
+        drop(pool);
+        let (c, bytes) = fallback(&s, "heap-large", "hugetlb-2m", "ENOMEM");
+        assert!(
+            c >= 17 && bytes >= 16 * BLOCK,
+            "{tag}: every block fell back: {s}"
+        );
+        assert_eq!(u(&s["backed"]["hugetlb-2m"]["bytes"]), 0, "{tag}: {s}");
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -457,7 +457,10 @@ fn a_program_leaving_through_exit_still_writes_its_summary() {
         assert_eq!(out.code, 0, "{end}: {}\n{}", out.stderr, out.json);
         let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
         assert_eq!(s["final"], true, "{end}: {s}");
-        assert_eq!(s["categories"]["heap-large"]["allocations"], 4, "{end}: {s}");
+        assert_eq!(
+            s["categories"]["heap-large"]["allocations"], 4,
+            "{end}: {s}"
+        );
     }
 }
 
