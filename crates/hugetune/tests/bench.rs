@@ -635,3 +635,39 @@ fn ctrl_c_restores_the_kernel_settings_and_stops_the_server() {
         suite_processes("characterize")
     );
 }
+
+#[test]
+fn soak_quick_redis_under_the_plan_with_bgsaves_and_a_shrinking_pool() {
+    // The soak's two-minute version (the 30-minute one is a benchmark:
+    // `hugetune bench soak`, figures in docs/testing.md).
+    let have = |c: &str| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !is_root() || !have("redis-server") {
+        eprintln!("skipped: the soak needs root (a pool) and redis-server");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let before = resting();
+    let (code, stdout, stderr) = hugetune(
+        &d.path().join("h.db"),
+        &["bench", "soak", "--quick", "--json"],
+    );
+    let r: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    assert_eq!(code, 0, "{}\n{stderr}", r["failures"]);
+    assert_eq!(r["failures"], serde_json::json!([]));
+    let bgsaves = r["bgsaves"].as_array().unwrap();
+    assert!(bgsaves.len() >= 10, "a BGSAVE every 10 s for 2 min: {r}");
+    assert_eq!(r["bgsaves_ok"], bgsaves.len());
+    assert_eq!(r["child_summaries"], bgsaves.len());
+    assert_eq!(r["summary_forks"], bgsaves.len());
+    assert!(r["shrink"].as_str().unwrap().contains("shrank"), "{r}");
+    assert!(r["reads_checked"].as_u64().unwrap() > 1000);
+    assert_eq!(r["server_exit"], 0);
+    assert!(r["peak_hugetlb_pages"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(resting(), before, "the pool is back");
+}

@@ -27,6 +27,7 @@ pub mod reuse_engines;
 pub mod run;
 pub mod runtime_overhead;
 pub mod scaling;
+pub mod soak;
 pub mod state;
 pub mod stats;
 
@@ -152,6 +153,10 @@ enum Suite {
         #[arg(long = "peer-lib", value_name = "PEER=PATH")]
         peer_lib: Vec<String>,
     },
+    /// Redis under the runtime library's plan for a long time: writes, a BGSAVE every
+    /// 10 s, the pool shrunk by another process half-way; checks that nothing
+    /// breaks and memory stays steady (root)
+    Soak(soak::Args),
     /// The suites' Redis client against a server already running on 127.0.0.1:PORT:
     /// load KEYS values with pipelined SETs, read every key back (each value checked),
     /// then BGSAVE; exits 1 if anything failed. A driver for `optimize --driver`
@@ -207,6 +212,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         Suite::Integration(o) => integration::run(&o)?,
         Suite::Scaling { opts, threads } => scaling::run(&opts, threads)?,
         Suite::Categories(o) => categories::run(ctx, &o)?,
+        Suite::Soak(a) => return soak::run(a),
         Suite::Peers { opts, peer_lib } => peers::run(ctx, &opts, &peer_lib)?,
         Suite::RedisClient {
             port,

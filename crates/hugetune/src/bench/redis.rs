@@ -127,14 +127,15 @@ pub fn info_field(info: &str, field: &str) -> Option<String> {
     })
 }
 
-struct Conn {
+/// A pipelining client connection (the suites' client and the soak's).
+pub struct Conn {
     r: BufReader<TcpStream>,
     w: BufWriter<TcpStream>,
     buf: Vec<u8>,
 }
 
 impl Conn {
-    fn open(port: u16) -> Result<Conn> {
+    pub fn open(port: u16) -> Result<Conn> {
         let s = TcpStream::connect(("127.0.0.1", port))?;
         s.set_read_timeout(Some(Duration::from_secs(300)))?;
         s.set_nodelay(true)?;
@@ -144,18 +145,37 @@ impl Conn {
             buf: Vec::new(),
         })
     }
-    fn send(&mut self, args: &[&[u8]]) -> Result<()> {
+    /// Queues a command (sent at the next flush or call).
+    pub fn send(&mut self, args: &[&[u8]]) -> Result<()> {
         self.buf.clear();
         encode(&mut self.buf, args);
         self.w.write_all(&self.buf)?;
         Ok(())
     }
-    fn call(&mut self, args: &[&[u8]]) -> Result<Reply> {
+    pub fn flush(&mut self) -> Result<()> {
+        self.w.flush()?;
+        Ok(())
+    }
+    pub fn reply(&mut self) -> Result<Reply> {
+        read_reply(&mut self.r)
+    }
+    /// Flushes and reads `n` replies that must all be `+OK`.
+    pub fn expect_ok(&mut self, n: u64) -> Result<()> {
+        self.flush()?;
+        for _ in 0..n {
+            match self.reply()? {
+                Reply::Simple(s) if s == "OK" => {}
+                r => bail!("a pipelined command answered {r:?}"),
+            }
+        }
+        Ok(())
+    }
+    pub fn call(&mut self, args: &[&[u8]]) -> Result<Reply> {
         self.send(args)?;
         self.w.flush()?;
         read_reply(&mut self.r)
     }
-    fn info(&mut self, section: &str) -> Result<String> {
+    pub fn info(&mut self, section: &str) -> Result<String> {
         match self.call(&[b"INFO", section.as_bytes()])? {
             Reply::Bulk(Some(b)) => Ok(String::from_utf8_lossy(&b).into_owned()),
             r => bail!("INFO {section}: unexpected reply {r:?}"),
@@ -312,15 +332,20 @@ pub fn run(
     bail!("redis-server did not start: {}", last.trim())
 }
 
-/// The suites' client, against a server already running on 127.0.0.1:`port`
-/// (the driver of `optimize --driver` and of the bench's own runs): the job's
-/// load, read and BGSAVE; an error when any of them fails, the BGSAVE too when
-/// `strict_bgsave` (otherwise its status is in the outcome).
-pub fn client(job: &RedisJob, port: u16, strict_bgsave: bool) -> Result<RedisOutcome> {
-    let mut c =
-        Conn::open(port).with_context(|| format!("connecting to redis on 127.0.0.1:{port}"))?;
-    // A server that loads a dump at start accepts connections before it serves.
+/// A connection to the server on 127.0.0.1:`port` once it serves: connecting is
+/// retried for `connect_for` (a server just started), and a server that loads
+/// a dump at start (accepting connections before it serves) is waited for.
+pub fn client_conn(port: u16, connect_for: Duration) -> Result<Conn> {
     let t = Instant::now();
+    let mut c = loop {
+        match Conn::open(port) {
+            Ok(c) => break c,
+            Err(_) if t.elapsed() < connect_for => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => {
+                return Err(e).with_context(|| format!("connecting to redis on 127.0.0.1:{port}"))
+            }
+        }
+    };
     loop {
         match c.call(&[b"PING"])? {
             Reply::Simple(p) if p == "PONG" => break,
@@ -332,6 +357,15 @@ pub fn client(job: &RedisJob, port: u16, strict_bgsave: bool) -> Result<RedisOut
             r => bail!("PING answered {r:?}"),
         }
     }
+    Ok(c)
+}
+
+/// The suites' client, against a server already running on 127.0.0.1:`port`
+/// (the driver of `optimize --driver` and of the bench's own runs): the job's
+/// load, read and BGSAVE; an error when any of them fails, the BGSAVE too when
+/// `strict_bgsave` (otherwise its status is in the outcome).
+pub fn client(job: &RedisJob, port: u16, strict_bgsave: bool) -> Result<RedisOutcome> {
+    let mut c = client_conn(port, Duration::ZERO)?;
     let mut out = RedisOutcome::default();
     drive(job, &mut c, &mut out)?;
     if strict_bgsave && job.bgsave && out.bgsave_status.as_deref() != Some("ok") {
