@@ -28,6 +28,16 @@
 #include "fmt.h"
 #include "sys.h"
 
+/* The sanitizer build (sangate.c) reaches the malloc- and mmap-family hooks
+ * through its gate: there they are named ht_san_<name>. */
+#ifdef HT_SAN_GATE
+#define HT_HOOK(name) ht_san_##name
+#define HT_HOOK_STR(name) "ht_san_" #name
+#else
+#define HT_HOOK(name) name
+#define HT_HOOK_STR(name) #name
+#endif
+
 #define RA() __builtin_return_address(0)
 #define SLOW __attribute__((noinline))
 
@@ -153,7 +163,7 @@ static SLOW void *malloc_slow(size_t n, const void *ra)
 
 static SLOW void *malloc_arena(size_t n) { return ht_apply_arena_malloc(&ht_atls, n); }
 
-HT_API void *malloc(size_t n)
+HT_API void *HT_HOOK(malloc)(size_t n)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
     /* Apply first: it is the mode a production service runs in, and its fast
@@ -203,7 +213,7 @@ static SLOW void free_slow(void *p, const void *ra)
     ht_fwd_free(p);
 }
 
-HT_API void free(void *p)
+HT_API void HT_HOOK(free)(void *p)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
     if (HT_LIKELY(s == HT_APPLY)) {
@@ -235,7 +245,7 @@ static SLOW void *calloc_slow(size_t nm, size_t sz, const void *ra)
     return ht_fwd_calloc(nm, sz);
 }
 
-HT_API void *calloc(size_t nm, size_t sz)
+HT_API void *HT_HOOK(calloc)(size_t nm, size_t sz)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
     void *p;
@@ -273,7 +283,7 @@ static SLOW void *realloc_slow(void *p, size_t n, const void *ra, uint16_t kind,
     return ht_fwd_realloc(p, n);
 }
 
-HT_API void *realloc(void *p, size_t n)
+HT_API void *HT_HOOK(realloc)(void *p, size_t n)
 {
     int s = atomic_load_explicit(&ht_state, memory_order_relaxed);
     void *q;
@@ -286,7 +296,7 @@ HT_API void *realloc(void *p, size_t n)
     return realloc_slow(p, n, RA(), HT_K_REALLOC, 0);
 }
 
-HT_API void *reallocarray(void *p, size_t nm, size_t sz)
+HT_API void *HT_HOOK(reallocarray)(void *p, size_t nm, size_t sz)
 {
     size_t n;
     int ovf = __builtin_mul_overflow(nm, sz, &n);
@@ -327,7 +337,7 @@ static SLOW void *aligned_slow(int kind, size_t align, size_t n, const void *ra)
     return next_aligned(kind, align, n);
 }
 
-HT_API void *memalign(size_t align, size_t n)
+HT_API void *HT_HOOK(memalign)(size_t align, size_t n)
 {
     if (HT_LIKELY(inert()))
         return ht_next.memalign(align, n);
@@ -335,21 +345,21 @@ HT_API void *memalign(size_t align, size_t n)
 }
 
 /* glibc 2.36's aligned_alloc is memalign (same checks). */
-HT_API void *aligned_alloc(size_t align, size_t n)
+HT_API void *HT_HOOK(aligned_alloc)(size_t align, size_t n)
 {
     if (HT_LIKELY(inert()))
         return ht_next.memalign(align, n);
     return aligned_slow(HT_K_ALIGNED_ALLOC, align, n, RA());
 }
 
-HT_API void *valloc(size_t n)
+HT_API void *HT_HOOK(valloc)(size_t n)
 {
     if (HT_LIKELY(inert()))
         return ht_next.valloc(n);
     return aligned_slow(HT_K_VALLOC, (size_t)getpagesize(), n, RA());
 }
 
-HT_API void *pvalloc(size_t n)
+HT_API void *HT_HOOK(pvalloc)(size_t n)
 {
     if (HT_LIKELY(inert()))
         return ht_next.pvalloc(n);
@@ -382,7 +392,7 @@ static SLOW int posix_memalign_slow(void **out, size_t align, size_t n, const vo
     return rc;
 }
 
-HT_API int posix_memalign(void **out, size_t align, size_t n)
+HT_API int HT_HOOK(posix_memalign)(void **out, size_t align, size_t n)
 {
     if (HT_LIKELY(inert())) {
         if (bad_posix_align(align))
@@ -401,7 +411,7 @@ HT_API int posix_memalign(void **out, size_t align, size_t n)
 
 /* ---------------- malloc_usable_size ---------------- */
 
-HT_API size_t malloc_usable_size(void *p)
+HT_API size_t HT_HOOK(malloc_usable_size)(void *p)
 {
     size_t n;
     if (HT_UNLIKELY(!inert()) && apply_state() &&
@@ -432,15 +442,15 @@ static SLOW void *mmap_slow(void *a, size_t len, int prot, int flags, int fd, of
     return r;
 }
 
-HT_API void *mmap(void *a, size_t len, int prot, int flags, int fd, off_t off)
+HT_API void *HT_HOOK(mmap)(void *a, size_t len, int prot, int flags, int fd, off_t off)
 {
     if (HT_LIKELY(inert()))
         return raw_mmap(a, len, prot, flags, fd, off);
     return mmap_slow(a, len, prot, flags, fd, off, RA());
 }
 
-HT_API void *mmap64(void *a, size_t len, int prot, int flags, int fd, off_t off)
-    __attribute__((alias("mmap")));
+HT_API void *HT_HOOK(mmap64)(void *a, size_t len, int prot, int flags, int fd, off_t off)
+    __attribute__((alias(HT_HOOK_STR(mmap))));
 
 static SLOW int munmap_slow(void *a, size_t len, const void *ra)
 {
@@ -468,7 +478,7 @@ static SLOW int munmap_slow(void *a, size_t len, const void *ra)
     return (int)syscall(SYS_munmap, a, len);
 }
 
-HT_API int munmap(void *a, size_t len)
+HT_API int HT_HOOK(munmap)(void *a, size_t len)
 {
     if (HT_LIKELY(inert()))
         return (int)syscall(SYS_munmap, a, len);
@@ -488,7 +498,7 @@ static SLOW void *mremap_slow(void *old, size_t oldlen, size_t newlen, int flags
     return r;
 }
 
-HT_API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
+HT_API void *HT_HOOK(mremap)(void *old, size_t oldlen, size_t newlen, int flags, ...)
 {
     void *na = NULL;
     if (flags & MREMAP_FIXED) {

@@ -1,6 +1,6 @@
 /* t_threads - multithreaded stress with content checks.
  *
- *   t_threads [threads=4] [ops=200000 per thread] [seed=1]
+ *   t_threads [threads=4] [ops=200000 per thread] [seed=1] [secs=S]
  *   (positional: t_threads 4 200000 also works)
  *
  * Each thread keeps 256 live blocks; every op picks a slot: an empty slot gets
@@ -8,12 +8,16 @@
  * 4 MiB, ~0.5% above 128 KiB), a full one is verified then freed or
  * realloc'ed (verified again, re-patterned). Blocks carry a per-allocation
  * pattern: small blocks fully, large ones on every 4 KiB page plus head and
- * tail. Prints one JSON line; exit 0 when every check passed. */
+ * tail. With secs=S, waves of `threads` fresh threads (each doing `ops` ops,
+ * then exiting: thread caches are created and torn down) run until S seconds
+ * have passed, each wave with the next seed (the soak under ASan,
+ * stress_asan.sh). Prints one JSON line; exit 0 when every check passed. */
 #include "tcommon.h"
 
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #define SLOTS 256
 #define PAGE 4096
@@ -27,6 +31,7 @@ struct blk {
 static long g_ops = 200000;
 static unsigned g_seed = 1;
 static _Atomic long g_errors, g_large, g_done_ops;
+static _Atomic unsigned g_wave_seed;
 
 static unsigned rnd(unsigned *s)
 {
@@ -85,7 +90,7 @@ static void verify_prefix(struct blk *b, size_t m) { pattern_lim(b, 0, m); }
 static void *worker(void *arg)
 {
     long id = (long)arg;
-    unsigned s = g_seed * 7919u + (unsigned)id * 104729u;
+    unsigned s = atomic_load(&g_wave_seed) * 7919u + (unsigned)id * 104729u;
     static __thread struct blk live[SLOTS];
     memset(live, 0, sizeof live);
     for (long op = 0; op < g_ops; op++) {
@@ -165,17 +170,29 @@ int main(int argc, char **argv)
         g_seed = (unsigned)atol(v);
     if (threads < 1 || threads > 256 || g_ops < 1)
         die("bad arguments");
+    double secs = 0;
+    if ((v = arg_value(argc, argv, "secs")))
+        secs = atof(v);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long waves = 0;
     pthread_t th[256];
-    for (long i = 0; i < threads; i++)
-        if (pthread_create(&th[i], NULL, worker, (void *)i) != 0)
-            die("pthread_create");
-    for (long i = 0; i < threads; i++)
-        pthread_join(th[i], NULL);
+    do {
+        atomic_store(&g_wave_seed, g_seed + (unsigned)waves);
+        for (long i = 0; i < threads; i++)
+            if (pthread_create(&th[i], NULL, worker, (void *)i) != 0)
+                die("pthread_create");
+        for (long i = 0; i < threads; i++)
+            pthread_join(th[i], NULL);
+        waves++;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (!atomic_load(&g_errors) &&
+             (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 < secs);
     long errors = atomic_load(&g_errors);
-    printf("{\"pid\":%ld,\"threads\":%ld,\"ops_per_thread\":%ld,\"ops\":%ld,\"large_allocs\":%ld,"
-           "\"errors\":%ld,\"ok\":%s}\n",
-           (long)getpid(), threads, g_ops, atomic_load(&g_done_ops), atomic_load(&g_large), errors,
-           errors ? "false" : "true");
+    printf("{\"pid\":%ld,\"threads\":%ld,\"ops_per_thread\":%ld,\"waves\":%ld,\"ops\":%ld,"
+           "\"large_allocs\":%ld,\"errors\":%ld,\"ok\":%s}\n",
+           (long)getpid(), threads, g_ops, waves, atomic_load(&g_done_ops), atomic_load(&g_large),
+           errors, errors ? "false" : "true");
     if (errors) {
         fprintf(stderr, "FAIL: %ld content/alignment errors\n", errors);
         return 1;
