@@ -84,12 +84,48 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The database: `--db`'s file (its directory must exist), or the default
+    /// one (its directory created).
     pub fn db(&self) -> anyhow::Result<hugetune_store::db::Db> {
-        hugetune_store::db::Db::open(&self.db_path)
+        if self.db_path == hugetune_store::db::Db::default_path() {
+            hugetune_store::db::Db::open_default()
+        } else {
+            hugetune_store::db::Db::open(&self.db_path)
+        }
     }
 }
 
+/// A write to a closed pipe (`hugetune machine | head -1`): `print!` panics
+/// with "failed printing to stdout: Broken pipe", and `writeln!` returns the
+/// error. Either way the program ends quietly, as the tools of a pipeline do,
+/// with 141 (128 + SIGPIPE) — after unwinding, so kernel-state guards restore.
+/// SIGPIPE itself stays ignored: a server that dies under a client must be an
+/// error, not a silent death of hugetune.
+fn is_broken_pipe_panic(payload: &(dyn std::any::Any + Send)) -> bool {
+    let msg = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    msg.starts_with("failed printing to std") && msg.contains("Broken pipe")
+}
+
+fn is_broken_pipe_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+const BROKEN_PIPE_EXIT: i32 = 141;
+
 fn main() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_broken_pipe_panic(info.payload()) {
+            default_hook(info);
+        }
+    }));
     let cli = Cli::parse();
     hugetune_host::kernel_state::install_signal_guard();
     let ctx = Ctx {
@@ -97,7 +133,8 @@ fn main() {
         tlb: cli.tlb,
         verbose: cli.verbose,
     };
-    let r = match cli.command {
+    let command = cli.command;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match command {
         Command::Demo(a) => cmd::demo::run(&ctx, a),
         Command::Optimize(a) => cmd::optimize::run(&ctx, a),
         Command::Record(a) => cmd::record::run(&ctx, a),
@@ -115,9 +152,15 @@ fn main() {
         Command::Frag(a) => cmd::frag::run(&ctx, a),
         Command::Fragsim(a) => cmd::fragsim::run(&ctx, a),
         Command::Restore(a) => cmd::restore::run(&ctx, a),
+    }));
+    let r = match r {
+        Ok(r) => r,
+        Err(p) if is_broken_pipe_panic(p.as_ref()) => std::process::exit(BROKEN_PIPE_EXIT),
+        Err(p) => std::panic::resume_unwind(p),
     };
     match r {
         Ok(code) => std::process::exit(code),
+        Err(e) if is_broken_pipe_error(&e) => std::process::exit(BROKEN_PIPE_EXIT),
         Err(e) => {
             eprintln!("hugetune: error: {e:#}");
             std::process::exit(1);

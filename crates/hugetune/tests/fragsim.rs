@@ -36,7 +36,6 @@ fn highalloc_writes_every_output() {
         "--csv",
         &p("s.csv"),
         "--json",
-        &p("s.json"),
         "--svg",
         &p("svg"),
         "--html",
@@ -45,14 +44,13 @@ fn highalloc_writes_every_output() {
     assert!(o.code == 0, "{}", o.text);
     let out = o.text;
     assert!(
-        out.contains("linux-4.5") && out.contains("illuminator") && out.contains("pass success"),
+        out.contains("linux-4.5") && out.contains("illuminator"),
         "{out}"
     );
     let csv = std::fs::read_to_string(p("s.csv")).unwrap();
     assert!(csv.starts_with("policy,events,phase,"));
     assert!(csv.lines().count() > 10);
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(p("s.json")).unwrap()).unwrap();
+    let j: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(j.as_array().unwrap().len(), 2);
     assert_eq!(j[0]["passes"].as_array().unwrap().len(), 3);
     for n in ["tainted", "ufsi", "fallbacks", "compaction", "success"] {
@@ -83,16 +81,9 @@ fn replays_a_compressed_recording() {
     }
     s.push_str("99999 F 5 0\n");
     std::fs::write(&f, zstd::encode_all(s.as_bytes(), 3).unwrap()).unwrap();
-    let o = fragsim(&[
-        "replay",
-        f.to_str().unwrap(),
-        "--policy",
-        "all",
-        "--json",
-        "-",
-    ]);
+    let o = fragsim(&["replay", f.to_str().unwrap(), "--policy", "all", "--json"]);
     assert!(o.code == 0, "{}", o.text);
-    let out = o.stdout.clone();
+    let out = o.text.clone();
     assert!(
         out.contains("1 frees of pages allocated before the recording ignored"),
         "{out}"
@@ -163,10 +154,9 @@ fn replays_what_frag_records() {
         "--policy",
         "linux-6.15,illuminator",
         "--json",
-        "-",
     ]);
     assert!(o.code == 0, "{}", o.text);
-    let s = o.stdout.clone();
+    let s = o.text.clone();
     assert!(
         s.contains("1 frees of pages allocated before the recording ignored"),
         "{s}"

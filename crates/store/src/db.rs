@@ -183,9 +183,34 @@ impl Db {
             .join("hugetune.db")
     }
 
-    pub fn open(path: &Path) -> Result<Db> {
+    /// Opens the default database (default_path), creating its directory.
+    pub fn open_default() -> Result<Db> {
+        let path = Db::default_path();
         if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        Db::open(&path)
+    }
+
+    /// Opens (or creates) the database file at `path`. Its directory must exist
+    /// (a mistyped `--db` is an error, not a new tree of directories); an existing
+    /// file must be an SQLite database that is hugetune's or empty: another
+    /// program's database is refused, never given hugetune's tables.
+    pub fn open(path: &Path) -> Result<Db> {
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                bail!(
+                    "the database {}: its directory {} does not exist",
+                    path.display(),
+                    dir.display()
+                );
+            }
+        }
+        if path.is_dir() {
+            bail!(
+                "the database {} is a directory: give a file",
+                path.display()
+            );
         }
         // A new database is created 0600 by us (O_EXCL), never through a symlink
         // planted at the name (a root hugetune would otherwise write a database
@@ -221,7 +246,36 @@ impl Db {
         )
         .with_context(|| format!("opening database {}", path.display()))?;
         conn.busy_timeout(std::time::Duration::from_secs(30))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let not_ours = || {
+            format!(
+                "{} is not a hugetune database (SQLite cannot read it as a database)",
+                path.display()
+            )
+        };
+        let version: u32 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .with_context(not_ours)?;
+        if version == 0 {
+            // Version 0 is a new file, or another program's database.
+            let mut st = conn
+                .prepare(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 6",
+                )
+                .with_context(not_ours)?;
+            let tables: Vec<String> = st
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            drop(st);
+            if !tables.is_empty() {
+                bail!(
+                    "{} is an SQLite database, but not hugetune's (its tables: {}); give another --db",
+                    path.display(),
+                    tables.join(", ")
+                );
+            }
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .with_context(not_ours)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let mut db = Db {
             conn,
@@ -525,6 +579,40 @@ impl Db {
     }
 
     /// Removes one entry; a program or profile takes what hangs off it along.
+    /// The bundle files of the profiles that removing `kind` `id` removes (a
+    /// profile's own, or every profile of a program), that no other profile
+    /// names.
+    pub fn bundles_removed_with(&self, kind: &str, id: i64) -> Result<Vec<PathBuf>> {
+        let sql = match kind {
+            "profile" => "SELECT bundle FROM profiles WHERE id = ?1 AND bundle IS NOT NULL",
+            "program" => "SELECT bundle FROM profiles WHERE program_id = ?1 AND bundle IS NOT NULL",
+            _ => return Ok(Vec::new()),
+        };
+        let mut st = self.conn.prepare(sql)?;
+        let bundles: Vec<String> = st
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut out = Vec::new();
+        for b in bundles {
+            let others: i64 = self.conn.query_row(
+                &format!(
+                    "SELECT COUNT(*) FROM profiles WHERE bundle = ?1 AND {}",
+                    if kind == "profile" {
+                        "id != ?2"
+                    } else {
+                        "program_id != ?2"
+                    }
+                ),
+                params![b, id],
+                |r| r.get(0),
+            )?;
+            if others == 0 && !out.contains(&PathBuf::from(&b)) {
+                out.push(PathBuf::from(b));
+            }
+        }
+        Ok(out)
+    }
+
     pub fn remove(&self, kind: &str, id: i64) -> Result<()> {
         let sql = match kind {
             "program" => "DELETE FROM programs WHERE id = ?1",

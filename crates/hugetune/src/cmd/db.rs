@@ -32,6 +32,21 @@ enum Action {
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    // Only an import creates a database; the rest read one that exists.
+    if !matches!(a.action, Action::Import { .. }) && !ctx.db_path.exists() {
+        if let Action::Ls { json } = a.action {
+            if json {
+                println!("[]");
+            } else {
+                println!("(no database yet at {})", ctx.db_path.display());
+            }
+            return Ok(0);
+        }
+        anyhow::bail!(
+            "no database at {} (profiles and runs are stored there by `hugetune optimize`, `analyze` and `validate`)",
+            ctx.db_path.display()
+        );
+    }
     let mut db = ctx.db()?;
     match a.action {
         Action::Ls { json } => {
@@ -51,8 +66,26 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             println!("{}", serde_json::to_string_pretty(&db.show(&kind, id)?)?)
         }
         Action::Rm { kind, id } => {
+            let bundles = db.bundles_removed_with(&kind, id)?;
             db.remove(&kind, id)?;
             eprintln!("hugetune: removed {kind} {id}");
+            // Bundles hugetune keeps itself (optimize's) go with their profile;
+            // those written with `record -o` are the user's files.
+            let own = crate::cmd::optimize::profiles_dir();
+            for b in bundles {
+                if b.parent() == Some(own.as_path()) {
+                    match std::fs::remove_file(&b) {
+                        Ok(()) => eprintln!("hugetune: removed its bundle {}", b.display()),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => eprintln!("hugetune: could not remove {}: {e}", b.display()),
+                    }
+                } else if b.exists() {
+                    eprintln!(
+                        "hugetune: kept its bundle {} (not hugetune's own)",
+                        b.display()
+                    );
+                }
+            }
         }
         Action::Export { output } => {
             let text = serde_json::to_string_pretty(&db.export()?)?;

@@ -70,9 +70,9 @@ pub struct Args {
     /// Time series as CSV
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
-    /// Summaries and time series as JSON ("-": stdout)
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
+    /// Print the summaries and time series as one JSON document instead of the table
+    #[arg(long)]
+    json: bool,
     /// HTML page with the table and plots
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
@@ -191,10 +191,12 @@ pub fn run(_ctx: &Ctx, a: Args) -> Result<i32> {
         );
         results.push(s);
     }
-    println!("{}", summary_table(&results));
+    if !a.json {
+        println!("{}", summary_table(&results));
+    }
     if let Some(r) = results.first() {
         if r.workload == "replay" {
-            println!(
+            eprintln!(
                 "replay: {} frees of pages allocated before the recording ignored, {} frees with another order than their allocation",
                 r.ignored_frees, r.unmatched_frees
             );
@@ -204,13 +206,8 @@ pub fn run(_ctx: &Ctx, a: Args) -> Result<i32> {
         std::fs::write(p, Summary::csv(&results))
             .with_context(|| format!("writing {}", p.display()))?;
     }
-    if let Some(p) = &a.json {
-        let j = serde_json::to_string_pretty(&results)?;
-        if p.as_os_str() == "-" {
-            println!("{j}");
-        } else {
-            std::fs::write(p, j).with_context(|| format!("writing {}", p.display()))?;
-        }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
     }
     let charts = charts(&results);
     if let Some(dir) = &a.svg {

@@ -216,11 +216,16 @@ fn default_bundle(argv: &[OsString]) -> PathBuf {
     let ts = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
+    profiles_dir().join(format!("{name}-{ts}.htb"))
+}
+
+/// Where `optimize` keeps the bundles it records (removed with their profile
+/// by `db rm`).
+pub fn profiles_dir() -> PathBuf {
     dirs::data_dir()
         .unwrap_or_else(|| PathBuf::from("."))
         .join("hugetune")
         .join("profiles")
-        .join(format!("{name}-{ts}.htb"))
 }
 
 pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {

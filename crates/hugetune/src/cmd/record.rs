@@ -1,12 +1,12 @@
 use crate::stages::{self, RefOptions, RefSource};
 use crate::Ctx;
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Bundle to write
+    /// Bundle to write (a directory: PROGRAM.htb in it); checked before profiling
     #[arg(short, long, default_value = "hugetune.htb")]
     output: PathBuf,
     /// Reference source: qemu (user-mode emulation with hugetune's plugin), valgrind
@@ -29,7 +29,42 @@ pub struct Args {
     command: Vec<OsString>,
 }
 
-pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+/// Where the bundle goes: `output`, or PROGRAM.htb inside it when it is a
+/// directory. Checked before the (long) profiling: a directory that does not
+/// exist or cannot be written is an error now, not after the run.
+pub fn bundle_path(output: &Path, command: &[OsString]) -> Result<PathBuf> {
+    let path = if output.is_dir() {
+        let name = command
+            .first()
+            .and_then(|c| Path::new(c).file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "hugetune".into());
+        output.join(format!("{name}.htb"))
+    } else {
+        output.to_path_buf()
+    };
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        bail!(
+            "cannot write the bundle {}: the directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
+    // Probe with the same kind of file the bundle is written through.
+    tempfile::Builder::new()
+        .prefix(".bundle.")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write the bundle {}", path.display()))?;
+    Ok(path)
+}
+
+pub fn run(ctx: &Ctx, mut a: Args) -> Result<i32> {
+    a.output = bundle_path(&a.output, &a.command)?;
     let art = crate::artifacts::find()?;
     let refs = RefOptions {
         source: a.refs,
@@ -60,4 +95,25 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         meta.native.wall_s,
     );
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bundle_path_is_checked_before_profiling() {
+        let d = tempfile::tempdir().unwrap();
+        let cmd = vec![OsString::from("/usr/bin/sort"), OsString::from("-n")];
+        assert_eq!(
+            bundle_path(d.path(), &cmd).unwrap(),
+            d.path().join("sort.htb")
+        );
+        let f = d.path().join("x.htb");
+        assert_eq!(bundle_path(&f, &cmd).unwrap(), f);
+        let e = bundle_path(&d.path().join("no/such/x.htb"), &cmd).unwrap_err();
+        assert!(format!("{e:#}").contains("does not exist"), "{e:#}");
+        // Nothing was left behind by the probe.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
 }

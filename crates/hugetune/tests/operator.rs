@@ -1,0 +1,144 @@
+//! What an operator meets first (issue 21): hugetune in a pipeline that closes
+//! early, `--db` pointing somewhere wrong, `db rm` and the bundles hugetune keeps.
+
+mod common;
+use common::{hugetune, HUGETUNE};
+
+use std::os::fd::FromRawFd;
+use std::process::{Command, Stdio};
+
+/// Runs hugetune with stdout on a pipe whose reading end is already closed
+/// (`hugetune … | head -c 0`): its exit status and stderr.
+fn into_closed_pipe(db: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills the two descriptors it is given.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] is ours and used nowhere else.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: fds[1] is a fresh descriptor owned by nothing else.
+    let w = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+    let o = Command::new(HUGETUNE)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .stdout(Stdio::from(w))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_pipe_ends_hugetune_quietly() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    // A database with something to export.
+    let (code, _, e) = hugetune(&db, &["db", "import", "/dev/null"]);
+    assert_eq!(code, 1, "{e}");
+    for args in [
+        &["machine"][..],
+        &["db", "ls"],
+        &["--help"],
+        &["fragsim", "--json"],
+    ] {
+        let (code, stderr) = into_closed_pipe(&db, args);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+        assert!(
+            matches!(code, Some(0) | Some(141)),
+            "{args:?}: exit {code:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_db_is_refused_with_its_path() {
+    let d = tempfile::tempdir().unwrap();
+    // A directory that does not exist is not created.
+    let missing = d.path().join("no/such/dir/x.db");
+    let (code, _, e) = hugetune(&missing, &["plan", "--", "/bin/true"]);
+    assert_eq!(code, 1);
+    assert!(
+        e.contains("does not exist") && e.contains("no/such/dir"),
+        "{e}"
+    );
+    assert!(!d.path().join("no").exists());
+    // Listing a database that does not exist creates nothing.
+    let (code, out, _) = hugetune(&missing, &["db", "ls"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("no database yet"), "{out}");
+    let (code, _, e) = hugetune(&d.path().join("nothing.db"), &["db", "export"]);
+    assert_eq!(code, 1);
+    assert!(e.contains("no database at"), "{e}");
+    assert!(!d.path().join("nothing.db").exists());
+    // Not SQLite: the error names the file.
+    let bad = d.path().join("bad.db");
+    std::fs::write(&bad, "this is not a database, it is a text file with enough bytes in it to be read as a header by SQLite ......").unwrap();
+    let (code, _, e) = hugetune(&bad, &["db", "ls"]);
+    assert_eq!(code, 1);
+    assert!(
+        e.contains(&*bad.to_string_lossy()) && e.contains("not a hugetune database"),
+        "{e}"
+    );
+    // Another program's SQLite database is refused, and left unchanged.
+    let other = d.path().join("other.db");
+    {
+        let c = rusqlite::Connection::open(&other).unwrap();
+        c.execute_batch("CREATE TABLE users (id INTEGER); INSERT INTO users VALUES (1);")
+            .unwrap();
+    }
+    let before = std::fs::read(&other).unwrap();
+    let (code, _, e) = hugetune(&other, &["db", "ls"]);
+    assert_eq!(code, 1);
+    assert!(e.contains("not hugetune's") && e.contains("users"), "{e}");
+    assert_eq!(std::fs::read(&other).unwrap(), before, "untouched");
+}
+
+#[test]
+fn removing_a_profile_removes_the_bundle_hugetune_kept_for_it() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path().join("data");
+    let own = data.join("hugetune/profiles");
+    std::fs::create_dir_all(&own).unwrap();
+    let kept = own.join("app-1.htb");
+    let users = d.path().join("mine.htb");
+    std::fs::write(&kept, "x").unwrap();
+    std::fs::write(&users, "y").unwrap();
+    let db = d.path().join("h.db");
+    {
+        let mut s = hugetune_store::db::Db::open(&db).unwrap();
+        let p = s.upsert_program("/bin/app", None).unwrap();
+        for b in [&kept, &users] {
+            s.insert_profile(
+                p,
+                None,
+                &["app".into()],
+                Some(b),
+                &serde_json::json!({}),
+                &[],
+            )
+            .unwrap();
+        }
+    }
+    let rm = |id: &str| {
+        let o = Command::new(HUGETUNE)
+            .args(["--db", db.to_str().unwrap(), "db", "rm", "profile", id])
+            .env("XDG_DATA_HOME", &data)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, e) = rm("1");
+    assert_eq!(code, Some(0), "{e}");
+    assert!(!kept.exists(), "{e}");
+    let (code, e) = rm("2");
+    assert_eq!(code, Some(0), "{e}");
+    assert!(users.exists(), "the user's own bundle stays: {e}");
+    assert!(e.contains("kept its bundle"), "{e}");
+}
