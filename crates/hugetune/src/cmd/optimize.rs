@@ -198,14 +198,17 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     } else {
         print!("{}", render(&report));
     }
-    // 3: the plan broke the program (validate's status).
-    Ok(
-        if report.verdict == hugetune_capture::ab::Verdict::Broke.name() {
-            3
-        } else {
-            0
-        },
-    )
+    // validate's statuses: 2 a loss, 3 the plan broke the program.
+    use hugetune_capture::ab::Verdict;
+    let verdict = [
+        Verdict::Gain,
+        Verdict::NoSignificantChange,
+        Verdict::Loss,
+        Verdict::Broke,
+    ]
+    .into_iter()
+    .find(|v| v.name() == report.verdict);
+    Ok(verdict.map_or(0, super::validate::exit_status))
 }
 
 fn default_bundle(argv: &[OsString]) -> PathBuf {

@@ -67,7 +67,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             serde_json::json!({"run_id": run_id, "mapping": mapping, "predicted_speedup": predicted,
                                "plan": d.assignments, "sites": d.sites, "validation": v, "confidence": confidence})
         );
-        return Ok(exit_status(&v));
+        return Ok(exit_status(v.verdict));
     }
     println!("plan: {} ({mapping})", super::decision_text(&d));
     println!(
@@ -92,15 +92,31 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     if let Some(c) = confidence {
         println!("directive confidence now {c:.2} (run #{run_id})");
     }
-    Ok(exit_status(&v))
+    Ok(exit_status(v.verdict))
 }
 
-/// 3 when the plan broke the program (an optimized run ended otherwise than the
-/// program does without it), else 0.
-fn exit_status(v: &stages::Validation) -> i32 {
-    if v.verdict == hugetune_capture::ab::Verdict::Broke {
-        3
-    } else {
-        0
+/// The verdict as an exit status, for scripts and unit files: 0 gain or no
+/// significant change, 2 a loss (the plan makes the program slower), 3 the plan
+/// broke the program (an optimized run ended otherwise than it does without).
+pub fn exit_status(verdict: hugetune_capture::ab::Verdict) -> i32 {
+    use hugetune_capture::ab::Verdict;
+    match verdict {
+        Verdict::Gain | Verdict::NoSignificantChange => 0,
+        Verdict::Loss => 2,
+        Verdict::Broke => 3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugetune_capture::ab::Verdict;
+
+    #[test]
+    fn a_loss_and_a_broken_program_are_failures_for_scripts() {
+        assert_eq!(exit_status(Verdict::Gain), 0);
+        assert_eq!(exit_status(Verdict::NoSignificantChange), 0);
+        assert_eq!(exit_status(Verdict::Loss), 2);
+        assert_eq!(exit_status(Verdict::Broke), 3);
     }
 }
