@@ -127,6 +127,13 @@ fn main() {
         }
     }));
     let cli = Cli::parse();
+    if let Some(t) = cli.tlb.as_ref().filter(|t| !t.is_file()) {
+        eprintln!(
+            "hugetune: error: --tlb {}: no such file (a TLB geometry in JSON, docs/tlb.md)",
+            t.display()
+        );
+        std::process::exit(2);
+    }
     hugetune_host::kernel_state::install_signal_guard();
     let ctx = Ctx {
         db_path: cli.db.unwrap_or_else(hugetune_store::db::Db::default_path),
@@ -165,5 +172,37 @@ fn main() {
             eprintln!("hugetune: error: {e:#}");
             std::process::exit(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every option and argument of every command says what it is.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                let id = a.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if a.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                    missing.push(format!("{path} --{id}"));
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "hugetune", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "arguments without help:\n{}",
+            missing.join("\n")
+        );
     }
 }

@@ -142,3 +142,39 @@ fn removing_a_profile_removes_the_bundle_hugetune_kept_for_it() {
     assert!(users.exists(), "the user's own bundle stays: {e}");
     assert!(e.contains("kept its bundle"), "{e}");
 }
+
+#[test]
+fn options_mean_one_thing_and_a_missing_tlb_file_is_an_error() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    // A global --tlb naming no file is refused, whatever the command.
+    let (code, _, e) = hugetune(&db, &["--tlb", "/no/such/tlb.json", "machine"]);
+    assert_eq!(code, 2, "{e}");
+    assert!(
+        e.contains("/no/such/tlb.json") && e.contains("no such file"),
+        "{e}"
+    );
+    // Page sizes are --page-size, walk sizes --walk-size, durations of event
+    // counting --extfrag-for, output directories --out-dir: each in the help.
+    let help = |args: &[&str]| hugetune(&db, &[args, &["--help"]].concat()).1;
+    assert!(help(&["size"]).contains("--page-size"));
+    assert!(help(&["frag"]).contains("--page-size") && help(&["frag"]).contains("--extfrag-for"));
+    assert!(help(&["demo"]).contains("--walk-size"));
+    assert!(help(&["bench", "characterize"]).contains("--out-dir"));
+    assert!(help(&["calibrate"]).contains("-o, --output"));
+    for h in [help(&["size"]), help(&["frag"]), help(&["demo"])] {
+        assert!(!h.contains("--size "), "{h}");
+    }
+    assert!(!help(&["frag"]).contains("--events"));
+    // --json is a flag everywhere.
+    assert!(
+        help(&["fragsim"]).contains("--json "),
+        "{}",
+        help(&["fragsim"])
+    );
+    assert!(!help(&["fragsim"]).contains("--json <"));
+    // The old spellings still work (hidden aliases).
+    let (code, _, e) = hugetune(&db, &["frag", "--try", "1", "--size", "3M"]);
+    assert_ne!(code, 0);
+    assert!(e.contains("2M or 1G"), "{e}");
+}

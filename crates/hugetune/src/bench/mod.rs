@@ -60,7 +60,7 @@ pub struct Opts {
     #[arg(long)]
     pub json: bool,
     /// Write SUITE.json and SUITE.html (with the plots) into DIR
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = "out-dir", alias = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Only these workloads (comma-separated names; an unknown name lists them)
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
@@ -161,10 +161,13 @@ enum Suite {
     /// load KEYS values with pipelined SETs, read every key back (each value checked),
     /// then BGSAVE; exits 1 if anything failed. A driver for `optimize --driver`
     RedisClient {
+        /// The server's port on 127.0.0.1
         #[arg(long)]
         port: u16,
+        /// Keys to load
         #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
         keys: u64,
+        /// Bytes per value
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(8..=(64 << 20)))]
         value_bytes: u64,
         /// Commands per pipelined batch

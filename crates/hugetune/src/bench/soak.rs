@@ -66,7 +66,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Also write soak.json into DIR
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = "out-dir", alias = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long)]
     no_db: bool,
     /// Also write the calibration as JSON to FILE
-    #[arg(long, value_name = "FILE")]
+    #[arg(short, long = "output", alias = "out", value_name = "FILE")]
     out: Option<PathBuf>,
     /// Print this machine's stored calibration instead of measuring
     #[arg(long, conflicts_with_all = ["quick", "no_db", "out"])]

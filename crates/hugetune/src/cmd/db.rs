@@ -15,20 +15,35 @@ pub struct Args {
 enum Action {
     /// List profiles, runs and calibrations
     Ls {
+        /// Print the list as JSON
         #[arg(long)]
         json: bool,
     },
     /// Show one entry as JSON: `db show profile 3`, `db show run 7`, `db show calibration 1`
-    Show { kind: String, id: i64 },
+    Show {
+        /// program, profile, run or calibration
+        kind: String,
+        /// Its id (`db ls`)
+        id: i64,
+    },
     /// Remove an entry: `db rm run 7`; a program or profile takes its directives and runs along
-    Rm { kind: String, id: i64 },
+    Rm {
+        /// program, profile, run or calibration
+        kind: String,
+        /// Its id (`db ls`)
+        id: i64,
+    },
     /// Write the whole database as one JSON document (to a file, or standard output)
     Export {
+        /// Write to FILE instead of standard output
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
     /// Merge an export into this database (entries already present are skipped)
-    Import { file: PathBuf },
+    Import {
+        /// A `db export` document
+        file: PathBuf,
+    },
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {

@@ -8,7 +8,7 @@ use anyhow::Result;
 #[derive(clap::Args)]
 pub struct Args {
     /// Size of the walk that is measured
-    #[arg(long, default_value = "1G")]
+    #[arg(long = "walk-size", alias = "size", default_value = "1G")]
     size: String,
     /// Size of the walk that is profiled (the training input)
     #[arg(long, default_value = "32M")]

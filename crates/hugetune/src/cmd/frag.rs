@@ -29,10 +29,15 @@ pub struct Args {
     #[arg(long = "try", value_name = "N")]
     try_n: Option<u64>,
     /// Huge page size for --try: 2M or 1G
-    #[arg(long, default_value = "2M", requires = "try_n")]
+    #[arg(
+        long = "page-size",
+        alias = "size",
+        default_value = "2M",
+        requires = "try_n"
+    )]
     size: String,
     /// Count kmem:mm_page_alloc_extfrag (fallback) events for DURATION (e.g. 10s; root)
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long = "extfrag-for", alias = "events", value_name = "DURATION")]
     events: Option<String>,
     /// Record kmem:mm_page_alloc/mm_page_free into FILE (.zst: compressed; root)
     #[arg(long, value_name = "FILE", requires = "duration")]

@@ -29,6 +29,7 @@ pub struct Args {
     /// fragments (ALLOC_NOFRAGMENT)
     #[arg(long)]
     x86_zones: bool,
+    /// Seed of the workload's random choices (the same seed, the same run)
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Build events (allocations + frees) before the workload ends or, for

@@ -21,6 +21,7 @@ pub struct Args {
     /// Print why: every mapping considered, what ruled it out, what was chosen
     #[arg(long)]
     explain: bool,
+    /// Print the decision as one JSON object
     #[arg(long)]
     json: bool,
     /// The program (and arguments) to plan for; its newest profile is used

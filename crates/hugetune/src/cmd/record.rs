@@ -9,8 +9,9 @@ pub struct Args {
     /// Bundle to write (a directory: PROGRAM.htb in it); checked before profiling
     #[arg(short, long, default_value = "hugetune.htb")]
     output: PathBuf,
-    /// Reference source: qemu (user-mode emulation with hugetune's plugin), valgrind
-    /// (lackey), or auto (qemu if qemu-x86_64 is installed, else valgrind)
+    /// Reference source; auto: perf where the PMU samples data addresses (and no
+    /// page sampling is asked), else qemu where qemu-x86_64 is installed, else
+    /// valgrind
     #[arg(long, value_enum, default_value = "auto")]
     refs: RefSource,
     /// Sample pages at this rate (SHARDS fixed-rate, 0 < R <= 1; qemu only).

@@ -13,6 +13,7 @@ pub struct Args {
     /// Print why the plan was chosen
     #[arg(long)]
     explain: bool,
+    /// The program and its arguments (after --)
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
 }

@@ -21,7 +21,7 @@ use std::ffi::OsString;
 #[derive(clap::Args)]
 pub struct Args {
     /// Pool to size: 2M or 1G
-    #[arg(long, default_value = "2M", value_parser = parse_pool)]
+    #[arg(long = "page-size", alias = "size", default_value = "2M", value_parser = parse_pool)]
     size: Pool,
     /// Budgets on the predicted curve, evenly spaced up to the pages needed
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1000))]
@@ -35,8 +35,10 @@ pub struct Args {
     /// Runs per measured budget (interleaved rounds; medians)
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
+    /// Smallest predicted gain worth huge pages, as a fraction of the run time
     #[arg(long, default_value_t = stages::DEFAULT_MIN_GAIN)]
     min_gain: f64,
+    /// Print the curve, the knee and the commands as one JSON object
     #[arg(long)]
     json: bool,
     /// Also write a self-contained HTML page: both curves in one plot, the commands

@@ -11,10 +11,13 @@ use std::ffi::OsString;
 pub struct Args {
     #[command(flatten)]
     runs: super::RunCountArgs,
+    /// Smallest predicted gain worth huge pages, as a fraction of the run time
     #[arg(long, default_value_t = stages::DEFAULT_MIN_GAIN)]
     min_gain: f64,
+    /// Print the validation as one JSON object
     #[arg(long)]
     json: bool,
+    /// The program and its arguments (after --)
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
 }

@@ -24,7 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// addresses, else qemu where `qemu-x86_64` is installed, else valgrind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RefSource {
-    /// perf if the PMU samples data addresses, else qemu if installed, else valgrind
+    /// The best source this machine has for the command (its --refs help says which)
     Auto,
     /// Hardware sampling (Intel PEBS, AMD IBS, ARM SPE) through perf: time-sampled
     Perf,
