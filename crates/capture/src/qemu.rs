@@ -300,6 +300,14 @@ pub fn capture(
         .rev()
         .map(str::to_string)
         .collect();
+    // A program that died (or failed) under qemu is reported in its own terms,
+    // before its cut-short stream could be blamed.
+    if !status.success() {
+        bail!(
+            "{}",
+            crate::record::command_failed("qemu", status, &messages)
+        );
+    }
     if !spec.out.exists() {
         bail!(
             "qemu wrote no reference stream ({status}); it said:\n{}",

@@ -202,6 +202,54 @@ fn tail(messages: &[String]) -> String {
     messages[n..].join("\n")
 }
 
+/// "the profiled command died of signal 11 (SIGSEGV) under qemu; its stderr
+/// ended with: …": how the program ended in its own terms, and what it (not the
+/// tool's internals) last said. Emulators' own notes of the signal are left out.
+pub fn command_failed(
+    under: &str,
+    status: std::process::ExitStatus,
+    messages: &[String],
+) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let ended = match (status.code(), status.signal()) {
+        (_, Some(sig)) => format!("died of signal {sig}{}", signal_name(sig)),
+        (Some(c), None) => format!("exited with status {c}"),
+        (None, None) => "ended abnormally".to_string(),
+    };
+    let own: Vec<String> = messages
+        .iter()
+        .filter(|l| !l.starts_with("qemu: uncaught target signal") && !l.starts_with("=="))
+        .cloned()
+        .collect();
+    let mut m = format!("the profiled command {ended} under {under}, so no profile was made");
+    if own.is_empty() {
+        m.push_str(" (it printed nothing on stderr)");
+    } else {
+        m.push_str("; its stderr ended with:\n");
+        m.push_str(&tail(&own));
+    }
+    if status.code().is_some_and(|c| c != 0) {
+        m.push_str("\n(hugetune profiles runs that succeed: give arguments with which it exits 0)");
+    }
+    m
+}
+
+/// " (SIGSEGV)" for the common fatal signals.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => " (SIGSEGV)",
+        libc::SIGBUS => " (SIGBUS)",
+        libc::SIGABRT => " (SIGABRT)",
+        libc::SIGILL => " (SIGILL)",
+        libc::SIGFPE => " (SIGFPE)",
+        libc::SIGKILL => " (SIGKILL)",
+        libc::SIGTERM => " (SIGTERM)",
+        libc::SIGINT => " (SIGINT)",
+        libc::SIGPIPE => " (SIGPIPE)",
+        _ => "",
+    }
+}
+
 /// Runs `argv` under the runtime library (record mode, markers) and `source`;
 /// the stream, the log and the summary land in `dir`.
 pub fn record(
@@ -240,11 +288,7 @@ pub fn record(
             let run: LackeyRun =
                 lackey::capture(argv, &env, &refs_path, stdout, |n, t| progress(n, n, 0, t))?;
             if run.status.code() != Some(0) {
-                bail!(
-                    "the profiled command failed under valgrind ({}); valgrind said:\n{}",
-                    run.status,
-                    tail(&run.messages)
-                );
+                bail!("{}", command_failed("valgrind", run.status, &run.messages));
             }
             Capture {
                 source: "valgrind-lackey",
@@ -280,11 +324,7 @@ pub fn record(
                 |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),
             )?;
             if run.status.code() != Some(0) {
-                bail!(
-                    "the profiled command failed under qemu ({}); qemu said:\n{}",
-                    run.status,
-                    tail(&run.messages)
-                );
+                bail!("{}", command_failed("qemu", run.status, &run.messages));
             }
             qemu::compress(&raw, &refs_path)?;
             let _ = std::fs::remove_file(&raw);

@@ -183,6 +183,21 @@ fn pipeline_commands_are_wired_together() {
     let an: Value = serde_json::from_str(&out).unwrap();
     assert!(an["profile_id"].as_i64().unwrap() >= 1);
     assert!(an["stream"]["refs"].as_u64().unwrap() > 100_000);
+    // The terminal form: the additivity check of the combined mappings is one
+    // line, each mapping's only with -v.
+    let (code, out, err) = hugetune(&db, &["analyze", bundle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.matches("additivity").count() <= 1, "{out}");
+    let (code, out, err) = hugetune(&db, &["-v", "analyze", bundle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let combined = an["predictions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["label"].as_str().is_some_and(|l| l.contains(' ')))
+        .count();
+    assert!(combined > 1, "{an}");
+    assert_eq!(out.matches("additivity").count(), combined, "{out}");
 
     let plan_file = d.path().join("plan.txt");
     let mut plan = vec![

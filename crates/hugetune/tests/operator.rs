@@ -178,3 +178,49 @@ fn options_mean_one_thing_and_a_missing_tlb_file_is_an_error() {
     assert_ne!(code, 0);
     assert!(e.contains("2M or 1G"), "{e}");
 }
+
+#[test]
+fn a_crashing_program_is_reported_in_its_own_terms() {
+    if Command::new("qemu-x86_64")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: qemu-x86_64 is not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("crash.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stdlib.h>\nint main(void) { volatile char *p = malloc(100); \
+         fprintf(stderr, \"about to crash\\n\"); p = 0; *p = 1; return 0; }\n",
+    )
+    .unwrap();
+    let exe = d.path().join("crash");
+    assert!(Command::new("gcc")
+        .args(["-O0", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let out = d.path().join("c.htb");
+    let (code, _, e) = hugetune(
+        &d.path().join("h.db"),
+        &[
+            "record",
+            "--refs",
+            "qemu",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 1, "{e}");
+    assert!(e.contains("died of signal 11 (SIGSEGV) under qemu"), "{e}");
+    assert!(e.contains("its stderr ended with:\nabout to crash"), "{e}");
+    assert!(!e.contains("refs.raw") && !e.contains("qemu said"), "{e}");
+    assert!(!out.exists());
+}

@@ -37,14 +37,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
-    print_analysis(&an);
+    print_analysis(&an, ctx.verbose);
     if let Some((p, _, _)) = ids {
         println!("stored as profile #{p} in {}", ctx.db_path.display());
     }
     Ok(0)
 }
 
-pub fn print_analysis(an: &stages::Analysis) {
+pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
     let s = &an.stream;
     println!(
         "profile    {} ({} references from {}, native run {:.3} s)",
@@ -81,16 +81,31 @@ pub fn print_analysis(an: &stages::Analysis) {
     println!("{}", super::predictions_table(&an.predictions));
     println!("costs      {}", an.cost.source);
     // Seed 001 assumes category benefits add up; every combination is computed
-    // exactly here, so say how far off that assumption would have been.
-    for p in &an.predictions {
-        if let Some(e) = hugetune_model::rank::additivity_error(&an.predictions, p) {
+    // exactly here, so say how far off that assumption would have been: one
+    // line, the mapping per line with --verbose.
+    let errors: Vec<(&str, f64, f64)> = an
+        .predictions
+        .iter()
+        .filter_map(|p| {
+            hugetune_model::rank::additivity_error(&an.predictions, p)
+                .map(|e| (p.label.as_str(), p.saving_ns, e))
+        })
+        .collect();
+    if verbose {
+        for (label, saving, e) in &errors {
             println!(
-                "additivity {}: exact saving {:.1} ms, sum of its categories alone {:.1} ms ({:+.1}%)",
-                p.label,
-                p.saving_ns / 1e6,
-                p.saving_ns * (1.0 - e) / 1e6,
+                "additivity {label}: exact saving {:.1} ms, sum of its categories alone {:.1} ms ({:+.1}%)",
+                saving / 1e6,
+                saving * (1.0 - e) / 1e6,
                 e * 100.0
             );
         }
+    } else if let Some(worst) = errors.iter().max_by(|a, b| a.2.abs().total_cmp(&b.2.abs())) {
+        println!(
+            "additivity {} combined mappings computed exactly; summing their categories alone would be off by up to {:+.1}% ({}; -v lists each)",
+            errors.len(),
+            worst.2 * 100.0,
+            worst.0
+        );
     }
 }
