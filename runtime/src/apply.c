@@ -125,16 +125,31 @@ uint64_t ht_apply_threshold(void) { return ht_cfg.threshold; }
 
 /* ---- set-up ---- */
 
+/* pre PATH post detail, e.g. "cannot open the plan PATH: ENOENT". */
+static void plan_error(const char *pre, const char *post, const char *detail)
+{
+    char line[400];
+    struct ht_buf hb;
+    hb_init(&hb, line, sizeof line);
+    hb_puts(&hb, pre);
+    hb_puts(&hb, ht_cfg.plan_path);
+    hb_puts(&hb, post);
+    if (hb.len >= sizeof line)
+        hb.len = sizeof line - 1;
+    line[hb.len] = 0;
+    ht_config_error(line, detail);
+}
+
 static void read_plan(void)
 {
     char eb[24];
     if (!ht_cfg.plan_path[0]) {
-        ht_stats_error("HUGETUNE_PLAN not set: nothing applied", "");
+        ht_config_error("HUGETUNE_PLAN not set: nothing applied", "");
         return;
     }
     long fd = ht_sys_open(ht_cfg.plan_path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) {
-        ht_stats_error("cannot open plan: ", ht_errno_name((int)-fd, eb));
+        plan_error("cannot open the plan ", ": ", ht_errno_name((int)-fd, eb));
         return;
     }
     size_t cap = HT_PLAN_MAX_BYTES + 1;
@@ -151,7 +166,7 @@ static void read_plan(void)
         if (r == -EINTR)
             continue;
         if (r < 0) {
-            ht_stats_error("cannot read plan: ", ht_errno_name((int)-r, eb));
+            plan_error("cannot read the plan ", ": ", ht_errno_name((int)-r, eb));
             n = 0;
             goto out;
         }
@@ -160,8 +175,7 @@ static void read_plan(void)
         n += (size_t)r;
     }
     if (ht_plan_parse(&ht_ap.plan, buf, n) != 0) {
-        ht_stats_error(ht_ap.plan.error, " (whole plan ignored)");
-        ht_verbose(ht_ap.plan.error, "");
+        plan_error("the plan ", " is ignored: ", ht_ap.plan.error);
     }
 out:
     ht_sys_munmap(buf, cap);
@@ -242,14 +256,14 @@ int ht_apply_setup(void)
     read_thp_settings();
     const char *inj = ht_getenv("HUGETUNE_INJECT");
     if (inj && ht_inject_parse(&ht_ap.inj, inj) != 0)
-        ht_stats_error(ht_ap.inj.error, "");
+        ht_config_error(ht_ap.inj.error, "");
     const char *rq = ht_getenv("HUGETUNE_SUMMARY_REQUEST");
     if (rq && *rq) {
         size_t n = strlen(rq);
         if (n < sizeof ht_ap.request_path)
             memcpy(ht_ap.request_path, rq, n + 1);
         else
-            ht_stats_error("HUGETUNE_SUMMARY_REQUEST too long: ignored", "");
+            ht_config_error("HUGETUNE_SUMMARY_REQUEST too long: ignored", "");
     }
     if (ht_ap.heap_small_b == HT_B_THP2M && !tunables_have_hugetlb())
         ht_stats_error("heap-small thp-2m planned but GLIBC_TUNABLES lacks glibc.malloc.hugetlb=1", "");

@@ -284,6 +284,9 @@ const char *ht_errno_name(int e, char *buf)
     case EROFS: return "EROFS";
     case ENAMETOOLONG: return "ENAMETOOLONG";
     case EDQUOT: return "EDQUOT";
+    case EISDIR: return "EISDIR (a directory)";
+    case ENOTDIR: return "ENOTDIR";
+    case ELOOP: return "ELOOP";
     default: {
         struct ht_buf b;
         hb_init(&b, buf, 24);

@@ -78,6 +78,8 @@ void ht_init_slow(void);
 const char *ht_getenv(const char *name);
 /* Writes "hugetune: <a><b>\n" on stderr when HUGETUNE_VERBOSE=1. */
 void ht_verbose(const char *a, const char *b);
+void ht_warn(const char *a, const char *b);         /* a setting is unusable: stderr unless HUGETUNE_QUIET=1 */
+void ht_config_error(const char *a, const char *b); /* ht_stats_error + ht_warn */
 /* Output path for a template: %p expansion, ".<pid>" in a forked child when
  * the template has no %p. Returns 0 or -1 (too long). */
 int ht_output_path(const char *tmpl, char *out, size_t cap);

@@ -47,6 +47,33 @@ const char *ht_getenv(const char *name)
     return NULL;
 }
 
+/* A setting the library cannot use (an unknown HUGETUNE_MODE, a malformed
+ * value, a plan it cannot open or parse): one line on stderr, whatever
+ * HUGETUNE_VERBOSE says, unless HUGETUNE_QUIET=1; the program runs as it
+ * would without the library (inert, or without that setting). */
+void ht_warn(const char *a, const char *b)
+{
+    const char *q = ht_getenv("HUGETUNE_QUIET");
+    if (q && strcmp(q, "1") == 0)
+        return;
+    char line[512];
+    struct ht_buf hb;
+    hb_init(&hb, line, sizeof line);
+    hb_puts(&hb, "hugetune: ");
+    hb_puts(&hb, a);
+    hb_puts(&hb, b);
+    hb_putc(&hb, '\n');
+    ht_sys_write(2, hb.p, hb.len);
+}
+
+/* A configuration error: in the summary, and said on stderr (ht_warn). */
+void ht_config_error(const char *a, const char *b)
+{
+    ht_stats_error(a, b);
+    if (!ht_cfg.verbose) /* verbose mode says it already */
+        ht_warn(a, b);
+}
+
 void ht_verbose(const char *a, const char *b)
 {
     char line[512];
@@ -224,6 +251,8 @@ void ht_init_slow(void)
         mode = HT_RECORD;
     else if (m && strcmp(m, "apply") == 0)
         mode = HT_APPLY;
+    else if (m && *m && strcmp(m, "off") != 0 && strcmp(m, "inert") != 0)
+        ht_warn("unknown HUGETUNE_MODE ignored (record, apply or off): ", m);
     if (mode == HT_INERT) {
         atomic_store_explicit(&ht_state, HT_INERT, memory_order_release);
         ht_tls.guard--;
@@ -233,6 +262,8 @@ void ht_init_slow(void)
 
     const char *v = ht_getenv("HUGETUNE_VERBOSE");
     ht_cfg.verbose = v && strcmp(v, "1") == 0;
+    if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        ht_warn("HUGETUNE_VERBOSE is 0 or 1; ignored: ", v);
     v = ht_getenv("HUGETUNE_MARKERS");
     ht_cfg.markers = mode == HT_RECORD && v && strcmp(v, "1") == 0;
     ht_cfg.pid = ht_sys_getpid();
@@ -246,7 +277,7 @@ void ht_init_slow(void)
             ht_cfg.threshold = t;
             ht_cfg.threshold_from_env = 1;
         } else {
-            ht_stats_error("bad HUGETUNE_THRESHOLD ignored: ", v);
+            ht_config_error("bad HUGETUNE_THRESHOLD ignored: ", v);
         }
     }
     copy_env("HUGETUNE_SUMMARY", ht_cfg.summary_tmpl, sizeof ht_cfg.summary_tmpl, &ht_cfg.has_summary);

@@ -1400,3 +1400,112 @@ fn fork_and_exec_every_process_and_image_has_a_complete_log() {
         .count();
     assert_eq!(n, 5);
 }
+
+#[test]
+fn bad_settings_are_said_in_one_line_and_change_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let garbage = d.path().join("garbage");
+    std::fs::write(&garbage, "this is not a plan\n").unwrap();
+    let g = garbage.display().to_string();
+    let dir = d.path().display().to_string();
+    let good = d.path().join("good");
+    std::fs::write(&good, "hugetune-plan 1\nheap-large thp-2m\n").unwrap();
+    let good = good.display().to_string();
+    let plain = Command::new("sort")
+        .arg("-n")
+        .arg("/proc/self/status")
+        .output()
+        .unwrap();
+    let cases: Vec<(Vec<(&str, String)>, &str)> = vec![
+        (
+            vec![("HUGETUNE_MODE", "aply".into())],
+            "unknown HUGETUNE_MODE",
+        ),
+        (
+            vec![
+                ("HUGETUNE_MODE", "apply".into()),
+                ("HUGETUNE_PLAN", good.clone()),
+                ("HUGETUNE_VERBOSE", "yes".into()),
+            ],
+            "HUGETUNE_VERBOSE is 0 or 1",
+        ),
+        (
+            vec![
+                ("HUGETUNE_MODE", "apply".into()),
+                ("HUGETUNE_PLAN", g.clone()),
+            ],
+            "is ignored: plan line 1",
+        ),
+        (
+            vec![
+                ("HUGETUNE_MODE", "apply".into()),
+                ("HUGETUNE_PLAN", dir.clone()),
+            ],
+            "EISDIR",
+        ),
+        (
+            vec![
+                ("HUGETUNE_MODE", "apply".into()),
+                ("HUGETUNE_PLAN", "/no/such/plan".into()),
+            ],
+            "cannot open the plan /no/such/plan: ENOENT",
+        ),
+        (
+            vec![
+                ("HUGETUNE_MODE", "apply".into()),
+                ("HUGETUNE_PLAN", good.clone()),
+                ("HUGETUNE_THRESHOLD", "big".into()),
+            ],
+            "bad HUGETUNE_THRESHOLD",
+        ),
+    ];
+    for (env, said) in &cases {
+        for quiet in [false, true] {
+            let mut e = env.clone();
+            if quiet {
+                e.push(("HUGETUNE_QUIET", "1".into()));
+            }
+            let o = Command::new("sort")
+                .arg("-n")
+                .arg("/proc/self/status")
+                .env("LD_PRELOAD", LIB)
+                .envs(e.iter().map(|(k, v)| (*k, v.as_str())))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), plain.status.code(), "{env:?}: {err}");
+            // What the program prints is its own (only its pid-dependent lines differ).
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout).lines().count(),
+                String::from_utf8_lossy(&plain.stdout).lines().count(),
+                "{env:?}"
+            );
+            let lines: Vec<&str> = err
+                .lines()
+                .filter(|l| l.starts_with("hugetune: "))
+                .collect();
+            if quiet {
+                assert!(lines.is_empty(), "{env:?} quiet: {err}");
+            } else {
+                assert_eq!(lines.len(), 1, "{env:?}: {err}");
+                assert!(lines[0].contains(said), "{env:?}: {err}");
+            }
+        }
+    }
+    // Good settings say nothing.
+    let o = Command::new("sort")
+        .arg("/proc/self/status")
+        .env("LD_PRELOAD", LIB)
+        .envs(
+            apply_env(d.path(), "hugetune-plan 1\nheap-large thp-2m\n")
+                .iter()
+                .map(|(k, v)| (*k, v.as_str())),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
