@@ -4,7 +4,11 @@
 # waves of fresh threads), for SECS seconds split over the plans below; the
 # soak of issue 22 runs it for 30 minutes (make -C runtime stress-asan SECS=1800).
 #
-#   stress_asan.sh ASAN_BUILD_DIR SECS
+#   stress_asan.sh ASAN_BUILD_DIR SECS [POOL]
+#
+# POOL (root): 2 MB pages to add to the pool for the run (restored at the end),
+# so the hugetlb plans really get hugetlb pages; without it they get what is
+# free, normally nothing.
 #
 # Plans: heap-small in the library's arena and heap-large owned, on hugetlb-2m
 # (whatever free pool pages exist; without a pool every hugetlb attempt falls
@@ -22,7 +26,19 @@ if [ -w /run/lock ] || [ -w /run/lock/hugetune-kernel-state.lock ]; then
     flock 9
 fi
 tmp=$(mktemp -d /tmp/hugetune-stress-asan.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+pool=${3:-0}
+h=/sys/kernel/mm/hugepages/hugepages-2048kB
+old_nr=$(cat /proc/sys/vm/nr_hugepages) # the persistent pool, what is put back
+trap 'rm -rf "$tmp"; [ "$pool" -gt 0 ] && echo "$old_nr" >/proc/sys/vm/nr_hugepages' EXIT
+trap 'exit 130' INT TERM
+if [ "$pool" -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || { echo "stress_asan.sh: POOL needs root" >&2; exit 2; }
+    # Pages in use or reserved by others (or leaked) stay theirs: POOL on top.
+    nr=$(cat $h/nr_hugepages) free=$(cat $h/free_hugepages) resv=$(cat $h/resv_hugepages)
+    taken=$((nr - free + (resv < free ? resv : free)))
+    echo $((taken + pool)) >$h/nr_hugepages
+    echo "pool: $(($(cat $h/free_hugepages) - $(cat $h/resv_hugepages))) free 2 MB pages for the run"
+fi
 i=0
 while read -r name plan; do
     i=$((i + 1))
@@ -55,7 +71,7 @@ run() { # name plan-number extra-env...
     if ! grep -q '"errors":\[\]' "$tmp"/sum.*.json; then
         echo "FAIL $name: the library's summary has errors"; cat "$tmp"/sum.*.json; fail=1; return
     fi
-    echo "ok $name (${per} s): $(cat "$tmp/out"); backed: $(grep -o '"backed":{[^]]*"4k":{[^}]*}' "$tmp"/sum.*.json | head -1 | cut -c1-400)"
+    echo "ok $name (${per} s): $(cat "$tmp/out"); hugetlb-2m/thp-2m bytes backed: $(grep -o '"backed":{"hugetlb-1g":{[^}]*},"hugetlb-2m":{"bytes":[0-9]*' "$tmp"/sum.*.json | grep -o '[0-9]*$' | head -1)/$(grep -o '"thp-2m":{"bytes":[0-9]*' "$tmp"/sum.*.json | grep -o '[0-9]*$' | head -1)"
 }
 run hugetlb 1
 run thp 2

@@ -145,6 +145,13 @@ pub fn verdict(baseline: &[f64], optimized: &[f64]) -> Verdict {
     }
 }
 
+/// The rank test alone: `a`'s runs significantly faster than `b`'s (exact
+/// one-sided Mann-Whitney U at 5 %). For comparisons that print no interval
+/// (is the best peer faster than hugetune?); verdicts use `verdict`.
+pub fn significantly_faster(a: &[f64], b: &[f64]) -> bool {
+    mann_whitney_p(a, b) <= ALPHA
+}
+
 /// How many A/B pairs to run and how a run is judged: at least `min`, then
 /// more until the 95 % bootstrap confidence interval of the speedup is
 /// narrower than `ci_width` (in speedup units: 0.05 means ±2.5 %), at most

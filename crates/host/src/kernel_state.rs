@@ -35,15 +35,43 @@ fn restorers() -> std::sync::MutexGuard<'static, Vec<(u64, Restorer)>> {
     RESTORERS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Set by `forward_signals`: signals go to the tracked children, hugetune waits.
+static FORWARD: AtomicBool = AtomicBool::new(false);
+
+/// For a wrapper that must behave as the program it runs (`hugetune run` under
+/// a service manager): from now on SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1,
+/// SIGUSR2 and SIGWINCH are passed to the running children, and hugetune goes
+/// on waiting for them (their end decides its exit status). With no child
+/// running, a signal interrupts hugetune as usual.
+pub fn forward_signals() {
+    install_signal_guard();
+    FORWARD.store(true, Ordering::SeqCst);
+}
+
 /// Start the watcher that restores kernel state when hugetune is interrupted.
 pub fn install_signal_guard() {
     INSTALL.call_once(|| {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([
+            SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH,
+        ]) else {
             return;
         };
         std::thread::spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            for sig in signals.forever() {
+                if FORWARD.load(Ordering::SeqCst) {
+                    let children = CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    if !children.is_empty() {
+                        for pid in children {
+                            // SAFETY: kill has no memory effects; the pid is our child.
+                            unsafe { libc::kill(pid as i32, sig) };
+                        }
+                        continue;
+                    }
+                }
+                if sig == SIGWINCH {
+                    continue; // its default is to be ignored
+                }
                 INTERRUPTED.store(true, Ordering::SeqCst);
                 // A child being started now is tracked (and stopped) before we go
                 // on: none outlives us (at most a second's wait).

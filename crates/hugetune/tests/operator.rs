@@ -224,3 +224,47 @@ fn a_crashing_program_is_reported_in_its_own_terms() {
     assert!(!e.contains("refs.raw") && !e.contains("qemu said"), "{e}");
     assert!(!out.exists());
 }
+
+#[test]
+fn hugetune_run_passes_signals_to_the_program_and_ends_as_it_does() {
+    use std::io::{BufRead, BufReader};
+    let d = tempfile::tempdir().unwrap();
+    for (sig, name) in [
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGUSR1, "USR1"),
+    ] {
+        let script = format!(
+            "trap 'echo got-{name}; exit 7' {name}; echo ready; while :; do sleep 0.05; done"
+        );
+        let mut child = Command::new(HUGETUNE)
+            .args([
+                "--db",
+                d.path().join("h.db").to_str().unwrap(),
+                "run",
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg(&script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        // SAFETY: kill has no memory effects; the pid is our child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        assert!(rest.contains(&format!("got-{name}")), "{name}: {rest}");
+        assert_eq!(
+            status.code(),
+            Some(7),
+            "{name}: the program's own exit status"
+        );
+    }
+}

@@ -146,8 +146,12 @@ fn default_plan() -> String {
 /// The value of key `k` at version `v`: its size varies with both; the first
 /// 12 bytes say whose it is.
 fn value(k: u64, v: u32, mean: u64, buf: &mut Vec<u8>) {
-    let h = (k ^ (u64::from(v) << 40)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let n = (mean / 2 + (h >> 33) % mean.max(1)).max(12) as usize;
+    // splitmix64 of (key, version): sizes spread over [mean/2, 3*mean/2).
+    let mut h = k.wrapping_mul(0x1_0000_0001) ^ u64::from(v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    let n = (mean / 2 + h % mean.max(1)).max(12) as usize;
     buf.clear();
     buf.extend_from_slice(&k.to_le_bytes());
     buf.extend_from_slice(&v.to_le_bytes());

@@ -135,7 +135,7 @@ pub fn peers_verdict(
             // Equal unless the best peer's runs are significantly faster
             // (exact one-sided Mann-Whitney at 5 %): overlapping ranges are not
             // enough, one slow outlier widens a range a lot.
-            let within = ab::verdict(&hugetune.times, &b.times) != ab::Verdict::Gain;
+            let within = !ab::significantly_faster(&b.times, &hugetune.times);
             let bsp = sp(&b.times);
             (
                 Some(b.config.clone()),

@@ -1,5 +1,7 @@
 //! `hugetune run`: the online agent. Looks up the program's directives, plans for
 //! the pages available now, runs it with the plan applied, and records the run.
+//! Signals sent to hugetune go to the program (forwarded), which ends as it would
+//! alone; its exit status is hugetune's.
 
 use crate::{stages, Ctx};
 use anyhow::Result;
@@ -19,6 +21,9 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    // A wrapper in a unit file: signals are the program's, and hugetune waits
+    // for its end (exit status included) before it records the run.
+    hugetune_host::kernel_state::forward_signals();
     let art = crate::artifacts::find()?;
     let db = ctx.db()?;
     let Some(st) = stages::stored_predictions(&db, &a.command)? else {
