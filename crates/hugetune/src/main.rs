@@ -75,6 +75,10 @@ enum Command {
     Fragsim(cmd::fragsim::Args),
     /// Undo the kernel changes a hugetune killed outright left (pools, THP, tracefs)
     Restore(cmd::restore::Args),
+    /// Print a shell completion script: `hugetune completions bash > /etc/bash_completion.d/hugetune`
+    Completions(cmd::completions::CompletionsArgs),
+    /// Write the man pages (hugetune.1, hugetune-COMMAND.1) into a directory
+    Manpages(cmd::completions::ManpagesArgs),
 }
 
 pub struct Ctx {
@@ -107,7 +111,9 @@ fn is_broken_pipe_panic(payload: &(dyn std::any::Any + Send)) -> bool {
         .map(String::as_str)
         .or_else(|| payload.downcast_ref::<&str>().copied())
         .unwrap_or("");
-    msg.starts_with("failed printing to std") && msg.contains("Broken pipe")
+    // print!'s "failed printing to stdout: Broken pipe (os error 32)", and the
+    // like from libraries that unwrap their writes.
+    msg.contains("Broken pipe (os error 32)") || msg.contains("kind: BrokenPipe")
 }
 
 fn is_broken_pipe_error(e: &anyhow::Error) -> bool {
@@ -159,6 +165,8 @@ fn main() {
         Command::Frag(a) => cmd::frag::run(&ctx, a),
         Command::Fragsim(a) => cmd::fragsim::run(&ctx, a),
         Command::Restore(a) => cmd::restore::run(&ctx, a),
+        Command::Completions(a) => cmd::completions::completions(a),
+        Command::Manpages(a) => cmd::completions::manpages(a),
     }));
     let r = match r {
         Ok(r) => r,

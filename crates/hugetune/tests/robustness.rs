@@ -1406,6 +1406,14 @@ fn fault_hugetlb_cgroup_limit() {
     );
 }
 
+/// THP's mode when nobody is changing it: read under the kernel-state lock (a
+/// test switching modes holds it; read without it, a resting value could be
+/// one of that test's).
+fn thp_resting() -> String {
+    let _lock = lock_kernel_state().unwrap();
+    thp_enabled_now()
+}
+
 fn thp_enabled_now() -> String {
     let t = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap();
     let s = t.find('[').unwrap();
@@ -1418,7 +1426,7 @@ fn fault_thp_never() {
     if skip_unless_root("THP never") {
         return;
     }
-    let before = thp_enabled_now();
+    let before = thp_resting();
     let b = Blocks::new();
     {
         // heap-large thp-2m: skipped with reason thp-disabled, owned on 4k pages.
@@ -1437,7 +1445,7 @@ fn fault_thp_never() {
         assert_eq!(u(&s["backed"]["thp-2m"]["bytes"]), 0, "{s}");
         assert!(u(&s["backed"]["4k"]["bytes"]) >= 16 * BLOCK_MAPPED, "{s}");
     }
-    assert_eq!(thp_enabled_now(), before, "THP mode restored");
+    assert_eq!(thp_resting(), before, "THP mode restored");
     {
         // The whole chain: empty pool (ENOMEM), THP never (thp-disabled), 4k.
         let pool = set_hugetlb_pool(2048, 0).unwrap();
@@ -1458,7 +1466,7 @@ fn fault_thp_never() {
         );
         assert!(u(&s["backed"]["4k"]["bytes"]) >= 16 * BLOCK_MAPPED, "{s}");
     }
-    assert_eq!(thp_enabled_now(), before, "THP mode restored");
+    assert_eq!(thp_resting(), before, "THP mode restored");
     // heap-small thp-2m with THP off: a real program still runs the same.
     let Some(py) = python() else { return };
     let d = tempdir();
@@ -1484,7 +1492,7 @@ fn fault_thp_never() {
         0,
         "{s}"
     );
-    assert_eq!(thp_enabled_now(), before, "THP mode restored");
+    assert_eq!(thp_resting(), before, "THP mode restored");
 }
 
 #[test]
@@ -1496,7 +1504,7 @@ fn fault_thp_mode_switched_during_the_run() {
     // allocates: always / madvise / never every few milliseconds. The library
     // asks with MADV_HUGEPAGE at each mapping and verifies in smaps at exit; the
     // program must run as without it, whatever the mode was at each moment.
-    let before = thp_enabled_now();
+    let before = thp_resting();
     let b = Blocks::new();
     let lock = lock_kernel_state().unwrap();
     let thp = set_thp_enabled_holding(&lock, "madvise").unwrap();
@@ -1532,7 +1540,7 @@ fn fault_thp_mode_switched_during_the_run() {
     flipper.join().unwrap();
     drop(thp);
     drop(lock);
-    assert_eq!(thp_enabled_now(), before, "THP mode restored");
+    assert_eq!(thp_resting(), before, "THP mode restored");
     let n = flips.load(std::sync::atomic::Ordering::Relaxed);
     assert!(n >= 6, "the mode was switched during the runs ({n} times)");
     eprintln!(

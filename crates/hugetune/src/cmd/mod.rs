@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod calibrate;
+pub mod completions;
 pub mod db;
 pub mod demo;
 pub mod frag;
