@@ -4,7 +4,7 @@
 # waves of fresh threads), for SECS seconds split over the plans below; the
 # soak of issue 22 runs it for 30 minutes (make -C runtime stress-asan SECS=1800).
 #
-#   stress_asan.sh ASAN_BUILD_DIR SECS [POOL]
+#   stress_asan.sh ASAN_BUILD_DIR SECS [POOL]     (THREADS=N: threads per wave, default 4)
 #
 # POOL (root): 2 MB pages to add to the pool for the run (restored at the end),
 # so the hugetlb plans really get hugetlb pages; without it they get what is
@@ -60,7 +60,7 @@ run() { # name plan-number extra-env...
     env "$@" HUGETUNE_MODE=apply HUGETUNE_PLAN="$tmp/plan.$n" HUGETUNE_SUMMARY="$tmp/sum.%p.json" \
         ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:abort_on_error=0:halt_on_error=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        LD_PRELOAD="$dir/libhugetune.so" "$dir/tests/t_threads" threads=4 ops=50000 seed=$n secs="$per" \
+        LD_PRELOAD="$dir/libhugetune.so" "$dir/tests/t_threads" threads="${THREADS:-4}" ops=50000 seed=$n secs="$per" \
         >"$tmp/out" 2>"$tmp/err" || st=$?
     if [ "$st" != 0 ]; then
         echo "FAIL $name: exit status $st"; cat "$tmp/err"; fail=1; return

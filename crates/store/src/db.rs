@@ -769,6 +769,11 @@ mod tests {
     #[test]
     fn store_and_read_back() {
         let d = tempfile::tempdir().unwrap();
+        // A directory that does not exist is an error, not created.
+        let e = Db::open(&d.path().join("sub/h.db")).err().unwrap();
+        assert!(format!("{e:#}").contains("does not exist"), "{e:#}");
+        assert!(!d.path().join("sub").exists());
+        std::fs::create_dir(d.path().join("sub")).unwrap();
         let mut db = Db::open(&d.path().join("sub/h.db")).unwrap();
         assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
         let m = db
