@@ -662,10 +662,11 @@ static void finish_before_exit(void)
         ht_finish();
 }
 
-HT_API __attribute__((noreturn)) void _exit(int status)
+/* The summary first, then the next definition of `name` (the kernel's
+ * exit_group if there is none). */
+static __attribute__((noreturn)) void exit_via(void *_Atomic *cache, const char *name, int status)
 {
-    static void *_Atomic next__exit;
-    exit_t f = (exit_t)next_fn(&next__exit, "_exit");
+    exit_t f = (exit_t)next_fn(cache, name);
     if (!inert())
         finish_before_exit();
     if (f)
@@ -674,16 +675,16 @@ HT_API __attribute__((noreturn)) void _exit(int status)
         syscall(SYS_exit_group, status);
 }
 
+HT_API __attribute__((noreturn)) void _exit(int status)
+{
+    static void *_Atomic next__exit;
+    exit_via(&next__exit, "_exit", status);
+}
+
 HT_API __attribute__((noreturn)) void _Exit(int status)
 {
     static void *_Atomic next__Exit;
-    exit_t f = (exit_t)next_fn(&next__Exit, "_Exit");
-    if (!inert())
-        finish_before_exit();
-    if (f)
-        f(status);
-    for (;;)
-        syscall(SYS_exit_group, status);
+    exit_via(&next__Exit, "_Exit", status);
 }
 
 struct exec_ctx {

@@ -51,11 +51,9 @@ const char *ht_getenv(const char *name)
  * value, a plan it cannot open or parse): one line on stderr, whatever
  * HUGETUNE_VERBOSE says, unless HUGETUNE_QUIET=1; the program runs as it
  * would without the library (inert, or without that setting). */
-void ht_warn(const char *a, const char *b)
+/* "hugetune: " a b, one line on stderr. */
+static void say(const char *a, const char *b)
 {
-    const char *q = ht_getenv("HUGETUNE_QUIET");
-    if (q && strcmp(q, "1") == 0)
-        return;
     char line[512];
     struct ht_buf hb;
     hb_init(&hb, line, sizeof line);
@@ -64,6 +62,13 @@ void ht_warn(const char *a, const char *b)
     hb_puts(&hb, b);
     hb_putc(&hb, '\n');
     ht_sys_write(2, hb.p, hb.len);
+}
+
+void ht_warn(const char *a, const char *b)
+{
+    const char *q = ht_getenv("HUGETUNE_QUIET");
+    if (!q || strcmp(q, "1") != 0)
+        say(a, b);
 }
 
 /* A configuration error: in the summary, and said on stderr (ht_warn). */
@@ -76,16 +81,8 @@ void ht_config_error(const char *a, const char *b)
 
 void ht_verbose(const char *a, const char *b)
 {
-    char line[512];
-    struct ht_buf hb;
-    if (!ht_cfg.verbose)
-        return;
-    hb_init(&hb, line, sizeof line);
-    hb_puts(&hb, "hugetune: ");
-    hb_puts(&hb, a);
-    hb_puts(&hb, b);
-    hb_putc(&hb, '\n');
-    ht_sys_write(2, hb.p, hb.len);
+    if (ht_cfg.verbose)
+        say(a, b);
 }
 
 /* An exec'd image of a recorded process (same pid, exec generation g >= 1)
