@@ -267,29 +267,46 @@ pub fn count_folios(
 /// smaps_rollup does not show, were really used. Needs root (PFNs are hidden
 /// otherwise: the census is then empty).
 pub fn folio_census(pid: u32) -> Vec<(u64, u64)> {
-    use std::os::unix::fs::FileExt;
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return vec![];
     };
+    // Anonymous and private writable mappings: where the library places data.
+    let ranges: Vec<(u64, u64)> = parse_maps(&maps)
+        .into_iter()
+        .filter(|m| m.perms.starts_with("rw") && !m.path.starts_with("[v"))
+        .map(|m| (m.start, m.end))
+        .collect();
+    let mut total = std::collections::BTreeMap::new();
+    for counts in folio_census_ranges(pid, &ranges) {
+        for (kb, bytes) in counts {
+            *total.entry(kb).or_insert(0) += bytes;
+        }
+    }
+    total.into_iter().collect()
+}
+
+/// `folio_census` per address range of process `pid` (one map per range, empty
+/// where PFNs cannot be read: not root, or the process is gone).
+pub fn folio_census_ranges(
+    pid: u32,
+    ranges: &[(u64, u64)],
+) -> Vec<std::collections::BTreeMap<u64, u64>> {
+    use std::os::unix::fs::FileExt;
+    let mut out = vec![std::collections::BTreeMap::new(); ranges.len()];
     let (Ok(pagemap), Ok(kpf)) = (
         std::fs::File::open(format!("/proc/{pid}/pagemap")),
         std::fs::File::open("/proc/kpageflags"),
     ) else {
-        return vec![];
+        return out;
     };
-    let mut total = std::collections::BTreeMap::new();
-    for m in parse_maps(&maps) {
-        // Anonymous and private writable mappings: where the library places data.
-        if !m.perms.starts_with("rw") || m.path.starts_with("[v") {
-            continue;
-        }
-        let pages = ((m.end - m.start) / 4096) as usize;
+    for (slot, &(start, end)) in out.iter_mut().zip(ranges) {
+        let pages = (end.saturating_sub(start) / 4096) as usize;
         let mut pfns = Vec::with_capacity(pages.min(1 << 20));
         let mut buf = vec![0u8; 8 * 8192];
         let mut done = 0;
         while done < pages {
             let n = (pages - done).min(8192);
-            let off = (m.start / 4096 + done as u64) * 8;
+            let off = (start / 4096 + done as u64) * 8;
             if pagemap.read_exact_at(&mut buf[..n * 8], off).is_err() {
                 break;
             }
@@ -300,7 +317,7 @@ pub fn folio_census(pid: u32) -> Vec<(u64, u64)> {
             }
             done += n;
         }
-        let counts = count_folios(&pfns, |start, n| {
+        *slot = count_folios(&pfns, |start, n| {
             let mut b = vec![0u8; n * 8];
             kpf.read_exact_at(&mut b, start * 8).ok()?;
             Some(
@@ -309,16 +326,88 @@ pub fn folio_census(pid: u32) -> Vec<(u64, u64)> {
                     .collect(),
             )
         });
-        for (kb, bytes) in counts {
-            *total.entry(kb).or_insert(0) += bytes;
+    }
+    out
+}
+
+/// One mapping of /proc/PID/smaps: its range and name, and what backs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SmapsVma {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub name: String,
+    pub rss: u64,
+    pub anon_huge: u64,
+    pub hugetlb: u64,
+    /// KernelPageSize in bytes (2 MB or 1 GB for hugetlb mappings).
+    pub kernel_page: u64,
+    /// VmFlags: `hg` (MADV_HUGEPAGE), `nh` (MADV_NOHUGEPAGE), `ht` (hugetlb), ...
+    pub flags: Vec<String>,
+}
+
+/// Parses the text of /proc/PID/smaps (bytes, from the kB fields).
+pub fn parse_smaps(text: &str) -> Vec<SmapsVma> {
+    let mut out: Vec<SmapsVma> = Vec::new();
+    for l in text.lines() {
+        if let Some(m) = parse_maps(l).into_iter().next() {
+            out.push(SmapsVma {
+                start: m.start,
+                end: m.end,
+                perms: m.perms,
+                name: m.path,
+                ..Default::default()
+            });
+            continue;
+        }
+        let (Some(v), Some((k, rest))) = (out.last_mut(), l.split_once(':')) else {
+            continue;
+        };
+        let kb = || -> u64 {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+                .saturating_mul(1024)
+        };
+        match k {
+            "Rss" => v.rss = kb(),
+            "AnonHugePages" => v.anon_huge = kb(),
+            "Private_Hugetlb" | "Shared_Hugetlb" => v.hugetlb += kb(),
+            "KernelPageSize" => v.kernel_page = kb(),
+            "VmFlags" => v.flags = rest.split_whitespace().map(String::from).collect(),
+            _ => {}
         }
     }
-    total.into_iter().collect()
+    out
 }
 
 #[cfg(test)]
 mod folio_tests {
     use super::*;
+
+    #[test]
+    fn smaps_mappings_with_their_backing() {
+        let t = "55d0c0000000-55d0c0021000 rw-p 00000000 00:00 0                          [heap]\n\
+Size:                132 kB\nKernelPageSize:        4 kB\nRss:                  12 kB\nAnonHugePages:         0 kB\n\
+Private_Hugetlb:       0 kB\nVmFlags: rd wr mr mw me ac\n\
+7f0000000000-7f0000400000 rw-p 00000000 00:0f 1234                       /anon_hugepage (deleted)\n\
+Size:               4096 kB\nKernelPageSize:     2048 kB\nRss:                   0 kB\nAnonHugePages:         0 kB\n\
+Private_Hugetlb:    4096 kB\nVmFlags: rd wr mr mw me de ht\n\
+7f1000000000-7f1000800000 rw-p 00000000 00:00 0 \n\
+Rss:                8192 kB\nAnonHugePages:      6144 kB\nKernelPageSize:        4 kB\nVmFlags: rd wr mr mw me ac hg\n";
+        let v = parse_smaps(t);
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[0].name, "[heap]");
+        assert_eq!(v[0].rss, 12 << 10);
+        assert_eq!((v[1].hugetlb, v[1].kernel_page), (4 << 20, 2 << 20));
+        assert!(v[1].flags.contains(&"ht".to_string()));
+        assert_eq!((v[2].anon_huge, v[2].rss), (6 << 20, 8 << 20));
+        assert!(v[2].flags.contains(&"hg".to_string()));
+        assert_eq!(v[2].name, "");
+        assert!(parse_smaps("garbage\nRss: 4 kB\n").is_empty());
+    }
 
     const H: u64 = KPF_COMPOUND_HEAD | KPF_THP;
     const T: u64 = KPF_COMPOUND_TAIL | KPF_THP;

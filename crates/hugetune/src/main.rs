@@ -75,6 +75,9 @@ enum Command {
     Fragsim(cmd::fragsim::Args),
     /// Undo the kernel changes a hugetune killed outright left (pools, THP, tracefs)
     Restore(cmd::restore::Args),
+    /// Is it really huge? Pools, THP modes, and per mapping of a process (-p PID) what
+    /// is on 4 KB, mTHP, THP and hugetlb pages
+    Status(cmd::status::Args),
     /// Print a shell completion script: `hugetune completions bash > /etc/bash_completion.d/hugetune`
     Completions(cmd::completions::CompletionsArgs),
     /// Write the man pages (hugetune.1, hugetune-COMMAND.1) into a directory
@@ -165,6 +168,7 @@ fn main() {
         Command::Frag(a) => cmd::frag::run(&ctx, a),
         Command::Fragsim(a) => cmd::fragsim::run(&ctx, a),
         Command::Restore(a) => cmd::restore::run(&ctx, a),
+        Command::Status(a) => cmd::status::run(&ctx, a),
         Command::Completions(a) => cmd::completions::completions(a),
         Command::Manpages(a) => cmd::completions::manpages(a),
     }));

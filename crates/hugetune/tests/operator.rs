@@ -268,3 +268,67 @@ fn hugetune_run_passes_signals_to_the_program_and_ends_as_it_does() {
         );
     }
 }
+
+#[test]
+fn status_shows_what_backs_each_mapping() {
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    // A process with THP memory: the runtime library's heap-large on thp-2m,
+    // held while we look (python waits on its stdin).
+    let plan = d.path().join("plan");
+    std::fs::write(&plan, "hugetune-plan 1\nheap-large thp-2m\n").unwrap();
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import sys; b = bytearray(64 << 20); b[::4096] = b'x' * (len(b) // 4096); \
+             print('ready', flush=True); sys.stdin.read()",
+        ])
+        .env("LD_PRELOAD", common::LIB)
+        .env("HUGETUNE_MODE", "apply")
+        .env("HUGETUNE_PLAN", &plan)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let pid = child.id().to_string();
+    let (code, out, e) = hugetune(&db, &["status", "-p", &pid, "--json"]);
+    let (tcode, text, _) = hugetune(&db, &["status", "-p", &pid]);
+    let (acode, all, _) = hugetune(&db, &["status"]);
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    assert_eq!(code, 0, "{e}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p = &s["processes"][0];
+    assert_eq!(p["pid"].to_string(), pid);
+    assert_eq!(p["hugetune_loaded"], true, "{p}");
+    let maps = p["mappings"].as_array().unwrap();
+    // The 64 MiB buffer is one of the library's owned blocks, asked for with
+    // MADV_HUGEPAGE; where THP is on, smaps shows huge pages in it.
+    let big = maps
+        .iter()
+        .find(|m| m["size"].as_u64().unwrap() >= 64 << 20 && m["advice"] == "MADV_HUGEPAGE")
+        .unwrap_or_else(|| panic!("no 64 MiB MADV_HUGEPAGE mapping: {p}"));
+    if std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|t| !t.contains("[never]"))
+    {
+        assert!(big["thp_2m"].as_u64().unwrap() > 0, "{big}");
+    }
+    assert!(s["pools"].as_array().is_some_and(|p| !p.is_empty()));
+    assert_eq!(tcode, 0);
+    assert!(
+        text.contains("hugetune's runtime library is loaded") && text.contains("THP 2M"),
+        "{text}"
+    );
+    assert_eq!(acode, 0);
+    assert!(all.starts_with("THP: "), "{all}");
+    let (code, _, e) = hugetune(&db, &["status", "-p", "4294967295"]);
+    assert_eq!(code, 1);
+    assert!(e.contains("no such process"), "{e}");
+}

@@ -16,6 +16,7 @@ pub mod report;
 pub mod restore;
 pub mod run;
 pub mod size;
+pub mod status;
 pub mod validate;
 
 use hugetune_capture::ab::RunCount;
