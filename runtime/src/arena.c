@@ -212,7 +212,35 @@ void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, 
         return ht_mag_alloc(m, t, n);
     if (m->end == m->base || n > HT_MAG_MAX || align > HT_MAG_ALIGN_MAX || (align & (align - 1)))
         return NULL;
-    size_t s = ht_mag_chunk_size(n);
+    int c;
+    size_t s = ht_mag_req(n, &c);
+    /* Recycle first. Aligned requests free aligned chunks, so a class's list
+     * holds them near its head: up to 16 candidates are looked at and the others
+     * go back. Without this every aligned request took fresh memory and a
+     * program that keeps making them grew without bound (the ASan soak:
+     * 15 GB in 450 s). No boundary is written here: a recycled chunk may lie
+     * in another thread's granule (the bitmap's single-writer rule). */
+    if (!t->head[c] && atomic_load_explicit(&m->nfree[c], memory_order_relaxed))
+        refill(m, t, c);
+    void *seen[16], *hit = NULL;
+    int k = 0;
+    while (k < 16) {
+        void *p = ht_mag_pop(m, t, c);
+        if (!p)
+            break;
+        if (((uintptr_t)p & (align - 1)) == 0) {
+            hit = p;
+            break;
+        }
+        seen[k++] = p;
+    }
+    while (k > 0) {
+        void *p = seen[--k];
+        ht_mag_set_free(m, p);
+        ht_mag_push(m, t, p, ht_mag_chunk_at(m, p));
+    }
+    if (hit)
+        return hit;
     for (int tries = 0; tries < 2; tries++) {
         uintptr_t top = t->top;
         uintptr_t c0 = (top + align - 1) & ~(uintptr_t)(align - 1);

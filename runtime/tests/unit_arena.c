@@ -427,6 +427,44 @@ static void test_aligned(void)
     arena_done();
 }
 
+/* Aligned requests recycle the chunks aligned requests freed: a program that
+ * keeps allocating and freeing aligned objects (posix_memalign, aligned_alloc)
+ * reaches a steady state instead of taking fresh memory each time (the ASan
+ * soak grew to 15 GB in 450 s before). */
+static void test_aligned_steady(void)
+{
+    arena_setup(256u << 20, (size_t)-1);
+    struct ht_mag_tcache t = {0};
+    char *slot[64] = {0};
+    size_t al[64];
+    int bad = 0;
+    unsigned long after_warmup = 0;
+    for (int i = 0; i < 200000; i++) {
+        if (i == 20000)
+            after_warmup = atomic_load(&M.regions);
+        int k = (int)(rnd() % 64);
+        if (slot[k]) {
+            ht_mag_free(&M, &t, slot[k]);
+            slot[k] = NULL;
+            continue;
+        }
+        al[k] = (size_t)64 << (rnd() % 3); /* 64, 128, 256 */
+        slot[k] = ht_mag_alloc_aligned(&M, &t, 16 + rnd() % 2000, al[k]);
+        if (!slot[k] || ((uintptr_t)slot[k] & (al[k] - 1)))
+            bad++;
+    }
+    CHECK(bad == 0);
+    /* 64 live objects of at most 2 KiB: a few regions; far from one per few
+     * hundred requests. */
+    unsigned long end = atomic_load(&M.regions);
+    fprintf(stderr, "aligned steady: %lu regions after warm-up, %lu at the end\n", after_warmup, end);
+    CHECK(end <= after_warmup + 4);
+    for (int k = 0; k < 64; k++)
+        if (slot[k])
+            ht_mag_free(&M, &t, slot[k]);
+    arena_done();
+}
+
 /* Memory from the region is zero (fresh), recycled chunks are reported so;
  * the last chunk of the region grows in place. */
 static void test_fresh_grow(void)
@@ -757,6 +795,7 @@ int main(void)
     test_bad_free();
     test_double_free_property();
     test_aligned();
+    test_aligned_steady();
     test_fresh_grow();
     test_exhaustion();
     test_stash();
