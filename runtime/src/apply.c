@@ -133,10 +133,7 @@ static void plan_error(const char *pre, const char *post, const char *detail)
     hb_init(&hb, line, sizeof line);
     hb_puts(&hb, pre);
     hb_puts(&hb, ht_cfg.plan_path);
-    hb_puts(&hb, post);
-    if (hb.len >= sizeof line)
-        hb.len = sizeof line - 1;
-    line[hb.len] = 0;
+    hb_puts(&hb, post); /* the buffer stays NUL-terminated (truncated if need be) */
     ht_config_error(line, detail);
 }
 

@@ -234,11 +234,8 @@ void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, 
         }
         seen[k++] = p;
     }
-    while (k > 0) {
-        void *p = seen[--k];
-        ht_mag_set_free(m, p);
-        ht_mag_push(m, t, p, ht_mag_chunk_at(m, p));
-    }
+    while (k > 0)
+        ht_mag_free(m, t, seen[--k]);
     if (hit)
         return hit;
     for (int tries = 0; tries < 2; tries++) {

@@ -549,16 +549,21 @@ typedef int (*execv_t)(const char *, char *const[]);
 typedef int (*fexecve_t)(int, char *const[], char *const[]);
 typedef int (*execveat_t)(int, const char *, char *const[], char *const[], int);
 
+/* Record mode's FORK event, in the parent of a fork-like call (-1: failed). */
+static void rec_fork(pid_t pid, const void *ra)
+{
+    int e = errno;
+    int m = active_mode();
+    if (m == HT_RECORD || m == HT_PREINIT)
+        rec_after(m, HT_K_FORK, NULL, 0, (uint64_t)(int64_t)pid, 0, ra);
+    errno = e;
+}
+
 static SLOW pid_t fork_slow(fork_t f, const void *ra)
 {
     pid_t pid = f();
-    if (pid != 0) { /* the parent; -1: failed */
-        int e = errno;
-        int m = active_mode();
-        if (m == HT_RECORD || m == HT_PREINIT)
-            rec_after(m, HT_K_FORK, NULL, 0, (uint64_t)(int64_t)pid, 0, ra);
-        errno = e;
-    }
+    if (pid != 0)
+        rec_fork(pid, ra);
     return pid;
 }
 
@@ -601,9 +606,7 @@ HT_API pid_t _Fork(void)
         ht_atfork_child();
     } else {
         ht_atfork_parent();
-        int m = active_mode();
-        if (m == HT_RECORD)
-            rec_after(m, HT_K_FORK, NULL, 0, (uint64_t)(int64_t)pid, 0, ra);
+        rec_fork(pid, ra);
     }
     errno = e;
     return pid;
@@ -641,9 +644,7 @@ HT_API int clone(clone_fn_t fn, void *stack, int flags, void *arg, ...)
     int pid = f_clone(clone_child, stack, flags, &t, ptid, tls, ctid);
     int e = errno;
     ht_atfork_parent();
-    int m = active_mode();
-    if (m == HT_RECORD && pid > 0)
-        rec_after(m, HT_K_FORK, NULL, 0, (uint64_t)(int64_t)pid, 0, ra);
+    rec_fork(pid, ra);
     errno = e;
     return pid;
 }
@@ -667,8 +668,7 @@ static void finish_before_exit(void)
 static __attribute__((noreturn)) void exit_via(void *_Atomic *cache, const char *name, int status)
 {
     exit_t f = (exit_t)next_fn(cache, name);
-    if (!inert())
-        finish_before_exit();
+    finish_before_exit();
     if (f)
         f(status);
     for (;;)

@@ -60,6 +60,14 @@ pub fn install_signal_guard() {
         std::thread::spawn(move || {
             for sig in signals.forever() {
                 if FORWARD.load(Ordering::SeqCst) {
+                    // A child just started may not be tracked yet (it can
+                    // run, and be signalled, before its parent registers it).
+                    let t0 = std::time::Instant::now();
+                    while SPAWNING.load(Ordering::SeqCst) > 0
+                        && t0.elapsed() < std::time::Duration::from_secs(1)
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
                     let children = CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).clone();
                     if !children.is_empty() {
                         for pid in children {

@@ -32,6 +32,7 @@ use hugetune_host::machine;
 use hugetune_host::procfs;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
+use hugetune_model::stats::{median_u64, Rng};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -146,12 +147,9 @@ fn default_plan() -> String {
 /// The value of key `k` at version `v`: its size varies with both; the first
 /// 12 bytes say whose it is.
 fn value(k: u64, v: u32, mean: u64, buf: &mut Vec<u8>) {
-    // splitmix64 of (key, version): sizes spread over [mean/2, 3*mean/2).
-    let mut h = k.wrapping_mul(0x1_0000_0001) ^ u64::from(v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^= h >> 31;
-    let n = (mean / 2 + h % mean.max(1)).max(12) as usize;
+    // A hash of (key, version): sizes spread over [mean/2, 3*mean/2).
+    let h = Rng(k.wrapping_mul(0x1_0000_0001) ^ u64::from(v) << 40).below(mean.max(1));
+    let n = (mean / 2 + h).max(12) as usize;
     buf.clear();
     buf.extend_from_slice(&k.to_le_bytes());
     buf.extend_from_slice(&v.to_le_bytes());
@@ -162,17 +160,6 @@ fn value(k: u64, v: u32, mean: u64, buf: &mut Vec<u8>) {
 
 fn key(k: u64) -> String {
     format!("key:{k:010}")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
 }
 
 fn sample(pid: u32, t: f64, keys: u64) -> Option<Sample> {
@@ -187,14 +174,6 @@ fn sample(pid: u32, t: f64, keys: u64) -> Option<Sample> {
         pool_total: p.as_ref().map_or(0, |p| p.nr),
         pool_free: p.as_ref().map_or(0, |p| p.available()),
     })
-}
-
-fn median(mut v: Vec<u64>) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    v.sort_unstable();
-    v[v.len() / 2]
 }
 
 fn info_u64(c: &mut Conn, section: &str, field: &str) -> Result<u64> {
@@ -426,7 +405,7 @@ fn drive(
                 written += 1;
                 written - 1
             } else {
-                rng.next() % written
+                rng.below(written)
             };
             let v = ver[k as usize].wrapping_add(1);
             ver[k as usize] = v;
@@ -435,7 +414,7 @@ fn drive(
         }
         c.expect_ok(batch)?;
         r.writes += batch;
-        let reads: Vec<u64> = (0..20).map(|_| rng.next() % written).collect();
+        let reads: Vec<u64> = (0..20).map(|_| rng.below(written)).collect();
         for &k in &reads {
             c.send(&[b"GET", key(k).as_bytes()])?;
         }
@@ -522,27 +501,22 @@ fn check_dump(r: &mut SoakReport, dir: &Path, port: u16) {
 
 fn check_summaries(r: &mut SoakReport, dir: &Path, pid: u32) {
     let mut main = None;
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("summary.") {
-            continue;
-        }
-        match Summary::read(&e.path()) {
-            Ok(s) if s.pid == u64::from(pid) => main = Some(s),
+    for v in crate::stages::take_summaries(dir) {
+        match Summary::from_value(&v) {
+            Ok(s) if s.pid == u64::from(pid) => {
+                r.summary_forks = v["forks"].as_u64().unwrap_or(0);
+                r.peak_hugetlb_pages = v["peak_huge_pages"]["hugetlb-2m"].as_u64().unwrap_or(0);
+                main = Some(s);
+            }
             Ok(s) => {
                 r.child_summaries += 1;
                 r.summary_errors.extend(s.errors);
             }
-            Err(err) => r.summary_errors.push(err.to_string()),
+            Err(err) => r
+                .summary_errors
+                .push(format!("a summary that does not parse: {err}")),
         }
     }
-    let raw = std::fs::read_to_string(dir.join(format!("summary.{pid}.json"))).unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(&raw).unwrap_or_default();
-    r.summary_forks = v["forks"].as_u64().unwrap_or(0);
-    r.peak_hugetlb_pages = v["peak_huge_pages"]["hugetlb-2m"].as_u64().unwrap_or(0);
     match main {
         None => r
             .failures
@@ -596,13 +570,13 @@ fn steady(r: &mut SoakReport) {
     }
     let tenth = (n / 10).max(1);
     let mem = |s: &Sample| s.rss + s.hugetlb;
-    r.memory_first = median(r.samples[..tenth].iter().map(mem).collect());
-    r.memory_last = median(r.samples[n - tenth..].iter().map(mem).collect());
+    r.memory_first = median_u64(r.samples[..tenth].iter().map(mem));
+    r.memory_last = median_u64(r.samples[n - tenth..].iter().map(mem));
     let per_key = |s: &Sample| (s.rss + s.hugetlb) / s.keys.max(1);
-    r.per_key_first = median(r.samples[..tenth].iter().map(per_key).collect());
-    r.per_key_last = median(r.samples[n - tenth..].iter().map(per_key).collect());
-    r.hugetlb_first = median(r.samples[..tenth].iter().map(|s| s.hugetlb).collect());
-    r.hugetlb_last = median(r.samples[n - tenth..].iter().map(|s| s.hugetlb).collect());
+    r.per_key_first = median_u64(r.samples[..tenth].iter().map(per_key));
+    r.per_key_last = median_u64(r.samples[n - tenth..].iter().map(per_key));
+    r.hugetlb_first = median_u64(r.samples[..tenth].iter().map(|s| s.hugetlb));
+    r.hugetlb_last = median_u64(r.samples[n - tenth..].iter().map(|s| s.hugetlb));
     if r.per_key_last as f64 > r.per_key_first as f64 * 1.25 {
         r.failures.push(format!(
             "memory per key grew from {} B to {} B (RSS + hugetlb, medians of the first and last tenth)",
@@ -622,10 +596,7 @@ pub fn render(r: &SoakReport) -> String {
     let b = hugetune_render::bytes;
     let secs: Vec<f64> = r.bgsaves.iter().map(|x| x.seconds).collect();
     let forks: Vec<f64> = r.bgsaves.iter().map(|x| x.fork_ms).collect();
-    let med = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
+    let med = |v: Vec<f64>| hugetune_model::stats::median_finite(&v).unwrap_or(0.0);
     let mut s = format!(
         "soak: redis-server, {} keys x ~{} B, {:.1} min after a {:.1} s load, pool {} pages\n",
         r.keys, r.value_bytes, r.minutes, r.load_s, r.pool_pages
