@@ -64,8 +64,11 @@
  *     kernel): a predictable allocator that holds the peak per class;
  *   - memory a thread has not bumped into yet is zero (fresh from a commit),
  *     so calloc clears recycled chunks only;
- *   - aligned requests (up to 4 KiB) bump to the alignment; the gap before
- *     becomes a free chunk.
+ *   - aligned requests (up to 4 KiB) take an aligned chunk of their class
+ *     from the thread's list (among its first 16) or the global list (its
+ *     first 64), else bump to the alignment; the gap before becomes a free
+ *     chunk. No boundary is written in a recycled chunk (the single-writer
+ *     rule above), so a chunk is never split to align it.
  * When the range is used up (or committing fails all along the chain), alloc
  * returns NULL and the caller forwards to the allocator behind us.
  *
@@ -361,8 +364,9 @@ static inline void *ht_mag_alloc(struct ht_mag *m, struct ht_mag_tcache *t, size
     return p ? p : ht_mag_alloc_slow(m, t, n, NULL);
 }
 
-/* n bytes at an alignment of align (a power of two <= HT_MAG_ALIGN_MAX),
- * always from the region. NULL when the arena has no memory left. */
+/* n bytes at an alignment of align (a power of two <= HT_MAG_ALIGN_MAX): a
+ * recycled aligned chunk of the class, else from the region. NULL when the
+ * arena has no memory left. */
 void *ht_mag_alloc_aligned(struct ht_mag *m, struct ht_mag_tcache *t, size_t n, size_t align);
 
 /* The thread's list of class c is longer than twice the batch: its newest
