@@ -18,11 +18,34 @@
 # people use for huge pages today: libjemalloc2 (MALLOC_CONF=thp:always),
 # libmimalloc2.0 (large OS pages), libhugetlbfs0 + libhugetlbfs-bin (morecore,
 # hugectl, hugeadm); a suite reports a missing one as missing.
+#
+#   scripts/setup.sh            everything above (the test suite's set-up)
+#   scripts/setup.sh --demo     only what `hugetune demo` needs (scripts/demo.sh):
+#                               the C toolchain and qemu-user, its reference source
+#   add --list to print the package list and change nothing
 set -euo pipefail
 
-packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
-  libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
-  chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin)
+demo=0
+list=0
+for a in "$@"; do
+  case "$a" in
+    --demo) demo=1 ;;
+    --list) list=1 ;;
+    *) echo "setup: unknown option $a (known: --demo, --list)" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$demo" = 1 ]; then
+  packages=(gcc make libc6-dev qemu-user)
+else
+  packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
+    libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
+    chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin)
+fi
+if [ "$list" = 1 ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" 2>/dev/null | grep '^Status: install ok installed' >/dev/null || missing+=("$p")
@@ -49,6 +72,9 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found; install Rust (stable) with rustup" >&2
   exit 1
 fi
-for c in rustfmt clippy; do
-  rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
-done
+# The linters are the test suite's, not the demo's.
+if [ "$demo" = 0 ]; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+  done
+fi

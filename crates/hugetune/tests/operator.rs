@@ -332,3 +332,42 @@ fn status_shows_what_backs_each_mapping() {
     assert_eq!(code, 1);
     assert!(e.contains("no such process"), "{e}");
 }
+
+/// The demo's set-up installs only what the demo needs (the C toolchain and
+/// its reference source); the test suite's the rest (issue 21, item 7: it
+/// used to install Redis, clang, AFL++ and Chromium to run one demo).
+#[test]
+fn the_demo_installs_only_what_it_needs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let list = |args: &[&str]| -> Vec<String> {
+        let o = std::process::Command::new(root.join("scripts/setup.sh"))
+            .args(args)
+            .output()
+            .expect("scripts/setup.sh runs");
+        assert!(o.status.success(), "setup.sh {args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let demo = list(&["--demo", "--list"]);
+    let all = list(&["--list"]);
+    assert_eq!(demo, ["gcc", "make", "libc6-dev", "qemu-user"]);
+    for p in &demo {
+        assert!(all.contains(p), "the suite's set-up lacks {p}");
+    }
+    for heavy in ["chromium-headless-shell", "redis-server", "clang", "afl++"] {
+        assert!(all.iter().any(|p| p == heavy) && !demo.iter().any(|p| p == heavy));
+    }
+    let demo_sh = std::fs::read_to_string(root.join("scripts/demo.sh")).unwrap();
+    assert!(
+        demo_sh.lines().any(|l| l.trim() == "scripts/setup.sh --demo"),
+        "scripts/demo.sh must set up with --demo"
+    );
+    let bad = std::process::Command::new(root.join("scripts/setup.sh"))
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown option --bogus"));
+}
