@@ -11,6 +11,7 @@
 mod artifacts;
 mod bench;
 mod cmd;
+mod progress;
 mod report;
 mod stages;
 

@@ -361,7 +361,9 @@ fn the_demo_installs_only_what_it_needs() {
     }
     let demo_sh = std::fs::read_to_string(root.join("scripts/demo.sh")).unwrap();
     assert!(
-        demo_sh.lines().any(|l| l.trim() == "scripts/setup.sh --demo"),
+        demo_sh
+            .lines()
+            .any(|l| l.trim() == "scripts/setup.sh --demo"),
         "scripts/demo.sh must set up with --demo"
     );
     let bad = std::process::Command::new(root.join("scripts/setup.sh"))
@@ -370,4 +372,89 @@ fn the_demo_installs_only_what_it_needs() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown option --bogus"));
+}
+
+/// Long steps draw progress bars on a terminal (a pty from script(1) here),
+/// nothing anywhere else (pipes, logs), and not with HUGETUNE_PROGRESS=0
+/// (issue 21, item 5).
+#[test]
+fn progress_bars_on_a_terminal_only() {
+    if common::need_program("qemu-x86_64").is_none() || common::need_program("script").is_none() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("db.sqlite");
+    let bundle = d.path().join("p.htb");
+    let work = env!("HUGETUNE_BUILT_WORK");
+    let rec = |b: &std::path::Path| -> Vec<String> {
+        [
+            HUGETUNE,
+            "--db",
+            db.to_str().unwrap(),
+            "record",
+            "--refs",
+            "qemu",
+            "-o",
+            b.to_str().unwrap(),
+            "--",
+            work,
+            "randmem",
+            "--size",
+            "4M",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let analyze = [HUGETUNE, "--db", db.to_str().unwrap(), "analyze"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([bundle.to_str().unwrap().to_string()])
+        .collect::<Vec<_>>();
+    // On a pty: script -qec CMD /dev/null (stdout and stderr both on it).
+    let on_tty = |argv: &[String], progress: Option<&str>| -> String {
+        let line = argv
+            .iter()
+            .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut c = Command::new("script");
+        c.args(["-qec", &line, "/dev/null"]).stdin(Stdio::null());
+        if let Some(v) = progress {
+            c.env("HUGETUNE_PROGRESS", v);
+        }
+        let o = c.output().expect("script(1) runs");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{line}:\n{text}");
+        text
+    };
+    let tty = on_tty(&rec(&bundle), None);
+    assert!(
+        tty.contains("recording"),
+        "no spinner while recording:\n{tty}"
+    );
+    let tty = on_tty(&analyze, None);
+    assert!(
+        tty.contains("analyzing [") && tty.contains("M refs"),
+        "no bar while analyzing:\n{tty}"
+    );
+    let off = on_tty(&analyze, Some("0"));
+    assert!(!off.contains("analyzing ["), "HUGETUNE_PROGRESS=0:\n{off}");
+    // Not a terminal: only the hugetune: lines, no bar, no carriage return.
+    let piped = |argv: &[String]| -> String {
+        let o = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    for err in [piped(&rec(&d.path().join("q.htb"))), piped(&analyze)] {
+        assert!(
+            !err.contains('\r') && !err.contains("analyzing [") && !err.contains("recording"),
+            "progress drawn on a pipe:\n{err}"
+        );
+        assert!(
+            err.lines()
+                .all(|l| l.starts_with("hugetune") || l.starts_with("  ")),
+            "{err}"
+        );
+    }
 }

@@ -376,6 +376,12 @@ impl Bench {
             warm_memory: self.warm,
             ..Rounds::fixed(runs)
         };
+        // Every configuration in the warm-up round and in each timed round.
+        let bar = crate::progress::Progress::bar(
+            &format!("{} {}", self.suite, w.name),
+            (n * (runs + 1)) as u64,
+            "runs",
+        );
         // (Its runs never fail it: a failed run is a record.)
         let _ = rounds::run(
             n,
@@ -432,10 +438,12 @@ impl Bench {
                     }
                 ));
                 records[i].push(rec);
+                bar.inc(1);
                 Ok(ran)
             },
             |_| true,
         );
+        drop(bar);
         let mut results: Vec<ConfigResult> = runnable
             .iter()
             .zip(records)

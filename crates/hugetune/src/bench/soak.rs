@@ -330,7 +330,7 @@ fn drive(
         k = end;
     }
     r.load_s = t0.elapsed().as_secs_f64();
-    eprintln!("soak: loaded in {:.1} s", r.load_s);
+    crate::progress::println(&format!("soak: loaded in {:.1} s", r.load_s));
     // The key space grows by a quarter over the write phase: after the shrink
     // the server needs memory the pool no longer has.
     let max_keys = keys + keys / 4;
@@ -344,9 +344,16 @@ fn drive(
     let mut next_bgsave = Duration::from_secs_f64(every);
     let mut bg: Option<(Instant, f64, u64)> = None; // (started, at, rdb_saves before)
     let mut next_poll = Instant::now();
+    let bar = crate::progress::Progress::bar("soak", total.as_secs(), "s");
     while start.elapsed() < total || bg.is_some() {
         let now = start.elapsed();
         if now >= next_sample {
+            bar.set_position(now.as_secs().min(total.as_secs()));
+            bar.set_message(format!(
+                "{} BGSAVEs ok, {:.1} M writes",
+                r.bgsaves_ok,
+                r.writes as f64 / 1e6
+            ));
             if let Some(s) = sample(pid, now.as_secs_f64(), written) {
                 r.samples.push(s);
             } else {
@@ -356,7 +363,7 @@ fn drive(
         }
         if r.shrink.is_none() && shrink_at < 1.0 && now >= shrink_t {
             r.shrink = Some(shrink_pool(pid)?);
-            eprintln!("soak: {}", r.shrink.as_deref().unwrap_or(""));
+            crate::progress::println(&format!("soak: {}", r.shrink.as_deref().unwrap_or("")));
         }
         if bg.is_none() && now >= next_bgsave && now < total {
             let saves = info_u64(&mut c, "persistence", "rdb_saves")?;

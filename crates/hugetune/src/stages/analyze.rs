@@ -142,11 +142,24 @@ pub fn analyze_with(
         markers: inputs.markers,
     };
     let stream_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
+    // Two passes over the stream (categories and miss-ratio curves, then the
+    // model), counted in millions of references.
+    const M: u64 = 1_000_000;
+    let bar = crate::progress::Progress::bar("analyzing", 2 * b.meta.refs.div_ceil(M), "M refs");
+    let done = std::cell::Cell::new(0u64);
     let refs_iter = || -> Result<_> {
         let mut r = RefReader::new(&refs[..]).context("reading the reference stream")?;
         let err = &stream_error;
+        let (bar, done) = (&bar, &done);
         Ok(std::iter::from_fn(move || match r.next_ref() {
-            Ok(Some((a, _))) => Some(a),
+            Ok(Some((a, _))) => {
+                let n = done.get() + 1;
+                done.set(n);
+                if n % M == 0 {
+                    bar.inc(1);
+                }
+                Some(a)
+            }
             Ok(None) => None,
             Err(e) => {
                 *err.borrow_mut() = Some(e);

@@ -95,7 +95,7 @@ pub fn program_of(argv: &[OsString]) -> Result<Program> {
 }
 
 pub fn note(msg: impl AsRef<str>) {
-    eprintln!("hugetune: {}", msg.as_ref());
+    crate::progress::println(&format!("hugetune: {}", msg.as_ref()));
 }
 
 #[cfg(test)]

@@ -64,7 +64,9 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -
         markers: false,
     });
     spec.driver = driver.cloned();
+    let bar = crate::progress::Progress::spinner("sizing run");
     let stats = runner::run(&spec)?;
+    bar.set_message("reading the allocation logs");
     if stats.exit_code != 0 {
         bail!(
             "the command exited with status {} in the sizing run{}",

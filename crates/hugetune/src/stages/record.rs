@@ -16,7 +16,6 @@ use hugetune_format::profile::{self, ProfileMeta};
 use hugetune_host::machine;
 use hugetune_host::procfs::RunStats;
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -230,7 +229,7 @@ pub fn record(
             }
         )),
     }
-    let tty = std::io::stderr().is_terminal();
+    let bar = crate::progress::Progress::spinner("recording");
     let rec = rec_mod::record(
         &source,
         &art.runtime_lib,
@@ -238,28 +237,18 @@ pub fn record(
         dir.path(),
         show_output,
         driver,
-        &mut |seen, _written, pages, t| {
-            if tty {
-                if pages > 0 {
-                    eprint!(
-                        "\r  {:.1} M references seen, {} pages sampled, {:.0} s   ",
-                        seen as f64 / 1e6,
-                        pages,
-                        t.as_secs_f64()
-                    );
-                } else {
-                    eprint!(
-                        "\r  {:.1} M references, {:.0} s   ",
-                        seen as f64 / 1e6,
-                        t.as_secs_f64()
-                    );
-                }
+        &mut |seen, _written, pages, _t| {
+            if pages > 0 {
+                bar.set_message(format!(
+                    "{:.1} M references seen, {pages} pages sampled",
+                    seen as f64 / 1e6
+                ));
+            } else {
+                bar.set_message(format!("{:.1} M references", seen as f64 / 1e6));
             }
         },
     )?;
-    if tty {
-        eprintln!();
-    }
+    drop(bar);
     let c = &rec.capture;
     if c.source == "damon" {
         note(format!(
@@ -333,7 +322,9 @@ fn native_run(argv: &[OsString], driver: Option<&Driver>) -> Result<RunStats> {
     spec.stdout = Output::Null;
     spec.driver = driver.cloned();
     let mut runs: Vec<RunStats> = Vec::new();
+    let bar = crate::progress::Progress::spinner("native runs (timed, no tracing)");
     while runs.len() < 3 && runs.first().is_none_or(|r| r.wall_s < 2.0) {
+        bar.set_message(format!("run {}", runs.len() + 1));
         let r = runner::run(&spec).context("running the profiled command natively")?;
         if r.exit_code != 0 {
             bail!(

@@ -147,6 +147,9 @@ pub fn validate(
     } else {
         count.max.to_string()
     };
+    // Baseline and optimized runs alternate; a verdict reached early (count.min)
+    // ends the bar short of its length.
+    let bar = crate::progress::Progress::bar("validating", 2 * count.max as u64, "runs");
     let r: AbResult = ab::interleaved(
         &baseline,
         &applied.spec,
@@ -172,6 +175,8 @@ pub fn validate(
             if which == "baseline" {
                 *before.borrow_mut() = machine::folio_fault_counts(thp_root);
             }
+            bar.inc(1);
+            bar.set_message(format!("{which} {:.2} s", s.wall_s));
             note(format!(
                 "{which} run {}/{upto}: {:.3} s, {} minor faults, {} huge",
                 i + 1,
@@ -181,6 +186,7 @@ pub fn validate(
             ))
         },
     )?;
+    drop(bar);
     let runs = r.optimized.len();
     // Every kept run ended as the first baseline run (ab::interleaved).
     let codes_match = r.broke.is_none();
