@@ -18,6 +18,8 @@
 # people use for huge pages today: libjemalloc2 (MALLOC_CONF=thp:always),
 # libmimalloc2.0 (large OS pages), libhugetlbfs0 + libhugetlbfs-bin (morecore,
 # hugectl, hugeadm); a suite reports a missing one as missing.
+# systemd brings systemd-analyze, which verifies the units `hugetune service install`
+# writes (crates/hugetune/tests/service.rs); it starts nothing where it is not PID 1.
 #
 #   scripts/setup.sh            everything above (the test suite's set-up)
 #   scripts/setup.sh --demo     only what `hugetune demo` needs (scripts/demo.sh):
@@ -40,7 +42,7 @@ if [ "$demo" = 1 ]; then
 else
   packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
     libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
-    chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin)
+    chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin systemd)
 fi
 if [ "$list" = 1 ]; then
   printf '%s\n' "${packages[@]}"

@@ -79,6 +79,9 @@ enum Command {
     /// Is it really huge? Pools, THP modes, and per mapping of a process (-p PID) what
     /// is on 4 KB, mTHP, THP and hugetlb pages
     Status(cmd::status::Args),
+    /// Deploy a program's plan to a systemd service (a drop-in preloading the runtime
+    /// library, the plan file, a unit reserving its pages at boot), or remove it
+    Service(cmd::service::Args),
     /// Print a shell completion script: `hugetune completions bash > /etc/bash_completion.d/hugetune`
     Completions(cmd::completions::CompletionsArgs),
     /// Write the man pages (hugetune.1, hugetune-COMMAND.1) into a directory
@@ -170,6 +173,7 @@ fn main() {
         Command::Fragsim(a) => cmd::fragsim::run(&ctx, a),
         Command::Restore(a) => cmd::restore::run(&ctx, a),
         Command::Status(a) => cmd::status::run(&ctx, a),
+        Command::Service(a) => cmd::service::run(&ctx, a),
         Command::Completions(a) => cmd::completions::completions(a),
         Command::Manpages(a) => cmd::completions::manpages(a),
     }));

@@ -15,6 +15,7 @@ pub mod record;
 pub mod report;
 pub mod restore;
 pub mod run;
+pub mod service;
 pub mod size;
 pub mod status;
 pub mod validate;

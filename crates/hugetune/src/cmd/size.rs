@@ -82,7 +82,9 @@ pub struct SizeReport {
     pub measured: Vec<Measured>,
 }
 
-fn commands(pool: Pool, pages: u64, in_use: u64) -> (Vec<String>, Vec<String>) {
+/// The commands that reserve `pages` more pages now and at boot (`service
+/// install` prints the boot ones too).
+pub(crate) fn commands(pool: Pool, pages: u64, in_use: u64) -> (Vec<String>, Vec<String>) {
     let (kb, name) = (pool.page_kb(), if pool == Pool::P2m { "2M" } else { "1G" });
     let total = in_use + pages;
     let now = vec![
