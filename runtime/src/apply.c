@@ -607,6 +607,8 @@ int ht_apply_heap_small_tunable(void) { return ht_ap.heap_small_b == HT_B_THP2M;
 
 static const char *const fork_names[] = {"copy", "thp", "off"};
 
+static void owned_ranges(struct ht_json *j, int in_signal);
+
 void ht_apply_summary(struct ht_json *j, int in_signal)
 {
     /* Verification first: it also measures heap-small's [heap]. */
@@ -689,7 +691,67 @@ void ht_apply_summary(struct ht_json *j, int in_signal)
     }
     hj_arr_end(j);
     hj_obj_end(j);
+    owned_ranges(j, in_signal);
     hj_bool(j, "sigusr2", ht_ap.sigusr2_installed);
+}
+
+/* The address ranges of live owned blocks, largest first (at most
+ * OWNED_SHOWN; `hugetune status` maps them onto the process's mappings to say
+ * what the library applied where): start, mapped bytes, category, the backing
+ * of its first segment (what it got) and the planned one. From a signal the
+ * registry lock is only tried ("busy" when taken). */
+#define OWNED_SHOWN 64
+static void owned_ranges(struct ht_json *j, int in_signal)
+{
+    struct shown {
+        uintptr_t ptr;
+        uint64_t bytes;
+        uint8_t cat, got, want;
+    };
+    static struct shown top[OWNED_SHOWN]; /* (one writer: the summary's flag) */
+    int n = 0;
+    uint64_t blocks = 0;
+    hj_obj_begin(j, "owned");
+    int locked = in_signal ? pthread_mutex_trylock(&ht_ap.lock) == 0 : pthread_mutex_lock(&ht_ap.lock) == 0;
+    if (!locked) {
+        hj_bool(j, "busy", 1);
+        hj_obj_end(j);
+        return;
+    }
+    for (size_t i = 0; ht_ap.reg.tab && i < ht_ap.reg.cap; i++) {
+        const struct ht_reg_entry *e = &ht_ap.reg.tab[i];
+        if (e->ptr == 0)
+            continue;
+        blocks++;
+        uint64_t bytes = 0;
+        for (int k = 0; k < e->l.nseg && k < HT_LAYOUT_MAX_SEGS; k++)
+            bytes += e->l.seg[k].len;
+        if (n == OWNED_SHOWN && bytes <= top[n - 1].bytes)
+            continue;
+        int at = n < OWNED_SHOWN ? n++ : n - 1; /* replaces the smallest */
+        while (at > 0 && top[at - 1].bytes < bytes) {
+            top[at] = top[at - 1];
+            at--;
+        }
+        top[at] = (struct shown){e->ptr, bytes, e->category,
+                                 (uint8_t)(e->l.nseg > 0 ? e->l.seg[0].backing : e->want), e->want};
+    }
+    pthread_mutex_unlock(&ht_ap.lock);
+    hj_u64(j, "blocks", blocks);
+    hj_arr_begin(j, "ranges");
+    for (int i = 0; i < n; i++) {
+        char hx[24];
+        hj_obj_begin(j, NULL);
+        ht_fmt_hex(hx, top[i].ptr);
+        hj_str(j, "start", hx);
+        hj_u64(j, "bytes", top[i].bytes);
+        hj_str(j, "category", ht_category_name(top[i].cat));
+        hj_str(j, "backing", ht_backing_name(top[i].got));
+        hj_str(j, "planned", ht_backing_name(top[i].want));
+        hj_obj_end(j);
+    }
+    hj_arr_end(j);
+    hj_obj_end(j);
 }
 
 /* ---- exit ---- */

@@ -236,7 +236,10 @@ void ht_arena_summary(struct ht_json *j)
     hj_obj_begin(j, "arena");
     hj_bool(j, "enabled", ht_arena_on);
     if (ht_arena_on) {
+        char hx[24];
+        ht_fmt_hex(hx, ht_arena.base);
         hj_str(j, "backing", ht_backing_name(g_want));
+        hj_str(j, "base", hx); /* committed from here up (`hugetune status`) */
         hj_u64(j, "reserved_bytes", ht_arena.end - ht_arena.base);
         hj_u64(j, "committed_bytes", ht_arena.committed - ht_arena.base);
         hj_obj_begin(j, "chunks_bytes");

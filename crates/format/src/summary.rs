@@ -80,6 +80,51 @@ pub struct Verify {
     pub thp_sizes: ThpSizes,
 }
 
+/// An address range the library applied something to (`owned.ranges`,
+/// `static.ranges`): start as hex, mapped bytes, what got it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RangeEntry {
+    pub start: String,
+    pub bytes: u64,
+    /// Owned blocks: their category (static ranges are `static`).
+    pub category: String,
+    /// The backing it got (its first segment's).
+    pub backing: String,
+    /// Owned blocks: the planned backing (differs after a fallback).
+    pub planned: String,
+}
+
+/// `owned`: live owned blocks (apply mode; the largest 64 listed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Owned {
+    pub blocks: u64,
+    /// The registry was locked when a signal asked for the summary: no list.
+    pub busy: bool,
+    pub ranges: Vec<RangeEntry>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StaticSection {
+    pub ranges: Vec<RangeEntry>,
+}
+
+/// A range of the process's address space and what the library did there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppliedRange {
+    pub start: u64,
+    pub end: u64,
+    /// `heap-large hugetlb-2m`, `heap-small arena thp-2m`, `static hugetlb-2m`,
+    /// `heap-large thp-2m (planned hugetlb-2m)`.
+    pub what: String,
+}
+
+fn hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
+}
+
 /// One process's summary.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -89,6 +134,8 @@ pub struct Summary {
     pub mode: String,
     #[serde(rename = "final")]
     pub is_final: bool,
+    /// Counts the summaries this process wrote (snapshots, then the final one).
+    pub sequence: u64,
     pub allocator: Option<String>,
     pub backed: BTreeMap<String, Backed>,
     pub fallbacks: Vec<Fallback>,
@@ -100,6 +147,9 @@ pub struct Summary {
     /// Per-category counters and the arena's, as written (the reports show them).
     pub categories: serde_json::Value,
     pub arena: serde_json::Value,
+    pub owned: Owned,
+    #[serde(rename = "static")]
+    pub static_ranges: StaticSection,
 }
 
 impl Summary {
@@ -116,6 +166,44 @@ impl Summary {
             path: path.display().to_string(),
             source,
         })
+    }
+
+    /// Where the library applied what: the arena's committed part, the listed
+    /// owned blocks and the static ranges. Entries that do not parse (a start
+    /// that is no hex number, a range past the end of the address space) are
+    /// left out: the summary is the program's writing, not ours.
+    pub fn applied_ranges(&self) -> Vec<AppliedRange> {
+        let mut out = Vec::new();
+        let mut push = |start: Option<u64>, bytes: u64, what: String| {
+            if let Some(start) = start {
+                if let Some(end) = start.checked_add(bytes).filter(|_| bytes > 0) {
+                    out.push(AppliedRange { start, end, what });
+                }
+            }
+        };
+        let a = &self.arena;
+        if a["enabled"].as_bool() == Some(true) {
+            push(
+                a["base"].as_str().and_then(hex),
+                a["committed_bytes"].as_u64().unwrap_or(0),
+                format!("heap-small arena {}", a["backing"].as_str().unwrap_or("?")),
+            );
+        }
+        for r in &self.owned.ranges {
+            let mut what = format!("{} {}", r.category, r.backing);
+            if r.backing == "4k" && r.bytes < 2 << 20 {
+                // Laid out on 4 KB pages by its size, not a fallback.
+                what += " (smaller than a huge page)";
+            } else if !r.planned.is_empty() && r.planned != r.backing {
+                what += &format!(" (planned {})", r.planned);
+            }
+            push(hex(&r.start), r.bytes, what);
+        }
+        for r in &self.static_ranges.ranges {
+            push(hex(&r.start), r.bytes, format!("static {}", r.backing));
+        }
+        out.sort_by_key(|r| r.start);
+        out
     }
 
     fn bytes(&self, backing: &str) -> Backed {
@@ -219,5 +307,38 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("/nonexistent/s.json"));
+    }
+
+    #[test]
+    fn applied_ranges_from_the_arena_owned_blocks_and_static_ranges() {
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"arena":{"enabled":true,"backing":"thp-2m","base":"0x7f0000000000","committed_bytes":4194304},
+                "owned":{"blocks":3,"ranges":[
+                  {"start":"0x7f1000000000","bytes":6291456,"category":"heap-large","backing":"thp-2m","planned":"hugetlb-2m"},
+                  {"start":"0x7e0000000000","bytes":2097152,"category":"sites","backing":"hugetlb-2m","planned":"hugetlb-2m"},
+                  {"start":"nothex","bytes":1,"category":"heap-large","backing":"4k"},
+                  {"start":"0xffffffffffffffff","bytes":2,"category":"heap-large","backing":"4k"}]},
+                "static":{"ranges":[{"start":"0x600000","bytes":2097152,"backing":"hugetlb-2m"}]}}"#,
+        )
+        .unwrap();
+        let s = Summary::from_value(&v).unwrap();
+        let r = s.applied_ranges();
+        let whats: Vec<&str> = r.iter().map(|x| x.what.as_str()).collect();
+        assert_eq!(
+            whats,
+            [
+                "static hugetlb-2m",
+                "sites hugetlb-2m",
+                "heap-small arena thp-2m",
+                "heap-large thp-2m (planned hugetlb-2m)"
+            ]
+        );
+        assert_eq!((r[2].start, r[2].end), (0x7f00_0000_0000, 0x7f00_0040_0000));
+        // An arena that is off, or a summary without these sections: nothing.
+        let off = Summary::from_value(&serde_json::json!({"arena":{"enabled":false}})).unwrap();
+        assert!(off.applied_ranges().is_empty());
+        // Wrong types are an error naming the field, not a panic.
+        let e = Summary::from_value(&serde_json::json!({"owned":{"blocks":"many"}})).unwrap_err();
+        assert!(e.to_string().contains("invalid type"), "{e}");
     }
 }

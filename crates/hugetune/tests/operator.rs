@@ -277,15 +277,20 @@ fn status_shows_what_backs_each_mapping() {
     // held while we look (python waits on its stdin).
     let plan = d.path().join("plan");
     std::fs::write(&plan, "hugetune-plan 1\nheap-large thp-2m\n").unwrap();
+    // It keeps making a large allocation now and then: the library answers a
+    // summary request on its next call that reaches it.
     let mut child = Command::new("python3")
         .args([
             "-c",
-            "import sys; b = bytearray(64 << 20); b[::4096] = b'x' * (len(b) // 4096); \
-             print('ready', flush=True); sys.stdin.read()",
+            "import sys, select; b = bytearray(64 << 20); b[::4096] = b'x' * (len(b) // 4096); \
+             print('ready', flush=True)\n\
+while not select.select([sys.stdin], [], [], 0.05)[0]: x = bytearray(256 << 10)",
         ])
         .env("LD_PRELOAD", common::LIB)
         .env("HUGETUNE_MODE", "apply")
         .env("HUGETUNE_PLAN", &plan)
+        .env("HUGETUNE_SUMMARY", d.path().join("s.%p.json"))
+        .env("HUGETUNE_SUMMARY_REQUEST", d.path().join("request"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -320,6 +325,19 @@ fn status_shows_what_backs_each_mapping() {
     {
         assert!(big["thp_2m"].as_u64().unwrap() > 0, "{big}");
     }
+    // What the library applied there, from the summary it wrote on request.
+    assert_eq!(
+        p["library_summary"], "a summary it wrote on request just now",
+        "{p}"
+    );
+    assert!(
+        big["applied"].as_array().is_some_and(|a| a.iter().any(|x| x
+            .as_str()
+            .unwrap()
+            .starts_with("heap-large thp-2m 64.0 MiB"))),
+        "{big}"
+    );
+    assert!(text.contains("hugetune applied"), "{text}");
     assert!(s["pools"].as_array().is_some_and(|p| !p.is_empty()));
     assert_eq!(tcode, 0);
     assert!(

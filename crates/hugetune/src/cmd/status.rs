@@ -3,11 +3,16 @@
 //! mapping of one process: how much of it is on 4 KB pages, on each mTHP size
 //! (pagemap + kpageflags, root), on 2 MB THP, on 2 MB and 1 GB hugetlb pages
 //! (smaps), and what asked for it (the kernel's VmFlags: `hg` MADV_HUGEPAGE,
-//! `ht` hugetlb) in a process where hugetune's runtime library is loaded.
-//! Reads /proc only; changes nothing.
+//! `ht` hugetlb), and where hugetune's runtime library is loaded, what it
+//! applied there: the arena, owned blocks and static ranges of the library's
+//! summary, which status asks for through the process's
+//! `HUGETUNE_SUMMARY_REQUEST` file when it has one (`hugetune service install`
+//! sets it; the library answers within a second of its next allocation). Reads
+//! /proc and that summary; changes nothing else.
 
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
+use hugetune_format::summary::{AppliedRange, Summary};
 use hugetune_host::machine;
 use hugetune_host::procfs::{self, SmapsVma};
 use hugetune_render::{bytes, table};
@@ -54,6 +59,9 @@ pub struct MappingStatus {
     pub thp_2m: u64,
     pub hugetlb_2m: u64,
     pub hugetlb_1g: u64,
+    /// What hugetune's library applied in this mapping, with the bytes of it
+    /// (from its summary): `heap-large hugetlb-2m 512.0 MiB`.
+    pub applied: Vec<String>,
     /// Who asked: "hugetlb", "MADV_HUGEPAGE", "MADV_NOHUGEPAGE" or "".
     pub advice: String,
 }
@@ -70,6 +78,9 @@ pub struct ProcessStatus {
     pub mappings: Vec<MappingStatus>,
     /// Whether mTHP sizes could be read (pagemap PFNs need root).
     pub folio_census: bool,
+    /// With -p where the library is loaded: where its account came from, or
+    /// why there is none.
+    pub library_summary: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -133,8 +144,105 @@ pub fn mapping_status(v: &SmapsVma, folios: &BTreeMap<u64, u64>) -> MappingStatu
         thp_2m: v.anon_huge,
         hugetlb_2m: h2,
         hugetlb_1g: h1,
+        applied: Vec::new(),
         advice: advice.into(),
     }
+}
+
+/// The process's environment variables that start with `HUGETUNE_` (root, or
+/// the process's owner, may read them).
+fn hugetune_env(pid: u32) -> BTreeMap<String, String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|&c| c == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            let (k, v) = kv.split_once('=')?;
+            k.starts_with("HUGETUNE_")
+                .then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// The library's latest summary of a running process, asking for a fresh one
+/// when the process has a request file: (summary, where it came from) or why
+/// there is none. An exit summary, or one of another pid, is not this
+/// process's (a pid used again).
+fn library_summary(pid: u32) -> Result<(Summary, String), String> {
+    let env = hugetune_env(pid);
+    let Some(tmpl) = env.get("HUGETUNE_SUMMARY").filter(|t| !t.is_empty()) else {
+        return Err(
+            "no HUGETUNE_SUMMARY in its environment (or not readable): what the library applied is unknown"
+                .into(),
+        );
+    };
+    let path = std::path::PathBuf::from(tmpl.replace("%p", &pid.to_string()));
+    let read = || {
+        Summary::read(&path)
+            .ok()
+            .filter(|s| s.pid == u64::from(pid) && !s.is_final)
+    };
+    let before = read();
+    let Some(req) = env
+        .get("HUGETUNE_SUMMARY_REQUEST")
+        .filter(|r| !r.is_empty())
+    else {
+        return before
+            .map(|s| (s, format!("its last summary, {}", path.display())))
+            .ok_or_else(|| {
+                format!(
+                    "no summary at {} yet, and no HUGETUNE_SUMMARY_REQUEST to ask for one",
+                    path.display()
+                )
+            });
+    };
+    // The request file: created, never written through (O_EXCL | O_NOFOLLOW);
+    // one that is there already is a request still pending.
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(req);
+    let seq = before.as_ref().map_or(0, |s| s.sequence);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        if let Some(s) = read().filter(|s| s.sequence > seq) {
+            return Ok((s, "a summary it wrote on request just now".into()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    before
+        .map(|s| {
+            (
+                s,
+                "its last summary (no answer within 3 s: it answers on its next allocation)".into(),
+            )
+        })
+        .ok_or_else(|| {
+            format!(
+                "no summary at {}: the process did not answer the request in 3 s (it answers on its next allocation)",
+                path.display()
+            )
+        })
+}
+
+/// What the library applied in [start, end): bytes per kind, largest first.
+pub fn applied_in(ranges: &[AppliedRange], start: u64, end: u64) -> Vec<String> {
+    let mut by: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in ranges {
+        let lo = r.start.max(start);
+        let hi = r.end.min(end);
+        if lo < hi {
+            *by.entry(r.what.as_str()).or_default() += hi - lo;
+        }
+    }
+    let mut v: Vec<(&str, u64)> = by.into_iter().collect();
+    v.sort_by_key(|&(_, b)| std::cmp::Reverse(b));
+    v.into_iter()
+        .map(|(w, b)| format!("{w} {}", bytes(b)))
+        .collect()
 }
 
 fn process(pid: u32, all: bool) -> Result<ProcessStatus> {
@@ -164,15 +272,28 @@ fn process(pid: u32, all: bool) -> Result<ProcessStatus> {
     let census = procfs::folio_census_ranges(pid, &ranges);
     // PFNs (and so folio sizes) are readable as root only.
     let readable = mthp_on && std::fs::File::open("/proc/kpageflags").is_ok();
+    let loaded = hugetune_loaded(pid);
+    let (applied, library_summary) = if loaded {
+        match library_summary(pid) {
+            Ok((s, how)) => (s.applied_ranges(), Some(how)),
+            Err(why) => (Vec::new(), Some(why)),
+        }
+    } else {
+        (Vec::new(), None)
+    };
     let mappings: Vec<MappingStatus> = vmas
         .iter()
         .zip(&census)
-        .map(|(v, c)| mapping_status(v, c))
+        .map(|(v, c)| MappingStatus {
+            applied: applied_in(&applied, v.start, v.end),
+            ..mapping_status(v, c)
+        })
         .collect();
     Ok(ProcessStatus {
         pid,
         command: command(pid),
-        hugetune_loaded: hugetune_loaded(pid),
+        hugetune_loaded: loaded,
+        library_summary,
         rss: vmas.iter().map(|v| v.rss).sum(),
         thp: vmas.iter().map(|v| v.anon_huge).sum(),
         hugetlb: vmas.iter().map(|v| v.hugetlb).sum(),
@@ -203,6 +324,7 @@ fn holders() -> Vec<ProcessStatus> {
             hugetlb: u.hugetlb,
             mappings: Vec::new(),
             folio_census: false,
+            library_summary: None,
         });
     }
     out.sort_by_key(|p| std::cmp::Reverse(p.thp + p.hugetlb));
@@ -308,6 +430,10 @@ pub fn render(s: &Status, one: bool) -> String {
                 ""
             }
         );
+        if let Some(how) = &p.library_summary {
+            out += &format!("what it applied: {how}\n");
+        }
+        let any_applied = p.mappings.iter().any(|m| !m.applied.is_empty());
         let rows: Vec<Vec<String>> = p
             .mappings
             .iter()
@@ -328,6 +454,7 @@ pub fn render(s: &Status, one: bool) -> String {
                     z(m.hugetlb_2m),
                     z(m.hugetlb_1g),
                     m.advice.clone(),
+                    m.applied.join(", "),
                     m.name
                         .chars()
                         .rev()
@@ -339,21 +466,28 @@ pub fn render(s: &Status, one: bool) -> String {
                 ]
             })
             .collect();
-        out += &table(
-            &[
-                "range",
-                "perms",
-                "size",
-                "4K",
-                "mTHP",
-                "THP 2M",
-                "hugetlb 2M",
-                "hugetlb 1G",
-                "asked",
-                "name",
-            ],
-            &rows,
-        );
+        let mut head = vec![
+            "range",
+            "perms",
+            "size",
+            "4K",
+            "mTHP",
+            "THP 2M",
+            "hugetlb 2M",
+            "hugetlb 1G",
+            "asked",
+            "hugetune applied",
+            "name",
+        ];
+        let mut rows = rows;
+        if !any_applied {
+            // (the column only where the library's account is known)
+            head.remove(9);
+            for r in &mut rows {
+                r.remove(9);
+            }
+        }
+        out += &table(&head, &rows);
         out += "\n";
         if !p.folio_census && !s.mthp_enabled.iter().all(|(kb, _)| *kb >= 2048) {
             out += "(mTHP sizes need root: pagemap hides page frames otherwise)\n";
