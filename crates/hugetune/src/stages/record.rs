@@ -237,14 +237,18 @@ pub fn record(
         dir.path(),
         show_output,
         driver,
-        &mut |seen, _written, pages, _t| {
+        &mut |seen, _written, pages, t| {
+            let rate = seen as f64 / 1e6 / t.as_secs_f64().max(1e-3);
             if pages > 0 {
                 bar.set_message(format!(
-                    "{:.1} M references seen, {pages} pages sampled",
+                    "{:.1} M references seen ({rate:.1} M/s), {pages} pages sampled",
                     seen as f64 / 1e6
                 ));
             } else {
-                bar.set_message(format!("{:.1} M references", seen as f64 / 1e6));
+                bar.set_message(format!(
+                    "{:.1} M references ({rate:.1} M/s)",
+                    seen as f64 / 1e6
+                ));
             }
         },
     )?;
