@@ -862,3 +862,41 @@ fn run_exec_becomes_the_program() {
         "{out}"
     );
 }
+
+#[test]
+fn a_library_the_target_system_has_is_named_in_place() {
+    // As a package installs it: the same file at the same path on the target
+    // system. Here the root holds the library at this build's path.
+    let root = root_with_unit(DEMO);
+    let r = root.path();
+    let lib = std::fs::canonicalize(LIB).unwrap();
+    let in_root = r.join(lib.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(in_root.parent().unwrap()).unwrap();
+    std::fs::copy(&lib, &in_root).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let plan = write_plan(work.path(), "p", "hugetune-plan 1\nheap-large thp-2m\n");
+    // Where a home, a cache or a temporary directory holds the build, the
+    // library would be private to this user: they are elsewhere here.
+    let o = Command::new(HUGETUNE)
+        .args(["--db", work.path().join("h.db").to_str().unwrap()])
+        .args(["service", "install", "demo", "--root", r.to_str().unwrap()])
+        .args(["--plan", plan.to_str().unwrap()])
+        .env("HUGETUNE_RUNTIME_LIB", LIB)
+        .env("HOME", work.path())
+        .env("XDG_CACHE_HOME", work.path())
+        .env("TMPDIR", work.path())
+        .output()
+        .unwrap();
+    let (code, out, err) = (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let d = std::fs::read_to_string(r.join(SYS).join("demo.service.d/hugetune.conf")).unwrap();
+    assert!(
+        d.contains(&format!("Environment=\"LD_PRELOAD={}\"", lib.display())),
+        "{d}"
+    );
+    assert!(!r.join("usr/local/lib/hugetune").exists(), "copied: {out}");
+}

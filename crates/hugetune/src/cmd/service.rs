@@ -45,7 +45,8 @@ struct Target {
     /// Print every file with its content and every command, and change nothing
     #[arg(long)]
     dry_run: bool,
-    /// Root of the system to change (an image, a container, a test directory)
+    /// Root of the system to change (an image, a container, a test directory): units
+    /// are read and written there; the program's profile is this machine's
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
 }
@@ -732,7 +733,11 @@ fn service_library(root: &Root, lib: &Path) -> Result<(PathBuf, Option<PathBuf>)
     .filter_map(|d| std::fs::canonicalize(d).ok())
     .filter(|d| d != Path::new("/"))
     .any(|d| lib.starts_with(d));
-    if !private && root.at(&lib).is_file() {
+    // LD_PRELOAD splits on spaces and colons.
+    let nameable = !lib
+        .to_string_lossy()
+        .contains(|c: char| c.is_whitespace() || c == ':');
+    if !private && nameable && root.at(&lib).is_file() {
         return Ok((lib, None));
     }
     Ok((PathBuf::from(LIB_COPY), Some(lib)))
