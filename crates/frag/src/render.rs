@@ -1,11 +1,14 @@
-//! Terminal, JSON and HTML views of a snapshot.
+//! Terminal, JSON and HTML views of a snapshot. The HTML page opens with a
+//! verdict card (how many huge pages can be had now, and after compaction),
+//! then per zone its tables and plots: the terminal text is for terminals, the
+//! page never opens with it.
 
 use crate::index::format_index;
 use crate::scan::{BlockState, Scan};
 use crate::snapshot::{Snapshot, ZoneReport};
 use crate::trace::{ExtfragCounts, RecordSummary};
 use crate::trial::TrialResult;
-use hugetune_render::html::Page;
+use hugetune_render::html::{Card, Page, Tone};
 use hugetune_render::svg::{self, Chart, ChartKind, Series};
 use hugetune_render::{bytes, table};
 use std::collections::BTreeMap;
@@ -420,9 +423,25 @@ pub fn pageblock_map(scan: &Scan, width: u32) -> String {
 /// A self-contained HTML page with the tables and SVG plots.
 pub fn html(s: &Snapshot, extra: &[(String, String)]) -> String {
     let mut p = Page::new("hugetune frag: huge page availability");
-    p.push_preformatted(&text(s, None));
+    p.push_card(card(s));
     for z in &s.zones {
         p.push_heading(&zone_title(z));
+        let w = &z.watermarks;
+        let n = &z.now_2m;
+        p.push_paragraph(&format!(
+            "2 MB pages now: {} (free blocks {}, usable {}; the watermarks allow {} at low, {} at \
+             min). Watermarks: min {}, low {}, high {}{} pages; order-9 fragmentation index: {:?}.",
+            n.allocatable,
+            n.free_blocks,
+            n.usable_blocks,
+            n.by_low_watermark,
+            n.by_min_watermark,
+            w.min,
+            w.low,
+            w.high,
+            w.boost.map(|b| format!(", boost {b}")).unwrap_or_default(),
+            z.order9_verdict
+        ));
         let h = order_headers(z);
         p.push_table(&h, &order_rows(z));
         let free = Chart {
@@ -455,6 +474,17 @@ pub fn html(s: &Snapshot, extra: &[(String, String)]) -> String {
             },
             x_categories: z.orders.iter().map(|m| m.order.to_string()).collect(),
             ..Default::default()
+        };
+        // Thousands of small blocks beside a few large ones: a log axis shows both.
+        let y_log = svg::spans_decades(z.orders.iter().map(|m| m.free_blocks as f64));
+        let free = Chart {
+            y_log,
+            y_label: if y_log {
+                "free blocks (log scale)".into()
+            } else {
+                free.y_label.clone()
+            },
+            ..free
         };
         p.push_svg(svg::render(&free, 760, 300));
     }
@@ -519,11 +549,102 @@ pub fn html(s: &Snapshot, extra: &[(String, String)]) -> String {
         );
         p.push_svg(pageblock_map(sc, 1040));
     }
+    let rows = counter_rows(s, None);
+    if !rows.is_empty() {
+        p.push_heading("Counters (/proc/vmstat)");
+        p.push_table(&["counter", "value"], &rows);
+    }
     for (h, t) in extra {
         p.push_heading(h);
         p.push_preformatted(t);
     }
     p.render()
+}
+
+/// The page's verdict: the 2 MB pages to be had now and after compaction, the
+/// 1 GB ranges, the pools and how THP faults and compaction fare.
+fn card(s: &Snapshot) -> Card {
+    let t = &s.totals;
+    let c = &s.counters;
+    let mut facts = vec![(
+        "2 MB pages now".to_string(),
+        format!(
+            "{} (free order >= {} blocks: {}; watermarks and HighAtomic respected)",
+            t.allocatable_2m_now, s.pageblock_order, t.free_2m_blocks
+        ),
+    )];
+    match (t.after_compaction_2m, t.gb_ranges_clean) {
+        (Some(a), Some(g)) => {
+            facts.push(("After compaction".into(), format!("{a} x 2 MB")));
+            facts.push((
+                "1 GB ranges".into(),
+                format!(
+                    "{g} assemblable, {} entirely free now; {} tainted pageblocks",
+                    t.gb_ranges_free.unwrap_or(0),
+                    t.tainted_pageblocks.unwrap_or(0)
+                ),
+            ));
+        }
+        _ => facts.push((
+            "After compaction".into(),
+            "not scanned (--scan, as root)".into(),
+        )),
+    }
+    for pool in &s.hugetlb_pools {
+        facts.push((
+            format!("hugetlb {}", bytes(pool.page_kb * 1024)),
+            format!(
+                "{} pages ({} free, {} reserved, {} surplus)",
+                pool.nr, pool.free, pool.reserved, pool.surplus
+            ),
+        ));
+    }
+    facts.push((
+        "THP fault failures".into(),
+        format!(
+            "{} (without memcg charge failures: {})",
+            pct(c.thp_fault_failure_rate),
+            pct(c.thp_fragmentation_failure_rate)
+        ),
+    ));
+    facts.push((
+        "Compaction".into(),
+        format!(
+            "success {} / fail {} of stalls",
+            pct(c.compact_success_rate),
+            pct(c.compact_fail_rate)
+        ),
+    ));
+    if let Some(k) = &s.kernel {
+        facts.push(("Kernel".into(), k.clone()));
+    }
+    let (headline, tone) = if t.allocatable_2m_now > 0 {
+        (
+            format!(
+                "{} x 2 MB pages ({}) can be had now",
+                t.allocatable_2m_now,
+                bytes(t.allocatable_2m_now << 21)
+            ),
+            Tone::Good,
+        )
+    } else {
+        match t.after_compaction_2m {
+            Some(a) if a > 0 => (
+                format!("No 2 MB page free now; {a} after compaction"),
+                Tone::Neutral,
+            ),
+            _ => ("No 2 MB page can be had now".into(), Tone::Bad),
+        }
+    };
+    Card {
+        headline,
+        tone,
+        facts,
+        commands: vec![(
+            "Try it for real (allocates N pages, then gives them back; root):".into(),
+            "sudo hugetune frag --try N".into(),
+        )],
+    }
 }
 
 #[cfg(test)]
@@ -566,6 +687,12 @@ mod tests {
         let s = fixture("5.10-nocma-pageowner");
         let h = html(&s, &[("extra".into(), "<x>".into())]);
         assert!(h.starts_with("<!DOCTYPE html>"));
+        // It opens with the verdict, not with the terminal text.
+        let first = h.split("</h1>\n").nth(1).unwrap();
+        assert!(first.starts_with("<section class=\"verdict"), "{first}");
+        assert!(first.contains("2 MB pages now"));
+        assert!(!h.contains(&text(&s, None)[..40]));
+        assert!(h.find("<pre>").unwrap_or(usize::MAX) > h.find("<svg").unwrap());
         assert!(!h.contains("<script"));
         assert!(h.contains("&lt;x&gt;"));
         assert!(h.matches("<svg").count() >= 4);

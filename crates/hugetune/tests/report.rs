@@ -1,8 +1,14 @@
 //! `hugetune report` on a database built through the store's API (a synthetic
-//! profile, its directives and runs; no profiling): the terminal, JSON and error
-//! outputs, and the HTML page loaded in headless Chromium: it loads without console
-//! errors, its DOM has the four plots and their marks, and its screenshot shows
-//! the plots' colours. Chromium is required: scripts/setup.sh installs it.
+//! profile with two dozen directives of three page sizes, its runs; no
+//! profiling): the terminal, JSON and error outputs, and the HTML page loaded in
+//! headless Chromium: it loads without console errors, its DOM has the verdict
+//! card first and the plots with their marks, the plan and the knee; its layout
+//! holds (measured in the browser by `LAYOUT_CHECK`, which the test injects
+//! into a copy of the page: no text outside its plot or over another, no cut
+//! label, legends of at most eight entries, data in every plot); and its
+//! screenshot shows the plots' colours. `frag --html`'s page (from a /proc
+//! fixture) passes the same layout check. Chromium is required:
+//! scripts/setup.sh installs it. `HUGETUNE_KEEP_REPORT=DIR` keeps the page there.
 
 mod common;
 use common::{hugetune, HUGETUNE};
@@ -22,6 +28,18 @@ fn program() -> (String, Option<String>) {
 }
 
 fn directive(mapping: &str, label: &str, pmb: f64, speedup: f64, h: u64, t: u64) -> NewDirective {
+    directive_1g(mapping, label, pmb, speedup, h, 0, t)
+}
+
+fn directive_1g(
+    mapping: &str,
+    label: &str,
+    pmb: f64,
+    speedup: f64,
+    h: u64,
+    g: u64,
+    t: u64,
+) -> NewDirective {
     NewDirective {
         mapping: mapping.into(),
         assignments: json!([]),
@@ -31,7 +49,7 @@ fn directive(mapping: &str, label: &str, pmb: f64, speedup: f64, h: u64, t: u64)
         predicted_speedup: speedup,
         hugetlb_pages: h,
         thp_pages: t,
-        details: json!({"mapping": mapping, "label": label, "hugetlb_1g_pages": 0}),
+        details: json!({"mapping": mapping, "label": label, "hugetlb_1g_pages": g}),
         confidence: 1.0,
         validations: 0,
         lost: false,
@@ -88,9 +106,17 @@ fn fixture() -> Fixture {
                 directive("heap-large", "heap-large:hugetlb", 96.0, 1.77, 512, 0),
                 directive("heap-large", "heap-large:thp", 94.0, 1.75, 0, 512),
                 directive("heap-small", "heap-small:thp", 3.0, 1.02, 0, 1090),
-                directive("static", "static:thp", 1.0, 1.01, 0, 2),
+                // Validated once: its confidence is evidence, the others' is not.
+                NewDirective {
+                    confidence: 0.5,
+                    validations: 1,
+                    ..directive("static", "static:thp", 1.0, 1.01, 0, 2)
+                },
                 directive("all-small", "all-small", 0.0, 1.0, 0, 0),
-            ],
+            ]
+            .into_iter()
+            .chain(more_directives())
+            .collect::<Vec<_>>(),
         )
         .unwrap();
     let run = |mapping: Option<&str>, b: Vec<f64>, o: Vec<f64>, verdict: &str| {
@@ -142,6 +168,61 @@ fn fixture() -> Fixture {
     }
 }
 
+/// The rest of a real profile's two dozen: 1 GB pages, and combinations of
+/// categories and backings, none cheaper for its benefit than heap-large on 2 MB
+/// pages (which stays the knee).
+fn more_directives() -> Vec<NewDirective> {
+    let mut v = vec![
+        directive_1g(
+            "heap-large:hugetlb-1g",
+            "heap-large:hugetlb-1g",
+            40.0,
+            1.3,
+            0,
+            1,
+            0,
+        ),
+        directive_1g("static:hugetlb-1g", "static:hugetlb-1g", 0.5, 1.0, 0, 1, 0),
+        directive("static:hugetlb", "static:hugetlb", 1.1, 1.01, 2, 0),
+        directive(
+            "heap-small:hugetlb",
+            "heap-small:hugetlb",
+            3.2,
+            1.02,
+            1090,
+            0,
+        ),
+    ];
+    for (i, b) in ["hugetlb", "thp", "hugetlb-1g"].into_iter().enumerate() {
+        let i = i as f64;
+        for (k, (cats, pmb, pages)) in [
+            ("static:thp heap-large:{b}", 95.5 - i, 514u64),
+            ("heap-small:thp heap-large:{b}", 95.0 - i, 1602),
+            ("static:{b} heap-small:{b}", 3.5 - i, 1092),
+            (
+                "static:hugetlb heap-small:hugetlb heap-large:{b}",
+                94.0 - i,
+                1604,
+            ),
+            ("static:thp heap-small:{b} heap-large:thp", 93.0 - i, 1614),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let label = cats.replace("{b}", b);
+            let (h, g, t) = match b {
+                "hugetlb" => (pages, 0, 0),
+                "thp" => (0, 0, pages),
+                _ => (0, 1 + k as u64 % 2, pages),
+            };
+            let mut d = directive_1g(&label, &label, pmb, 1.0 + pmb / 130.0, h, g, t);
+            d.base = false;
+            v.push(d);
+        }
+    }
+    v
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -172,6 +253,11 @@ fn terminal_json_and_errors() {
     assert!(line.contains("1.77x") && line.contains("96%") && line.contains("512"));
     assert!(line.trim_end().ends_with("gain"), "{line}");
     assert!(t.contains("knee: heap-large:hugetlb"), "{t}");
+    assert!(
+        t.contains("\nverdict: Put heap-large on 2 MB hugetlb pages\n"),
+        "{t}"
+    );
+    assert!(t.contains("  $ hugetune run -- "), "{t}");
 
     // The same through the command, the newest profile of its program.
     let by_cmd = ok(report(&f.db, &["--", HUGETUNE, "--size", "1G"]));
@@ -179,7 +265,26 @@ fn terminal_json_and_errors() {
 
     let j: Value = serde_json::from_str(&ok(report(&f.db, &["--profile", &p, "--json"]))).unwrap();
     assert_eq!(j["profile"]["machine"], "testbox, Test CPU, kernel 6.18");
-    assert_eq!(j["mappings"].as_array().unwrap().len(), 6);
+    assert_eq!(j["mappings"].as_array().unwrap().len(), 25);
+    // The plan: validated by the first run; unvalidated directives say so.
+    assert_eq!(j["plan"]["label"], "heap-large:hugetlb");
+    assert_eq!(j["plan"]["basis"], "validated");
+    assert_eq!(j["plan"]["hugetlb_pages"], 512);
+    assert_eq!(j["plan"]["run_id"].as_i64(), Some(f.runs[0]));
+    assert!(j["plan"]["commands"][1]["command"]
+        .as_str()
+        .unwrap()
+        .starts_with("hugetune run -- "));
+    let st = j["mappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["label"] == "static:thp")
+        .unwrap();
+    assert_eq!(
+        (st["validations"].as_u64(), st["confidence"].as_f64()),
+        (Some(1), Some(0.5))
+    );
     assert_eq!(j["runs"].as_array().unwrap().len(), 3);
     assert_eq!(j["mrc"].as_array().unwrap().len(), 3);
     assert_eq!(j["compared"][0]["mappings"].as_array().unwrap().len(), 2);
@@ -266,6 +371,85 @@ fn console_lines(stderr: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// Measures the page as Chromium laid it out and writes the findings, as JSON,
+/// into `body[data-layout]` (read back with `--dump-dom`): which element follows
+/// the title; per SVG its title, texts, legend entries, data marks and plan and
+/// knee marks; and every text drawn outside its SVG (Chromium clips it: a cut
+/// label), over another text, or shortened with an ellipsis. The report
+/// promises no scripts, so the test injects this into a copy of the page rather
+/// than the page carrying a test mode.
+const LAYOUT_CHECK: &str = r#"<script>
+(function () {
+  var out = {first: null, svgs: [], errors: []};
+  var f = document.querySelector('body > h1 + *');
+  if (f) out.first = f.tagName.toLowerCase() + '.' + (f.getAttribute('class') || '');
+  document.querySelectorAll('svg').forEach(function (svg) {
+    var vb = svg.viewBox.baseVal, sr = svg.getBoundingClientRect(), k = vb.width / sr.width;
+    var t0 = svg.querySelector('title');
+    var info = {title: t0 ? t0.textContent : '', texts: 0,
+      legend: svg.querySelectorAll('.legend-entry').length,
+      marks: svg.querySelectorAll('.mark').length,
+      chosen: svg.querySelectorAll('.chosen').length,
+      knee: svg.querySelectorAll('.knee').length};
+    var boxes = [];
+    svg.querySelectorAll('text').forEach(function (t) {
+      var s = t.textContent;
+      if (!s.trim()) return;
+      info.texts++;
+      var r = t.getBoundingClientRect();
+      var b = [(r.left - sr.left) * k, (r.top - sr.top) * k, (r.right - sr.left) * k, (r.bottom - sr.top) * k];
+      if (b[0] < -0.5 || b[1] < -0.5 || b[2] > vb.width + 0.5 || b[3] > vb.height + 0.5)
+        out.errors.push(info.title + ': "' + s + '" runs out of the plot ' + b.map(Math.round));
+      if (s.indexOf('\u2026') >= 0) out.errors.push(info.title + ': "' + s + '" is cut');
+      boxes.forEach(function (o) {
+        var a = o[0];
+        if (Math.min(a[2], b[2]) - Math.max(a[0], b[0]) > 1 && Math.min(a[3], b[3]) - Math.max(a[1], b[1]) > 1)
+          out.errors.push(info.title + ': "' + s + '" is drawn over "' + o[1] + '"');
+      });
+      boxes.push([b, s]);
+    });
+    if (info.legend > 8) out.errors.push(info.title + ': a legend of ' + info.legend + ' entries');
+    if (info.marks < 1) out.errors.push(info.title + ': no data drawn');
+    out.svgs.push(info);
+  });
+  document.body.setAttribute('data-layout', JSON.stringify(out));
+})();
+</script>"#;
+
+/// Loads `html` with `LAYOUT_CHECK` injected and returns its findings.
+fn layout(chrome: &Path, user: &Path, html: &Path) -> Value {
+    let page = std::fs::read_to_string(html).unwrap();
+    let checked = html.with_extension("checked.html");
+    std::fs::write(
+        &checked,
+        page.replace("</body>", &format!("{LAYOUT_CHECK}</body>")),
+    )
+    .unwrap();
+    let o = run_chromium(
+        chrome,
+        user,
+        &["--dump-dom", "--run-all-compositor-stages-before-draw"],
+        &format!("file://{}", checked.display()),
+    );
+    let errors = console_lines(&o.stderr);
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let dom = String::from_utf8_lossy(&o.stdout);
+    let attr = dom
+        .split("data-layout=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("the layout check did not run: {dom}"));
+    let json = attr
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let v: Value = serde_json::from_str(&json).unwrap();
+    let errors = v["errors"].as_array().unwrap();
+    assert!(errors.is_empty(), "{}: {errors:#?}", html.display());
+    v
+}
+
 #[test]
 fn html_page_loads_in_headless_chromium_with_its_plots() {
     let chrome = chromium();
@@ -300,6 +484,9 @@ fn html_page_loads_in_headless_chromium_with_its_plots() {
         ],
     ));
     let page = std::fs::read_to_string(&html).unwrap();
+    if let Some(dir) = std::env::var_os("HUGETUNE_KEEP_REPORT") {
+        std::fs::write(Path::new(&dir).join("report.html"), &page).unwrap();
+    }
     // Self-contained: no scripts, nothing fetched (the SVG namespace is a name).
     assert!(!page.contains("<script"));
     assert!(!page
@@ -314,24 +501,76 @@ fn html_page_loads_in_headless_chromium_with_its_plots() {
     let dom = String::from_utf8_lossy(&o.stdout);
     let errors = console_lines(&o.stderr);
     assert!(errors.is_empty(), "console errors on load: {errors:#?}");
+    // The verdict card: the validated plan, its pages, both gains, the commands.
+    let card = dom
+        .split("<section class=\"verdict good\">")
+        .nth(1)
+        .and_then(|c| c.split("</section>").next())
+        .unwrap_or_else(|| panic!("no verdict card: {dom}"));
+    for want in [
+        "Put heap-large on 2 MB hugetlb pages",
+        "heap-large:hugetlb",
+        "512 x 2 MB hugetlb",
+        "1.77x faster (96 % of the maximal benefit)",
+        "1.74x in run",
+        "sudo sysctl -w vm.nr_hugepages=512",
+        "hugetune run -- ",
+        "hugetune service install UNIT",
+    ] {
+        assert!(card.contains(want), "{want}: {card}");
+    }
+    // Unvalidated directives say so; the validated one shows its confidence.
+    assert!(dom.contains("<td>not validated</td>"));
+    assert!(dom.contains("<td>0.50 (1 validation)</td>"));
+    assert!(
+        !dom.contains("<td>1.00</td>"),
+        "a confidence nobody measured"
+    );
     // PMB, MRC, two fig. 4 plots (runs, rank) and the run strip plot.
     assert_eq!(dom.matches("<svg").count(), 5, "{dom}");
     let svgs: Vec<&str> = dom.split("<svg").skip(1).collect();
     let count = |s: &str, what: &str| s.matches(what).count();
-    // PMB: a point per directive and the knee.
-    assert_eq!(count(svgs[0], r#"class="point""#), 7);
-    assert!(svgs[0].contains("knee: heap-large:hugetlb"));
-    // MRC: a curve per page size.
+    // PMB: a point per directive with huge pages (the page axis is log: all-small
+    // at 0 pages is left out, and the page says so), the plan = the knee ringed.
+    assert_eq!(count(svgs[0], r#"class="mark point"#), 24);
+    assert!(dom.contains("without huge pages (0 %) are not drawn"));
+    assert!(svgs[0].contains(r#"<circle class="chosen knee""#));
+    assert!(svgs[0].contains(">plan (the knee): heap-large:hugetlb</tspan>"));
+    // MRC: a curve per page size, the y axis in decades, the plan's 2 MB heavier.
     assert_eq!(count(svgs[1], "<polyline"), 3);
-    // Fig. 4: two bars per compared mapping (two runs name theirs; two rank mappings).
-    assert_eq!(count(svgs[2], r#"class="bar""#), 4);
-    assert_eq!(count(svgs[3], r#"class="bar""#), 4);
-    // Runs: every time (5+5, 3+3, 2+2) and a median per column.
-    assert_eq!(count(svgs[4], r#"class="point""#), 20);
-    assert_eq!(count(svgs[4], r#"class="median""#), 6);
+    assert!(svgs[1].contains(">1e-4<") && svgs[1].contains(">0.01<"));
+    assert!(svgs[1].contains(r#"class="mark series chosen""#));
+    // Fig. 4: two bars per compared mapping (two runs name theirs; two rank
+    // mappings), the plan's row shaded in both.
+    assert_eq!(count(svgs[2], r#"class="mark bar"#), 4);
+    assert_eq!(count(svgs[3], r#"class="mark bar"#), 4);
+    assert_eq!(count(svgs[2], r#"class="mark bar chosen""#), 2);
+    assert_eq!(count(svgs[3], r#"class="mark bar chosen""#), 2);
+    // Runs: every time (5+5, 3+3, 2+2) and a median per column; run 1 is the plan's.
+    assert_eq!(count(svgs[4], r#"class="mark point""#), 20);
+    assert_eq!(count(svgs[4], r#"class="mark median""#), 6);
+    assert_eq!(count(svgs[4], r#"<rect class="chosen""#), 1);
     assert!(dom.contains("Not recorded") || dom.contains("not recorded"));
 
-    // (b) A screenshot of the whole page shows the plots' colours.
+    // (b) The layout, measured in the browser: the card first, every plot with
+    // data, the plan (and the knee) in every plot, short legends, no cut or
+    // overlapping text.
+    let l = layout(&chrome, &user, &html);
+    assert_eq!(l["first"], "section.verdict good");
+    let svgs = l["svgs"].as_array().unwrap();
+    assert_eq!(svgs.len(), 5);
+    for s in svgs {
+        assert!(s["chosen"].as_u64().unwrap() >= 1, "no plan in {s}");
+        assert!(s["legend"].as_u64().unwrap() <= 8, "{s}");
+        assert!(s["marks"].as_u64().unwrap() >= 1, "{s}");
+    }
+    assert!(svgs[0]["knee"].as_u64().unwrap() >= 1);
+    assert!(
+        svgs[0]["legend"].as_u64().unwrap() >= 3,
+        "grouped, not gone"
+    );
+
+    // (c) A screenshot of the whole page shows the plots' colours.
     let png = f.out.join("shot.png");
     let o = run_chromium(
         &chrome,
@@ -363,10 +602,44 @@ fn html_page_loads_in_headless_chromium_with_its_plots() {
         assert!(n > 2000, "{name}: only {n} pixels in the screenshot");
     }
     eprintln!(
-        "chromium ({}): DOM and screenshot in {:.2} s",
+        "chromium ({}): DOM, layout and screenshot in {:.2} s",
         chrome.display(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// `frag --html`'s page, from the /proc files of a NUMA machine with CMA: it
+/// opens with its verdict, not terminal text, and its plots pass the layout check.
+#[test]
+fn frag_page_opens_with_its_verdict_and_its_layout_holds() {
+    let chrome = chromium();
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../frag/tests/fixtures/4.4-numa-cma");
+    let r = |f: &str| std::fs::read_to_string(d.join(f)).ok();
+    let snap = frag::snapshot::build(
+        &frag::snapshot::Texts {
+            buddyinfo: r("buddyinfo").unwrap(),
+            zoneinfo: r("zoneinfo").unwrap(),
+            vmstat: r("vmstat").unwrap_or_else(|| "thp_fault_alloc 1\n".into()),
+            pagetypeinfo: r("pagetypeinfo"),
+            extfrag_threshold: r("extfrag_threshold"),
+            ..Default::default()
+        },
+        None,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("frag.html");
+    std::fs::write(&html, frag::render::html(&snap, &[])).unwrap();
+    if let Some(keep) = std::env::var_os("HUGETUNE_KEEP_REPORT") {
+        std::fs::copy(&html, Path::new(&keep).join("frag.html")).unwrap();
+    }
+    let l = layout(&chrome, &dir.path().join("chromium-profile"), &html);
+    assert!(
+        l["first"].as_str().unwrap().starts_with("section.verdict"),
+        "{l}"
+    );
+    let svgs = l["svgs"].as_array().unwrap();
+    assert!(svgs.len() >= 4, "{l}");
 }
 
 /// Width, height and RGB bytes of a PNG.

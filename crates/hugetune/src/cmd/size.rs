@@ -172,10 +172,13 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     Ok(0)
 }
 
-/// The sizing page: the predicted curve and, after `--sweep`, the measured one
-/// in one plot (seed 001 fig. 3, seed 004 experiment 1), then the commands.
+/// The sizing page: a verdict card (the pages to reserve and the commands),
+/// the predicted curve and, after `--sweep`, the measured one in one plot (seed
+/// 001 fig. 3, seed 004 experiment 1) on a y axis from 0 to 100 % with the
+/// recommended pages marked, then the terminal table.
 fn html(r: &SizeReport, cmd: &str) -> String {
-    use hugetune_render::{html::Page, svg};
+    use hugetune_render::html::{Card, Page, Tone};
+    use hugetune_render::svg;
     let unit = if r.pool == Pool::P2m { "2 MB" } else { "1 GB" };
     let mut series = vec![svg::Series::new(
         "predicted",
@@ -196,14 +199,65 @@ fn html(r: &SizeReport, cmd: &str) -> String {
         y_label: "% of maximal benefit".into(),
         kind: svg::ChartKind::Line,
         series,
+        // A percentage: from 0, so that a curve from 90 to 100 % looks flat.
+        y_range: Some((0.0, 100.0)),
+        marks: r
+            .knee_pages
+            .map(|k| svg::Mark::Rule {
+                x: k as f64,
+                label: format!("recommended: {k}"),
+                class: "chosen".into(),
+            })
+            .into_iter()
+            .collect(),
         ..Default::default()
     };
+    let card = match r.knee_pages {
+        Some(k) => Card {
+            headline: format!("Reserve {k} {unit} pages for this program"),
+            tone: Tone::Good,
+            facts: vec![
+                ("Why".into(), "the knee of the predicted curve".into()),
+                (
+                    "90 % of the benefit".into(),
+                    r.pages_for_90pct
+                        .map_or("-".into(), |p| format!("from {p} pages")),
+                ),
+                ("A full mapping".into(), format!("{} pages", r.pages_needed)),
+                ("Profile".into(), format!("#{}", r.profile_id)),
+            ],
+            commands: r
+                .commands_now
+                .iter()
+                .map(|c| ("Reserve now:".to_string(), c.clone()))
+                .chain(
+                    r.commands_boot
+                        .iter()
+                        .map(|c| ("At boot:".to_string(), c.clone())),
+                )
+                .collect(),
+        },
+        None => Card {
+            headline: format!("Reserve no {unit} pages: no benefit predicted from them"),
+            tone: Tone::Bad,
+            facts: vec![("Profile".into(), format!("#{}", r.profile_id))],
+            commands: vec![],
+        },
+    };
     let mut page = Page::new(&format!("hugetune size: {cmd}"));
+    page.push_card(card);
+    page.push_heading("Benefit against pages");
     page.push_paragraph(&format!(
-        "Profile #{}; a full mapping needs {} {unit} pages. Recommended: {} pages (the knee of the predicted curve).",
-        r.profile_id, r.pages_needed, r.recommended
+        "The predicted percentage of the maximal benefit for each budget of {unit} pages{}; \
+         the dashed rule is the recommendation.",
+        if r.measured.is_empty() {
+            ""
+        } else {
+            ", and what --sweep measured"
+        }
     ));
     page.push_svg(svg::render(&chart, 720, 400));
+    page.push_heading("Details");
     page.push_preformatted(&render(r));
     page.render()
 }
@@ -381,4 +435,85 @@ fn render(r: &SizeReport) -> String {
         None => s += "\nno benefit predicted from hugetlb pages: reserve none\n",
     }
     s
+}
+
+#[cfg(test)]
+mod html_tests {
+    use super::*;
+
+    fn report(knee: Option<u64>) -> SizeReport {
+        SizeReport {
+            profile_id: 4,
+            pool: Pool::P2m,
+            pages_needed: 600,
+            // Every point at 90 % or more: the defect's case.
+            predicted: [(0, 90.0), (256, 96.0), (512, 100.0)]
+                .into_iter()
+                .map(|(pages, pmb)| CurvePoint {
+                    pages,
+                    saving_ns: pmb * 1e6,
+                    pmb,
+                    label: "heap-large:hugetlb".into(),
+                    assignments: vec![],
+                    sites: vec![],
+                    partial: false,
+                })
+                .collect(),
+            knee_pages: knee,
+            pages_for_90pct: Some(256),
+            recommended: knee.unwrap_or(0),
+            commands_now: vec![
+                "echo 512 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages".into(),
+            ],
+            commands_boot: vec!["kernel command line: hugepagesz=2M hugepages=512".into()],
+            baseline_median_s: Some(2.0),
+            measured: vec![
+                Measured {
+                    pages: 0,
+                    got: 0,
+                    median_s: 2.0,
+                    runs_s: vec![2.0],
+                    pmb: 90.0,
+                },
+                Measured {
+                    pages: 256,
+                    got: 256,
+                    median_s: 1.9,
+                    runs_s: vec![1.9],
+                    pmb: 96.0,
+                },
+                Measured {
+                    pages: 512,
+                    got: 512,
+                    median_s: 1.8,
+                    runs_s: vec![1.8],
+                    pmb: 100.0,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn the_page_opens_with_the_recommendation_and_its_axis_starts_at_zero() {
+        let h = html(&report(Some(512)), "app");
+        let first = h.split("</h1>\n").nth(1).unwrap();
+        assert!(
+            first.starts_with("<section class=\"verdict good\">"),
+            "{first}"
+        );
+        assert!(first.contains("Reserve 512 2 MB pages"));
+        assert!(first.contains("hugepagesz=2M hugepages=512"));
+        // Measured from 90 to 100 %: the axis still starts at 0, and the
+        // recommendation is a labelled rule.
+        let svg = &h[h.find("<svg").unwrap()..];
+        // (y tick labels are right-aligned; the x axis has a 0 too)
+        assert!(svg.contains(r#"text-anchor="end">0</text>"#), "{svg}");
+        assert!(svg.contains(r#"text-anchor="end">100</text>"#), "{svg}");
+        assert!(
+            svg.contains(r#"<line class="chosen""#) && svg.contains(">recommended: 512</tspan>")
+        );
+        assert!(h.find("<pre>").unwrap() > h.find("<svg").unwrap());
+        let none = html(&report(None), "app");
+        assert!(none.contains("Reserve no 2 MB pages"));
+    }
 }

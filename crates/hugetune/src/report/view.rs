@@ -3,13 +3,19 @@
 //! serializable value (`--json` prints it as is), and rendered as a terminal
 //! summary or a self-contained HTML page with SVG plots (`plots`).
 //!
+//! The page opens with a verdict card: the plan the report recommends (`PlanView`,
+//! chosen by `choose_plan`: a validated gain first, else the knee, else the best
+//! predicted mapping, else keep 4 KB pages), what it needs, what it was predicted
+//! and measured to gain and the commands that apply it; every plot highlights it.
+//!
 //! Rows written before a field existed (the profile's miss-ratio curves, a run's
 //! mapping name or validation details) are not errors: the field is `None` and the
-//! page says "not recorded".
+//! page says "not recorded". A directive no validation has touched has no
+//! confidence to show: it reads "not validated", not the stored 1.0.
 
 use super::plots;
 use hugetune_model::stats::median_finite as median;
-use hugetune_render::html::Page;
+use hugetune_render::html::{Card, Page, Tone};
 use hugetune_render::{bytes, secs, table};
 use hugetune_store::query::{DirectiveRow, ProfileRow, RunRow};
 use serde::{Deserialize, Serialize};
@@ -23,6 +29,8 @@ pub struct Report {
     pub mappings: Vec<MappingView>,
     /// The cheapest mapping that gets most of the benefit (see `plots::knee`).
     pub knee: Option<Knee>,
+    /// What to do: the verdict card at the top of the page.
+    pub plan: PlanView,
     /// Miss ratio against TLB entries per page size; `None`: not recorded.
     pub mrc: Option<Vec<MrcCurve>>,
     pub runs: Vec<RunView>,
@@ -63,6 +71,9 @@ pub struct MappingView {
     pub hugetlb_1g_pages: u64,
     pub thp_pages: u64,
     pub confidence: f64,
+    /// Validations that updated `confidence`; 0: it is the initial 1.0, not evidence.
+    #[serde(default)]
+    pub validations: u64,
     /// The newest run of this mapping with an A/B comparison.
     pub measured_speedup: Option<f64>,
     pub verdict: Option<String>,
@@ -99,6 +110,9 @@ pub struct RunView {
     pub created: String,
     /// The directive's mapping the run applied; `None`: not recorded.
     pub mapping: Option<String>,
+    /// The label of the directive the run applied (see `applied`); `None`: none found.
+    #[serde(default)]
+    pub label: Option<String>,
     pub verdict: String,
     pub speedup: Option<f64>,
     pub baseline_s: Vec<f64>,
@@ -140,6 +154,343 @@ impl Compared {
             measured_s,
             predicted_speedup,
             measured_speedup: baseline_s / measured_s,
+        }
+    }
+}
+
+/// The plan the report recommends, and how to apply it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanView {
+    /// The directive's label; `None`: keep 4 KB pages.
+    pub label: Option<String>,
+    /// How it was chosen: "validated" (the newest run that measured a
+    /// significant gain applied it), "knee", "best" (highest PMB), or "none".
+    pub basis: String,
+    /// What to do, in words: the headline of the card.
+    pub action: String,
+    /// Why, in words.
+    pub why: String,
+    pub hugetlb_pages: u64,
+    pub hugetlb_1g_pages: u64,
+    pub thp_pages: u64,
+    pub pmb: Option<f64>,
+    pub predicted_speedup: Option<f64>,
+    /// The newest A/B run of the plan: its speedup, id, verdict and p-value.
+    pub measured_speedup: Option<f64>,
+    pub run_id: Option<i64>,
+    pub run_verdict: Option<String>,
+    pub p_gain: Option<f64>,
+    /// What applies it for good, each with a caption.
+    pub commands: Vec<PlanCommand>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanCommand {
+    pub caption: String,
+    pub command: String,
+}
+
+/// The parts of a mapping's label, `category:backing` each (`all-small` has none).
+pub fn label_parts(label: &str) -> Vec<(&str, &str)> {
+    label
+        .split_whitespace()
+        .filter_map(|t| t.rsplit_once(':'))
+        .filter(|(_, b)| *b != "4k")
+        .collect()
+}
+
+/// A backing as the model's labels name it (`hugetlb`, `hugetlb-1g`, `thp`,
+/// `thp-64k`), in words.
+pub fn backing_words(b: &str) -> String {
+    match b {
+        "hugetlb" | "hugetlb-2m" => "2 MB hugetlb pages".into(),
+        "hugetlb-1g" => "1 GB hugetlb pages".into(),
+        "thp" | "thp-2m" => "2 MB THP".into(),
+        b => match b.strip_prefix("thp-") {
+            Some(size) => format!("{} THP", size.to_uppercase().replace('K', " KB")),
+            None => b.to_string(),
+        },
+    }
+}
+
+/// "heap-large on 2 MB hugetlb pages, static on 2 MB THP".
+pub fn plan_words(label: &str) -> String {
+    let parts = label_parts(label);
+    if parts.is_empty() {
+        return label.to_string();
+    }
+    parts
+        .iter()
+        .map(|(c, b)| format!("{c} on {}", backing_words(b)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The verdicts after which a mapping is not recommended again without a new
+/// validation (`validate` bars a loss from automatic use too).
+fn measured_bad(m: &MappingView) -> bool {
+    matches!(m.verdict.as_deref(), Some("loss") | Some("broke"))
+}
+
+/// The plan to recommend: the mapping of the newest run that measured a gain;
+/// else, where the significance test passes, the knee, or the highest PMB (fewest
+/// pages on a tie) among the mappings not measured to lose that are predicted to
+/// save at least `DEFAULT_MIN_GAIN` of the run time (the planner's bar); else none.
+pub fn choose_plan(
+    profile: Option<&ProfileRow>,
+    mappings: &[MappingView],
+    runs: &[RunView],
+    knee: Option<&Knee>,
+) -> PlanView {
+    let min_speedup = 1.0 / (1.0 - crate::stages::DEFAULT_MIN_GAIN);
+    let validated = runs
+        .iter()
+        .rev()
+        .filter(|r| r.verdict == "gain")
+        .find_map(|r| {
+            let i = mappings
+                .iter()
+                .position(|m| Some(&m.label) == r.label.as_ref())?;
+            Some((i, r))
+        });
+    let significance = profile.and_then(|p| p.summary["significance"]["passes"].as_bool());
+    let usable = |m: &&MappingView| {
+        m.pmb.is_finite()
+            && m.pmb > 0.0
+            && m.huge_pages() > 0
+            && !measured_bad(m)
+            && m.predicted_speedup >= min_speedup
+    };
+    let (chosen, basis, why): (Option<&MappingView>, &str, String) = if let Some((i, r)) = validated
+    {
+        let m = &mappings[i];
+        (
+            Some(m),
+            "validated",
+            format!(
+                "run {} measured it {} faster than 4 KB pages (verdict gain{})",
+                r.id,
+                r.speedup.map_or("-".into(), |x| format!("{x:.2}x")),
+                r.p_gain.map_or(String::new(), |p| format!(", p = {p:.3}"))
+            ),
+        )
+    } else if significance == Some(false) {
+        (
+            None,
+            "none",
+            "the profile fails the significance test: too few TLB misses and page faults \
+             for huge pages to matter"
+                .into(),
+        )
+    } else {
+        let ok: Vec<&MappingView> = mappings.iter().filter(usable).collect();
+        let at_knee = knee.and_then(|k| ok.iter().find(|m| m.label == k.mapping).copied());
+        let best = ok.iter().copied().max_by(|a, b| {
+            a.pmb
+                .total_cmp(&b.pmb)
+                .then(b.huge_pages().cmp(&a.huge_pages()))
+        });
+        match (at_knee, best) {
+            (Some(m), _) => (
+                Some(m),
+                "knee",
+                format!(
+                    "the knee: {:.0} % of the maximal predicted benefit for {} huge pages",
+                    m.pmb,
+                    m.huge_pages()
+                ),
+            ),
+            (None, Some(m)) => (
+                Some(m),
+                "best",
+                format!(
+                    "the highest predicted benefit ({:.0} % of the maximum; no knee stands out)",
+                    m.pmb
+                ),
+            ),
+            (None, None) if mappings.is_empty() => {
+                (None, "none", "no predictions in this report".into())
+            }
+            (None, None) => (
+                None,
+                "none",
+                format!(
+                    "no mapping is predicted to save {:.0} % of the run time without a measured loss",
+                    crate::stages::DEFAULT_MIN_GAIN * 100.0
+                ),
+            ),
+        }
+    };
+    let Some(m) = chosen else {
+        return PlanView {
+            label: None,
+            basis: basis.into(),
+            action: "Keep 4 KB pages".into(),
+            why,
+            hugetlb_pages: 0,
+            hugetlb_1g_pages: 0,
+            thp_pages: 0,
+            pmb: None,
+            predicted_speedup: None,
+            measured_speedup: None,
+            run_id: None,
+            run_verdict: None,
+            p_gain: None,
+            commands: vec![],
+        };
+    };
+    let run = m
+        .run_id
+        .and_then(|id| runs.iter().find(|r| r.id == id))
+        .filter(|_| basis != "validated")
+        .or(validated.map(|(_, r)| r));
+    let cmd = profile.map_or_else(
+        || "PROGRAM ARGS".to_string(),
+        |p| {
+            crate::stages::display_cmd(
+                &p.args
+                    .iter()
+                    .map(std::ffi::OsString::from)
+                    .collect::<Vec<_>>(),
+            )
+        },
+    );
+    let mut commands = Vec::new();
+    if m.hugetlb_pages > 0 {
+        commands.push(PlanCommand {
+            caption: format!(
+                "Reserve {} pages of 2 MB (on top of those other programs hold; \
+                 hugetune size -- CMD prints the setting for boot):",
+                m.hugetlb_pages
+            ),
+            command: format!("sudo sysctl -w vm.nr_hugepages={}", m.hugetlb_pages),
+        });
+    }
+    if m.hugetlb_1g_pages > 0 {
+        commands.push(PlanCommand {
+            caption: format!(
+                "Reserve {} pages of 1 GB (best at boot: hugepagesz=1G hugepages={}):",
+                m.hugetlb_1g_pages, m.hugetlb_1g_pages
+            ),
+            command: format!(
+                "echo {} | sudo tee /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages",
+                m.hugetlb_1g_pages
+            ),
+        });
+    }
+    commands.push(PlanCommand {
+        caption: "Run the program with it (hugetune plans from this database for the pages \
+                  free at start):"
+            .into(),
+        command: format!("hugetune run -- {cmd}"),
+    });
+    commands.push(PlanCommand {
+        caption:
+            "Or deploy it to a systemd service (a drop-in that preloads the runtime \
+                  library with the plan and reserves its pages at boot; --dry-run shows the files):"
+                .into(),
+        command: "sudo hugetune service install UNIT".into(),
+    });
+    if basis != "validated" {
+        commands.insert(
+            0,
+            PlanCommand {
+                caption: "Validate it first (interleaved A/B runs):".into(),
+                command: format!("hugetune validate -- {cmd}"),
+            },
+        );
+    }
+    PlanView {
+        label: Some(m.label.clone()),
+        basis: basis.into(),
+        action: format!("Put {}", plan_words(&m.label)),
+        why,
+        hugetlb_pages: m.hugetlb_pages,
+        hugetlb_1g_pages: m.hugetlb_1g_pages,
+        thp_pages: m.thp_pages,
+        pmb: Some(m.pmb),
+        predicted_speedup: Some(m.predicted_speedup),
+        measured_speedup: run.and_then(|r| r.speedup),
+        run_id: run.map(|r| r.id),
+        run_verdict: run.map(|r| r.verdict.clone()),
+        p_gain: run.and_then(|r| r.p_gain),
+        commands,
+    }
+}
+
+impl PlanView {
+    /// "512 x 2 MB hugetlb (1.0 GiB), 1100 THP folios", or "none".
+    pub fn pages_text(&self) -> String {
+        let mut v = Vec::new();
+        if self.hugetlb_pages > 0 {
+            v.push(format!(
+                "{} x 2 MB hugetlb ({} reserved)",
+                self.hugetlb_pages,
+                bytes(self.hugetlb_pages << 21)
+            ));
+        }
+        if self.hugetlb_1g_pages > 0 {
+            v.push(format!(
+                "{} x 1 GB hugetlb ({} reserved)",
+                self.hugetlb_1g_pages,
+                bytes(self.hugetlb_1g_pages << 30)
+            ));
+        }
+        if self.thp_pages > 0 {
+            v.push(format!(
+                "{} THP folios (from free memory, nothing reserved)",
+                self.thp_pages
+            ));
+        }
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(", ")
+        }
+    }
+
+    pub fn measured_text(&self) -> String {
+        match (self.measured_speedup, self.run_id) {
+            (Some(x), Some(id)) => format!(
+                "{x:.2}x in run {id} ({}{})",
+                self.run_verdict.as_deref().unwrap_or("-"),
+                self.p_gain
+                    .map_or(String::new(), |p| format!(", p = {p:.3}"))
+            ),
+            _ => "not validated yet".into(),
+        }
+    }
+
+    /// The verdict card.
+    pub fn card(&self) -> Card {
+        let mut facts = vec![("Why".to_string(), self.why.clone())];
+        if let Some(l) = &self.label {
+            facts.insert(0, ("Plan".into(), l.clone()));
+            facts.push(("Pages needed".into(), self.pages_text()));
+            facts.push((
+                "Predicted".into(),
+                format!(
+                    "{:.2}x faster ({:.0} % of the maximal benefit)",
+                    self.predicted_speedup.unwrap_or(f64::NAN),
+                    self.pmb.unwrap_or(f64::NAN)
+                ),
+            ));
+            facts.push(("Measured".into(), self.measured_text()));
+        }
+        let tone = match (self.label.is_some(), self.basis.as_str()) {
+            (true, "validated") => Tone::Good,
+            (true, _) => Tone::Neutral,
+            (false, _) => Tone::Bad,
+        };
+        Card {
+            headline: self.action.clone(),
+            tone,
+            facts,
+            commands: self
+                .commands
+                .iter()
+                .map(|c| (c.caption.clone(), c.command.clone()))
+                .collect(),
         }
     }
 }
@@ -204,6 +555,7 @@ fn run_view(r: &RunRow) -> RunView {
         program: r.program_path.clone(),
         created: r.created.clone(),
         mapping: r.plan["mapping"].as_str().map(String::from),
+        label: None,
         verdict: r.verdict.clone(),
         speedup: r.speedup,
         baseline_median_s: median(&r.baseline_s),
@@ -241,7 +593,7 @@ impl Report {
     ) -> Report {
         let mut notes = Vec::new();
         let applied: Vec<Option<usize>> = runs.iter().map(|r| applied(directives, r)).collect();
-        let runs: Vec<RunView> = runs.iter().map(run_view).collect();
+        let mut runs: Vec<RunView> = runs.iter().map(run_view).collect();
         let mut mappings: Vec<MappingView> = directives
             .iter()
             .map(|d| MappingView {
@@ -258,12 +610,16 @@ impl Report {
                 hugetlb_1g_pages: d.details["hugetlb_1g_pages"].as_u64().unwrap_or(0),
                 thp_pages: d.thp_pages,
                 confidence: d.confidence,
+                validations: d.validations,
                 measured_speedup: None,
                 verdict: None,
                 run_id: None,
             })
             .collect();
         let mut compared = Vec::new();
+        for (r, i) in runs.iter_mut().zip(&applied) {
+            r.label = i.map(|i| mappings[i].label.clone());
+        }
         // Runs are oldest first: each mapping keeps its newest compared run.
         for (r, i) in runs.iter().zip(&applied) {
             if let (Some(name), None) = (&r.mapping, i) {
@@ -318,6 +674,7 @@ impl Report {
             }
         }
         let knee = plots::knee(&mappings);
+        let plan = choose_plan(profile, &mappings, &runs, knee.as_ref());
         let title = match profile {
             Some(p) => format!("hugetune report: {}", p.program_path),
             None => match runs.first() {
@@ -330,6 +687,7 @@ impl Report {
             profile: profile.map(profile_view),
             mappings,
             knee,
+            plan,
             mrc,
             runs,
             compared,
@@ -348,6 +706,24 @@ impl Report {
                 p.machine.as_deref().unwrap_or("not recorded")
             );
             s += &format!("  created  {}\n", p.created);
+        }
+        if self.profile.is_some() || !self.mappings.is_empty() {
+            let pl = &self.plan;
+            s += &format!("\nverdict: {}\n", pl.action);
+            if let Some(l) = &pl.label {
+                s += &format!("  plan      {l}\n");
+                s += &format!("  pages     {}\n", pl.pages_text());
+                s += &format!(
+                    "  predicted {:.2}x ({:.0}% of the maximal benefit)\n",
+                    pl.predicted_speedup.unwrap_or(f64::NAN),
+                    pl.pmb.unwrap_or(f64::NAN)
+                );
+                s += &format!("  measured  {}\n", pl.measured_text());
+            }
+            s += &format!("  why       {}\n", pl.why);
+            for c in &pl.commands {
+                s += &format!("  $ {}\n", c.command);
+            }
         }
         if !self.mappings.is_empty() {
             let rows: Vec<Vec<String>> = self
@@ -427,9 +803,158 @@ impl Report {
             .collect()
     }
 
-    /// The self-contained HTML page.
+    /// The self-contained HTML page: the verdict card, the plots (each with the
+    /// plan highlighted), then the tables behind them.
     pub fn html(&self) -> String {
         let mut page = Page::new(&self.title);
+        page.push_card(self.plan.card());
+        let plan = self.plan.label.as_deref();
+        let plan_note = match plan {
+            Some(l) => format!(" The plan ({l}) is ringed and labelled."),
+            None => String::new(),
+        };
+        if !self.mappings.is_empty() {
+            page.push_heading("PMB against huge pages needed");
+            let (drawn, left_out) = plots::pmb_drawn(&self.mappings);
+            page.push_paragraph(&format!(
+                "Each point is a mapping: the percentage of the maximal predicted benefit it gets \
+                 against the huge pages (of any size) it needs (seed 001, fig. 3); colour is the \
+                 page size, shape whether it maps one category or several; hover a point for its \
+                 name. The dashed line joins the mappings no cheaper one beats: up and to the left \
+                 are the bargains.{plan_note}{}{}",
+                match &self.knee {
+                    Some(k) => format!(
+                        " Knee: {} gets {:.0}% of the maximal benefit with {} huge pages.",
+                        k.mapping, k.pmb, k.huge_pages
+                    ),
+                    None => " No knee: the benefit grows about in proportion to the pages.".into(),
+                },
+                if left_out > 0 && drawn > 0 {
+                    format!(
+                        " The page axis is logarithmic (the mappings need from a few to thousands \
+                         of pages): the {left_out} mapping(s) without huge pages (0 %) are not drawn."
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+            page.push_svg(plots::pmb_chart(&self.mappings, self.knee.as_ref(), plan));
+        }
+        // A report of ranking experiments alone has no profile and no runs.
+        let stored = self.profile.is_some() || !self.runs.is_empty();
+        if stored {
+            page.push_heading("Miss-ratio curves");
+        }
+        match &self.mrc {
+            Some(curves) => {
+                page.push_paragraph(&format!(
+                    "The fraction of references that miss a fully associative LRU TLB of the given \
+                     number of entries, per page size, from the profile's reuse distances (both \
+                     axes logarithmic where the values span decades).{}",
+                    match plan.map(plots::plan_page_sizes) {
+                        Some(sizes) if !sizes.is_empty() => {
+                            " The page size the plan uses is drawn heavier and labelled."
+                        }
+                        _ => "",
+                    }
+                ));
+                page.push_svg(plots::mrc_chart(curves, plan));
+            }
+            None if stored => page.push_paragraph("Not recorded for this profile."),
+            None => {}
+        }
+        page.push_heading("Predicted against measured time per mapping");
+        if self.compared.is_empty() {
+            page.push_paragraph(
+                "Not recorded: no run of this profile names its mapping, and no ranking experiment \
+                 (--rank) was given.",
+            );
+        }
+        for set in &self.compared {
+            page.push_paragraph(&format!(
+                "From {}: the predicted time is the measured all-small median divided by the \
+                 predicted speedup (seed 001, fig. 4).{}",
+                set.source,
+                if plan.is_some_and(|l| set.mappings.iter().any(|c| plots::is_plan(&c.label, l))) {
+                    " The plan's row is shaded and labelled."
+                } else {
+                    ""
+                }
+            ));
+            page.push_svg(plots::compared_chart(set, plan));
+            page.push_table(&COMPARED_HEADERS, &compared_rows(set));
+        }
+        if stored {
+            page.push_heading("Distribution of A/B runs");
+        }
+        if self.runs.is_empty() {
+            if stored {
+                page.push_paragraph("No runs recorded.");
+            }
+        } else {
+            page.push_paragraph(&format!(
+                "Every timed run: baseline (all small pages) and optimized (the plan applied), \
+                 interleaved; the bars are the medians.{}",
+                if plan.is_some_and(|l| self.runs.iter().any(|r| r.label.as_deref() == Some(l))) {
+                    " The runs of the plan are shaded and labelled."
+                } else {
+                    ""
+                }
+            ));
+            page.push_svg(plots::runs_chart(&self.runs, plan));
+            page.push_table(&RUN_HEADERS, &self.run_rows());
+        }
+        if !self.mappings.is_empty() {
+            page.push_heading("Directives");
+            let rows: Vec<Vec<String>> = self
+                .mappings
+                .iter()
+                .map(|m| {
+                    vec![
+                        format!(
+                            "{}{}{}",
+                            m.label,
+                            if m.base { "" } else { " *" },
+                            if Some(m.label.as_str()) == plan {
+                                " (plan)"
+                            } else {
+                                ""
+                            }
+                        ),
+                        format!("{:.1} ms", m.saving_ms),
+                        format!("{:.1}%", m.pmb),
+                        format!("{:.3}x", m.predicted_speedup),
+                        m.hugetlb_pages.to_string(),
+                        m.hugetlb_1g_pages.to_string(),
+                        m.thp_pages.to_string(),
+                        confidence_text(m),
+                        m.measured_speedup
+                            .map_or("-".into(), |x| format!("{x:.3}x")),
+                        m.verdict.clone().unwrap_or_else(|| "-".into()),
+                    ]
+                })
+                .collect();
+            page.push_table(
+                &[
+                    "mapping",
+                    "saving",
+                    "PMB",
+                    "predicted",
+                    "2 MB hugetlb",
+                    "1 GB hugetlb",
+                    "THP",
+                    "confidence",
+                    "measured",
+                    "verdict",
+                ],
+                &rows,
+            );
+            page.push_paragraph(
+                "* a combined (non-base) mapping. Confidence: how far validations bore the \
+                 prediction out (1: fully); \"not validated\" until a run of the mapping is \
+                 compared.",
+            );
+        }
         if let Some(p) = &self.profile {
             page.push_heading("Profile");
             let opt = |v: Option<String>| v.unwrap_or_else(|| "not recorded".into());
@@ -458,108 +983,20 @@ impl Report {
                 ],
             );
         }
-        if !self.mappings.is_empty() {
-            page.push_heading("Directives");
-            let rows: Vec<Vec<String>> = self
-                .mappings
-                .iter()
-                .map(|m| {
-                    vec![
-                        format!("{}{}", m.label, if m.base { "" } else { " *" }),
-                        format!("{:.1} ms", m.saving_ms),
-                        format!("{:.1}%", m.pmb),
-                        format!("{:.3}x", m.predicted_speedup),
-                        m.hugetlb_pages.to_string(),
-                        m.hugetlb_1g_pages.to_string(),
-                        m.thp_pages.to_string(),
-                        format!("{:.2}", m.confidence),
-                        m.measured_speedup
-                            .map_or("-".into(), |x| format!("{x:.3}x")),
-                        m.verdict.clone().unwrap_or_else(|| "-".into()),
-                    ]
-                })
-                .collect();
-            page.push_table(
-                &[
-                    "mapping",
-                    "saving",
-                    "PMB",
-                    "predicted",
-                    "2 MB hugetlb",
-                    "1 GB hugetlb",
-                    "THP",
-                    "confidence",
-                    "measured",
-                    "verdict",
-                ],
-                &rows,
-            );
-            page.push_paragraph("* a combined (non-base) mapping.");
-            page.push_heading("PMB against huge pages needed");
-            page.push_paragraph(
-                "Each point is a mapping: the percentage of the maximal predicted benefit it gets \
-                 against the huge pages (of any size) it needs (seed 001, fig. 3). Points up and to \
-                 the left are the good bargains.",
-            );
-            if let Some(k) = &self.knee {
-                page.push_paragraph(&format!(
-                    "Knee: {} gets {:.0}% of the maximal benefit with {} huge pages.",
-                    k.mapping, k.pmb, k.huge_pages
-                ));
-            }
-            page.push_svg(plots::pmb_chart(&self.mappings, self.knee.as_ref()));
-        }
-        // A report of ranking experiments alone has no profile and no runs.
-        let stored = self.profile.is_some() || !self.runs.is_empty();
-        if stored {
-            page.push_heading("Miss-ratio curves");
-        }
-        match &self.mrc {
-            Some(curves) => {
-                page.push_paragraph(
-                    "The fraction of references that miss a fully associative LRU TLB of the given \
-                     number of entries, per page size, from the profile's reuse distances.",
-                );
-                page.push_svg(plots::mrc_chart(curves));
-            }
-            None if stored => page.push_paragraph("Not recorded for this profile."),
-            None => {}
-        }
-        page.push_heading("Predicted against measured time per mapping");
-        if self.compared.is_empty() {
-            page.push_paragraph(
-                "Not recorded: no run of this profile names its mapping, and no ranking experiment \
-                 (--rank) was given.",
-            );
-        }
-        for set in &self.compared {
-            page.push_paragraph(&format!(
-                "From {}: the predicted time is the measured all-small median divided by the \
-                 predicted speedup (seed 001, fig. 4).",
-                set.source
-            ));
-            page.push_svg(plots::compared_chart(set));
-            page.push_table(&COMPARED_HEADERS, &compared_rows(set));
-        }
-        if stored {
-            page.push_heading("Distribution of A/B runs");
-        }
-        if self.runs.is_empty() {
-            if stored {
-                page.push_paragraph("No runs recorded.");
-            }
-        } else {
-            page.push_paragraph(
-                "Every timed run: baseline (all small pages) and optimized (the plan applied), \
-                 interleaved; the bars are the medians.",
-            );
-            page.push_svg(plots::runs_chart(&self.runs));
-            page.push_table(&RUN_HEADERS, &self.run_rows());
-        }
         for n in &self.notes {
             page.push_paragraph(&format!("Note: {n}"));
         }
         page.render()
+    }
+}
+
+/// A directive's confidence as the page shows it: "not validated" until a
+/// validation moved it from its initial 1.0.
+pub fn confidence_text(m: &MappingView) -> String {
+    match m.validations {
+        0 => "not validated".into(),
+        1 => format!("{:.2} (1 validation)", m.confidence),
+        n => format!("{:.2} ({n} validations)", m.confidence),
     }
 }
 
@@ -782,7 +1219,7 @@ pub(crate) mod tests {
         let r = sample();
         let v = serde_json::to_value(&r).unwrap();
         for key in [
-            "title", "profile", "mappings", "knee", "mrc", "runs", "compared", "notes",
+            "title", "profile", "mappings", "knee", "plan", "mrc", "runs", "compared", "notes",
         ] {
             assert!(v.get(key).is_some(), "{key}");
         }
@@ -881,6 +1318,112 @@ pub(crate) mod tests {
         assert!(!h.contains("Miss-ratio") && !h.contains("A/B runs"));
         let t = r.terminal();
         assert!(t.starts_with("predicted vs measured (rank: w)"), "{t}");
+    }
+
+    #[test]
+    fn the_plan_is_the_validated_gain_else_the_knee_else_the_best_else_none() {
+        // Run 20 measured a gain with heap-large: validated.
+        let r = sample();
+        assert_eq!(r.plan.label.as_deref(), Some("heap-large:label"));
+        assert_eq!(r.plan.basis, "validated");
+        assert_eq!(
+            (r.plan.run_id, r.plan.measured_speedup),
+            (Some(20), Some(2.0))
+        );
+        assert_eq!(r.runs[0].label.as_deref(), Some("heap-large:label"));
+        assert!(r
+            .plan
+            .commands
+            .iter()
+            .all(|c| !c.command.contains("validate")));
+        assert!(r.plan.commands[0].command.contains("vm.nr_hugepages=512"));
+        assert!(r
+            .plan
+            .commands
+            .iter()
+            .any(|c| c.command == "hugetune run -- app --big"));
+        let summary = serde_json::json!({"significance": {"passes": true}});
+        let ds = [
+            directive(10, "all-large", 100.0, 2.0, 600, 10),
+            directive(11, "heap-large", 95.0, 1.9, 512, 0),
+            directive(12, "static", 5.0, 1.05, 0, 3),
+            directive(13, "all-small", 0.0, 1.0, 0, 0),
+        ];
+        // No run: the knee, to be validated first.
+        let r = Report::assemble(Some(&profile(summary.clone())), &ds, &[]);
+        assert_eq!(
+            (r.plan.label.as_deref(), r.plan.basis.as_str()),
+            (Some("heap-large:label"), "knee")
+        );
+        assert_eq!(r.plan.measured_text(), "not validated yet");
+        assert!(r.plan.commands[0]
+            .command
+            .starts_with("hugetune validate -- "));
+        // The knee measured a loss: the best of the rest.
+        let mut lost = run(
+            30,
+            serde_json::json!({"mapping": "heap-large"}),
+            serde_json::json!({}),
+        );
+        lost.run.verdict = "loss".into();
+        let r = Report::assemble(Some(&profile(summary.clone())), &ds, &[lost]);
+        assert_eq!(
+            (r.plan.label.as_deref(), r.plan.basis.as_str()),
+            (Some("all-large:label"), "best")
+        );
+        // The significance test fails: keep 4 KB pages.
+        let fails = serde_json::json!({"significance": {"passes": false}});
+        let r = Report::assemble(Some(&profile(fails)), &ds, &[]);
+        assert_eq!(
+            (r.plan.label.as_deref(), r.plan.action.as_str()),
+            (None, "Keep 4 KB pages")
+        );
+        assert!(r.plan.why.contains("significance"));
+        assert!(r.plan.commands.is_empty());
+        let card = r.plan.card();
+        assert_eq!(card.tone, hugetune_render::html::Tone::Bad);
+        // Nothing predicted to save 1 % of the run time: none either.
+        let small = [directive(12, "static", 5.0, 1.005, 0, 3)];
+        let r = Report::assemble(Some(&profile(summary)), &small, &[]);
+        assert_eq!(r.plan.basis, "none");
+        assert!(r.plan.why.contains("1 %"), "{}", r.plan.why);
+        // The card comes first on the page, and the plan names the mapping in words.
+        let h = sample().html();
+        let first = h.split("</h1>\n").nth(1).unwrap();
+        assert!(
+            first.starts_with("<section class=\"verdict good\">"),
+            "{first}"
+        );
+        assert!(
+            first.contains("heap-large on 2 MB hugetlb pages")
+                || first.contains("heap-large:label")
+        );
+    }
+
+    #[test]
+    fn labels_in_words() {
+        assert_eq!(
+            plan_words("static:thp heap-large:hugetlb-1g heap-small:thp-64k"),
+            "static on 2 MB THP, heap-large on 1 GB hugetlb pages, heap-small on 64 KB THP"
+        );
+        assert_eq!(
+            plan_words("heap-large:hugetlb static:4k"),
+            "heap-large on 2 MB hugetlb pages"
+        );
+        assert_eq!(plan_words("all-small"), "all-small");
+    }
+
+    #[test]
+    fn confidence_reads_not_validated_until_a_validation() {
+        let mut m = sample().mappings[0].clone();
+        assert_eq!(m.validations, 0);
+        assert_eq!(confidence_text(&m), "not validated");
+        (m.confidence, m.validations) = (0.42, 1);
+        assert_eq!(confidence_text(&m), "0.42 (1 validation)");
+        m.validations = 3;
+        assert_eq!(confidence_text(&m), "0.42 (3 validations)");
+        let h = sample().html();
+        assert!(h.contains("<td>not validated</td>") && !h.contains("<td>1.00</td>"));
     }
 
     #[test]
