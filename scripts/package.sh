@@ -41,7 +41,11 @@ command -v cargo-deb >/dev/null || cargo install cargo-deb --locked
 target=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked -p hugetune
 stage "$target/release" target/package
-deb=$(cargo deb -p hugetune --no-build --locked -o target/debian/ | tail -n 1)
+# --strip: the release profile keeps debug info (80 MB); the staged files are not
+# cargo-deb's build products, so it strips only hugetune itself. It warns that the
+# staged paths are not built by Cargo, which is the point: that warning is dropped.
+deb=$(cargo deb -p hugetune --no-build --locked --strip -o target/debian/ \
+  2> >(grep -v "Only source paths starting with exactly 'target/release/'" >&2) | tail -n 1)
 [ -f "$deb" ] || { echo "package: cargo deb made no package ($deb)" >&2; exit 1; }
 
 # The package holds every file a user needs, each man page the binary writes too.
