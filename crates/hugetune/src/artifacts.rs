@@ -68,11 +68,44 @@ fn locate(env_var: &str, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf>
         }
     }
     // One directory per build of hugetune, keyed by everything it embeds.
-    let base = dirs::cache_dir().unwrap_or_else(std::env::temp_dir);
+    let base = match dirs::cache_dir() {
+        Some(c) => c,
+        None => private_temp_dir()?,
+    };
     let key = fnv(RUNTIME) ^ fnv(WORK).rotate_left(1) ^ fnv(QEMU_PLUGIN).rotate_left(2);
     let version = env!("CARGO_PKG_VERSION");
     let dir = base.join("hugetune").join(format!("{version}-{key:016x}"));
     extract(&dir, name, bytes, mode)
+}
+
+/// Without a cache directory (no HOME: a service, a bare `sudo -i`), a
+/// directory of our own under the temporary directory: `hugetune-<uid>`,
+/// created 0700, and used only when it is a real directory (no symlink) owned
+/// by us that nobody else may write. The library extracted there is preloaded
+/// into programs: in a shared /tmp another user could otherwise plant it.
+fn private_temp_dir() -> Result<PathBuf> {
+    private_dir_in(&std::env::temp_dir())
+}
+
+fn private_dir_in(tmp: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = tmp.join(format!("hugetune-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+    }
+    let m =
+        std::fs::symlink_metadata(&dir).with_context(|| format!("checking {}", dir.display()))?;
+    anyhow::ensure!(
+        m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0,
+        "{} is not a private directory of this user (a symlink, another owner, or writable by others): \
+         refusing to extract the runtime library there; set HOME or XDG_CACHE_HOME, or remove it",
+        dir.display()
+    );
+    Ok(dir)
 }
 
 pub fn find() -> Result<Artifacts> {
@@ -86,4 +119,30 @@ pub fn find() -> Result<Artifacts> {
             0o755,
         )?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_temporary_fallback_is_private_or_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let d = private_dir_in(t.path()).unwrap();
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(private_dir_in(t.path()).unwrap(), d); // used again as it is
+                                                          // Writable by others: refused.
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = private_dir_in(t.path()).unwrap_err().to_string();
+        assert!(e.contains("not a private directory"), "{e}");
+        // A symlink planted at the name (to a directory of ours): refused too.
+        std::fs::remove_dir(&d).unwrap();
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &d).unwrap();
+        assert!(private_dir_in(t.path()).is_err());
+    }
 }
