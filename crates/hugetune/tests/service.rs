@@ -103,6 +103,10 @@ fn install_and_remove_round_trip() {
         "Environment=\"LD_PRELOAD=/usr/local/lib/hugetune/libhugetune.so\"",
         "Environment=\"HUGETUNE_MODE=apply\"",
         "Environment=\"HUGETUNE_PLAN=/etc/hugetune/demo.service.plan\"",
+        // summaries where `hugetune status -p` asks for them (%% is systemd's %)
+        "RuntimeDirectory=hugetune-demo",
+        "Environment=\"HUGETUNE_SUMMARY=/run/hugetune-demo/summary.%%p.json\"",
+        "Environment=\"HUGETUNE_SUMMARY_REQUEST=/run/hugetune-demo/request\"",
         "Wants=hugetune-pool-demo.service",
         "After=hugetune-pool-demo.service",
     ] {

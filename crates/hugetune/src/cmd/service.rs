@@ -189,6 +189,12 @@ impl Unit {
     fn pool_stem(&self) -> String {
         format!("hugetune-pool-{}", self.stem.replace('@', "_"))
     }
+
+    /// The service's RuntimeDirectory= for the library's summaries (/run/NAME,
+    /// owned by the service's user, removed when it stops).
+    fn summary_dir(&self) -> String {
+        format!("hugetune-{}", self.stem.replace('@', "_"))
+    }
 }
 
 /// The files of one unit's deployment, as paths on the target system.
@@ -750,6 +756,7 @@ fn service_env(
     plan: &Path,
     needs: &PlanNeeds,
     svc: &Service,
+    summary_dir: &str,
 ) -> Result<Vec<(String, String)>> {
     // Only the tunable form of heap-small needs an assignment to set GLIBC_TUNABLES.
     let (assignments, opts) = if needs.tunable {
@@ -763,7 +770,20 @@ fn service_env(
     } else {
         (vec![], PlanOptions::default())
     };
-    let mut e = env::apply_env_with(lib, plan, None, &assignments, &opts);
+    // Summaries in the service's runtime directory, and a request file there:
+    // `hugetune status -p PID` asks a running process what it applied where.
+    let run = Path::new("/run").join(summary_dir);
+    let mut e = env::apply_env_with(
+        lib,
+        plan,
+        Some(&run.join("summary.%p.json")),
+        &assignments,
+        &opts,
+    );
+    e.push((
+        "HUGETUNE_SUMMARY_REQUEST".into(),
+        run.join("request").display().to_string(),
+    ));
     for (k, v) in e.iter_mut() {
         match k.as_str() {
             "LD_PRELOAD" => {
@@ -815,6 +835,11 @@ fn dropin_text(unit: &Unit, about: &str, env: &[(String, String)], pool: Option<
         ));
     }
     s.push_str("[Service]\n");
+    s.push_str(&format!(
+        "# Where the library writes its summaries (hugetune status asks for one there).\n\
+         RuntimeDirectory={}\n",
+        unit.summary_dir()
+    ));
     for (k, v) in env {
         s.push_str(&format!("Environment={}\n", env_assignment(k, v)));
     }
@@ -1176,7 +1201,7 @@ fn install(ctx: &Ctx, a: InstallArgs) -> Result<i32> {
         .filter(|&(_, n)| n > 0)
         .collect();
     let (lib, copy_from) = service_library(&root, &art.runtime_lib)?;
-    let env = service_env(&lib, &p.plan, &chosen.needs, &svc)?;
+    let env = service_env(&lib, &p.plan, &chosen.needs, &svc, &unit.summary_dir())?;
 
     // Nothing is written while any file in the way is somebody else's.
     let dropin_now = existing_file(&root, &unit, &p.dropin)?;
