@@ -513,7 +513,7 @@ fn html_page_loads_in_headless_chromium_with_its_plots() {
         "512 x 2 MB hugetlb",
         "1.77x faster (96 % of the maximal benefit)",
         "1.74x in run",
-        "sudo sysctl -w vm.nr_hugepages=512",
+        "echo $(( $(cat /proc/sys/vm/nr_hugepages) + 512 )) | sudo tee /proc/sys/vm/nr_hugepages",
         "hugetune run -- ",
         "hugetune service install UNIT",
     ] {

@@ -363,7 +363,12 @@ pub fn choose_plan(
                  hugetune size -- CMD prints the setting for boot):",
                 m.hugetlb_pages
             ),
-            command: format!("sudo sysctl -w vm.nr_hugepages={}", m.hugetlb_pages),
+            // Added to what is reserved: a plain `sysctl -w` would set the total
+            // and take pages from programs that hold some.
+            command: format!(
+                "echo $(( $(cat /proc/sys/vm/nr_hugepages) + {} )) | sudo tee /proc/sys/vm/nr_hugepages",
+                m.hugetlb_pages
+            ),
         });
     }
     if m.hugetlb_1g_pages > 0 {
@@ -373,7 +378,8 @@ pub fn choose_plan(
                 m.hugetlb_1g_pages, m.hugetlb_1g_pages
             ),
             command: format!(
-                "echo {} | sudo tee /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages",
+                "f=/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages; \
+                 echo $(( $(cat $f) + {} )) | sudo tee $f",
                 m.hugetlb_1g_pages
             ),
         });
