@@ -16,6 +16,13 @@
 //! every subset of the mappable categories present is evaluated exactly at 2 MB
 //! (at most 8), plus heap-large at every other size asked for; base mappings are
 //! flagged, and additivity can be checked.
+//!
+//! **Sampled streams** ([`Analyzer::with_sampling`], `sampled.rs`): each reference
+//! comes with its group and its weight 1/R; the engines estimate the complete
+//! stream's distances, every count is weighted (a fault of a 1 GB folio, seen
+//! whenever its page is referenced at all, weighs 1), and the counts are also kept
+//! per bucket of groups for the error bars. With every group sampled (a complete
+//! stream) the counts are the exact ones, as integers.
 
 use crate::categorize::{head_pages_1g, AllocStats, ObjectInfo, Site, StaticSegment};
 use crate::category::{Category, PerCategory};
@@ -23,7 +30,7 @@ use crate::page::{
     key, key_4k, size_name, Backing, PageSize, BACKINGS, SHIFT_2M, SIZE_1G, SIZE_2M, TAG_OWNED,
     TAG_STATIC,
 };
-use crate::reuse::ReuseEngine;
+use crate::sampled::{bucket_of, Layer, SampledEngine, BUCKETS};
 use crate::tlb::{TlbGeometry, TlbSim};
 use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
@@ -184,6 +191,42 @@ pub struct SizeStats {
     pub sim_walks: u64,
 }
 
+/// [`SizeStats`] while counting: weighted sums (estimates of a sampled stream's
+/// complete counts; exact integers for a complete stream).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Weighted {
+    refs: f64,
+    l1_misses: f64,
+    walks: f64,
+    faults: f64,
+    sim_l1_misses: f64,
+    sim_walks: f64,
+}
+
+impl Weighted {
+    fn add(&mut self, o: &Weighted) {
+        self.refs += o.refs;
+        self.l1_misses += o.l1_misses;
+        self.walks += o.walks;
+        self.faults += o.faults;
+        self.sim_l1_misses += o.sim_l1_misses;
+        self.sim_walks += o.sim_walks;
+    }
+
+    /// Rounded to counts, every count times `scale`.
+    fn counts(&self, scale: f64) -> SizeStats {
+        let r = |x: f64| (x * scale).round().max(0.0) as u64;
+        SizeStats {
+            refs: r(self.refs),
+            l1_misses: r(self.l1_misses),
+            walks: r(self.walks),
+            faults: r(self.faults),
+            sim_l1_misses: r(self.sim_l1_misses),
+            sim_walks: r(self.sim_walks),
+        }
+    }
+}
+
 impl SizeStats {
     fn add(&mut self, o: &SizeStats) {
         self.refs += o.refs;
@@ -215,6 +258,12 @@ pub struct MappingResult {
     /// Whether the `sim_*` counts were computed.
     #[serde(default)]
     pub simulated: bool,
+    /// Sampled streams: the same cells per bucket of groups, each estimating the
+    /// complete stream on its own (times [`BUCKETS`]), for the error bars
+    /// (`rank::sampling_errors`); empty for complete streams. Not serialized: the
+    /// error bars are.
+    #[serde(skip)]
+    pub buckets: Vec<Vec<Cell>>,
 }
 
 impl MappingResult {
@@ -271,14 +320,48 @@ struct MappingState {
     /// Per backing: an engine keyed at folio granularity, whose cold misses are the
     /// faults; `None`: a set of touched folios counts them.
     fault_engine: Vec<Option<usize>>,
-    engines: Vec<ReuseEngine>,
+    engines: Vec<SampledEngine>,
     scratch: Vec<Option<Option<u64>>>,
     touched: FxHashSet<u64>,
     sim: Option<TlbSim>,
-    /// Cell of the previous reference.
+    /// Cell of the previous reference (its bucket included), and its weight
+    /// there (0: not in this mapping's sample).
     last_cell: usize,
-    cells: Vec<SizeStats>,
+    last_w: f64,
+    /// `cells[bucket * CELLS + category * BACKINGS + backing]`; one bucket for
+    /// complete streams.
+    cells: Vec<Weighted>,
     result: MappingResult,
+}
+
+/// Cells of one bucket: (category, backing).
+const CELLS: usize = 5 * BACKINGS;
+
+/// The sample units of a reference (`sampled.rs`) and which are in the sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefUnits {
+    /// Its captured 4 KB page.
+    pub page: u64,
+    /// The page that decides a 4 KB page of the runtime library's placement
+    /// holding it ([`crate::sampled::page_unit`]).
+    pub placed_page: u64,
+    /// Its group ([`crate::sampled::group_of`]).
+    pub group: u64,
+    /// `PAGE`, `PLACED_PAGE`, `REGION`: which units are in the sample.
+    pub flags: u8,
+}
+
+impl RefUnits {
+    pub const PAGE: u8 = 1;
+    pub const PLACED_PAGE: u8 = 2;
+    pub const REGION: u8 = 4;
+    /// A reference of a complete stream: in every sample.
+    pub const ALL: RefUnits = RefUnits {
+        page: 0,
+        placed_page: 0,
+        group: 0,
+        flags: 7,
+    };
 }
 
 /// Streaming analyzer: feed it categorized references in program order.
@@ -286,9 +369,14 @@ pub struct Analyzer {
     static_segments: Vec<StaticSegment>,
     mappings: Vec<MappingState>,
     levels: usize,
+    /// References fed, and their weight (estimated references).
     refs: u64,
-    /// (object, 4 KB page) of the previous reference.
-    last: (u32, u64),
+    weight: f64,
+    /// (object, 4 KB page, sample decisions) of the previous reference.
+    last: (u32, u64, u8),
+    /// Whether references come from a sampled stream (estimating engines,
+    /// buckets).
+    sampled: bool,
 }
 
 /// The backing a reference to `addr` in `obj` lands on when the object's category
@@ -341,7 +429,7 @@ fn resolve(
 }
 
 impl MappingState {
-    fn new(m: Mapping, geometry: &TlbGeometry, simulate: bool) -> Self {
+    fn new(m: Mapping, geometry: &TlbGeometry, simulate: bool, sampled: bool) -> Self {
         let res = m.resolution();
         let mut used = vec![Backing::Base4k];
         let huge = m.huge.iter().map(|&(_, b)| b);
@@ -405,18 +493,28 @@ impl MappingState {
             sites: m.sites.clone(),
             routes,
             fault_engine,
-            engines: (0..n).map(|_| ReuseEngine::new()).collect(),
+            engines: (0..n)
+                .map(|_| {
+                    if sampled {
+                        SampledEngine::estimating()
+                    } else {
+                        SampledEngine::exact()
+                    }
+                })
+                .collect(),
             scratch: vec![None; n],
             touched: FxHashSet::default(),
             sim: simulate.then(|| TlbSim::new(geometry)),
             last_cell: 0,
-            cells: vec![SizeStats::default(); 5 * BACKINGS],
+            last_w: 0.0,
+            cells: vec![Weighted::default(); CELLS * if sampled { BUCKETS } else { 1 }],
             result: MappingResult {
                 name: m.name(),
                 base: m.is_base(),
                 mapping: m,
                 cells: Vec::new(),
                 simulated: simulate,
+                buckets: Vec::new(),
             },
         }
     }
@@ -439,34 +537,116 @@ impl Analyzer {
         mappings: Vec<Mapping>,
         simulate: bool,
     ) -> Self {
+        Self::build(geometry, static_segments, mappings, simulate, false)
+    }
+
+    /// An analyzer for a spatially sampled stream (`sampled.rs`): references
+    /// come through [`Analyzer::feed_sampled`]. The set-associative simulation
+    /// needs every reference and is not available.
+    pub fn with_sampling(
+        geometry: TlbGeometry,
+        static_segments: Vec<StaticSegment>,
+        mappings: Vec<Mapping>,
+    ) -> Self {
+        Self::build(geometry, static_segments, mappings, false, true)
+    }
+
+    fn build(
+        geometry: TlbGeometry,
+        static_segments: Vec<StaticSegment>,
+        mappings: Vec<Mapping>,
+        simulate: bool,
+        sampled: bool,
+    ) -> Self {
         let levels = geometry.levels.len();
         Analyzer {
             mappings: mappings
                 .into_iter()
-                .map(|m| MappingState::new(m, &geometry, simulate))
+                .map(|m| MappingState::new(m, &geometry, simulate, sampled))
                 .collect(),
             static_segments,
             levels,
             refs: 0,
-            last: (u32::MAX, u64::MAX),
+            weight: 0.0,
+            last: (u32::MAX, u64::MAX, 0),
+            sampled,
         }
     }
 
-    /// One data reference to `addr`, which lies in `obj`.
+    /// Whether this analyzer estimates from a sampled stream.
+    pub fn is_sampled(&self) -> bool {
+        self.sampled
+    }
+
+    /// One data reference to `addr`, which lies in `obj` (a complete stream).
+    #[inline]
     pub fn feed(&mut self, obj: &ObjectInfo, addr: u64) {
+        self.feed_inner(obj, addr, &RefUnits::ALL, 1.0, 1.0);
+    }
+
+    /// One reference of a sampled stream, with its units and which of them are
+    /// in the sample ([`RefUnits`]); the page sample at rate `1 / inv_page`, the
+    /// region sample at `1 / inv_region` now. Each mapping counts it in the
+    /// sample of the page it resolves to (4 KB: pages; larger: regions) when that
+    /// holds it.
+    #[inline]
+    pub fn feed_sampled(
+        &mut self,
+        obj: &ObjectInfo,
+        addr: u64,
+        units: &RefUnits,
+        inv_page: f64,
+        inv_region: f64,
+    ) {
+        self.feed_inner(obj, addr, units, inv_page, inv_region);
+    }
+
+    /// Fixed-size sampling lowered the threshold: the pages and groups for which
+    /// `page_left` and `group_left` hold are no longer in the sample.
+    pub fn evict(
+        &mut self,
+        page_left: impl Fn(u64) -> bool + Copy,
+        group_left: impl Fn(u64) -> bool + Copy,
+    ) {
+        for m in &mut self.mappings {
+            for e in &mut m.engines {
+                e.evict(page_left, group_left);
+            }
+        }
+        // The previous reference's page may have left.
+        self.last = (u32::MAX, u64::MAX, 0);
+    }
+
+    #[inline(always)]
+    fn feed_inner(
+        &mut self,
+        obj: &ObjectInfo,
+        addr: u64,
+        u: &RefUnits,
+        inv_page: f64,
+        inv_region: f64,
+    ) {
         self.refs += 1;
+        if u.flags & RefUnits::PAGE != 0 {
+            self.weight += inv_page;
+        }
         let k4 = key_4k(addr);
-        // Same object, same 4 KB page as the previous reference: the same page under
-        // every mapping, the most recent entry of every array, a hit everywhere
-        // (also in the simulation, where it sits at the front of its set). Exact,
-        // and it skips the engines for the bulk of sequential traffic.
-        if self.last == (obj.id, k4) {
+        // Same object, same 4 KB page (and the same sample decisions) as the
+        // previous reference: the same page under every mapping, the most recent
+        // entry of every array, a hit everywhere (also in the simulation, where
+        // it sits at the front of its set). Exact, and it skips the engines for
+        // the bulk of sequential traffic. (In a sampled stream, the previous
+        // *sampled* reference: no sampled key came between, so every estimated
+        // distance is 0 as well.)
+        if self.last == (obj.id, k4, u.flags) {
             for m in &mut self.mappings {
-                m.cells[m.last_cell].refs += 1;
+                if m.last_w > 0.0 {
+                    m.cells[m.last_cell].refs += m.last_w;
+                }
             }
             return;
         }
-        self.last = (obj.id, k4);
+        self.last = (obj.id, k4, u.flags);
         let seg = obj
             .segment
             .and_then(|i| self.static_segments.get(i as usize));
@@ -480,6 +660,30 @@ impl Analyzer {
                 _ => m.res[cat],
             };
             let (b, space, pa) = resolve(obj, seg, addr, res);
+            // Which sample this reference is in for this mapping (sampled.rs).
+            let (layer, unit, w) = if b == Backing::Base4k {
+                let (unit, bit) = if space == TAG_OWNED {
+                    (u.placed_page, RefUnits::PLACED_PAGE)
+                } else {
+                    (u.page, RefUnits::PAGE)
+                };
+                (
+                    Layer::Page,
+                    unit,
+                    if u.flags & bit != 0 { inv_page } else { 0.0 },
+                )
+            } else {
+                let in_sample = u.flags & RefUnits::REGION != 0;
+                (
+                    Layer::Region,
+                    u.group,
+                    if in_sample { inv_region } else { 0.0 },
+                )
+            };
+            m.last_w = w;
+            if w == 0.0 {
+                continue;
+            }
             let bi = b.index();
             m.scratch.iter_mut().for_each(|d| *d = None);
             let mut hit_level = self.levels;
@@ -493,7 +697,12 @@ impl Analyzer {
                 let d = match m.scratch[r.engine] {
                     Some(d) => d,
                     None => {
-                        let d = m.engines[r.engine].access(k);
+                        let (kl, ku) = if r.shift > SHIFT_2M {
+                            (Layer::Coarse, u.group)
+                        } else {
+                            (layer, unit)
+                        };
+                        let d = m.engines[r.engine].access(k, kl, ku, inv_page, inv_region);
                         m.scratch[r.engine] = Some(d);
                         d
                     }
@@ -506,23 +715,42 @@ impl Analyzer {
                 Some(e) => m.scratch[e] == Some(None),
                 None => m.touched.insert(key(space, b.folio_shift(), pa)),
             };
-            let cell = cat * BACKINGS + bi;
+            let bucket = if self.sampled { bucket_of(unit) } else { 0 };
+            let cell = bucket * CELLS + cat * BACKINGS + bi;
             m.last_cell = cell;
             let s = &mut m.cells[cell];
-            s.refs += 1;
-            s.l1_misses += (hit_level > 0) as u64;
-            s.walks += (hit_level == self.levels) as u64;
-            s.faults += fault as u64;
+            s.refs += w;
+            if hit_level > 0 {
+                s.l1_misses += w;
+            }
+            if hit_level == self.levels {
+                s.walks += w;
+            }
+            if fault {
+                // A 1 GB folio is seen whenever its page is referenced at all
+                // (sampled.rs): its fault is counted once, not scaled.
+                s.faults += if b.folio_shift() > SHIFT_2M { 1.0 } else { w };
+            }
             if let Some(sim) = m.sim.as_mut() {
                 let h = sim.access(&slots[..self.levels]);
-                s.sim_l1_misses += (h > 0) as u64;
-                s.sim_walks += (h == self.levels) as u64;
+                if h > 0 {
+                    s.sim_l1_misses += w;
+                }
+                if h == self.levels {
+                    s.sim_walks += w;
+                }
             }
         }
     }
 
+    /// References fed.
     pub fn refs(&self) -> u64 {
         self.refs
+    }
+
+    /// Their weight: the references of the complete stream they stand for.
+    pub fn weight(&self) -> f64 {
+        self.weight
     }
 
     /// Splits the mappings into `n` analyzers of consecutive mappings (at least
@@ -541,7 +769,9 @@ impl Analyzer {
                 mappings: rest,
                 levels: self.levels,
                 refs: self.refs,
+                weight: self.weight,
                 last: self.last,
+                sampled: self.sampled,
             });
             rest = tail;
         }
@@ -551,7 +781,9 @@ impl Analyzer {
                 mappings: Vec::new(),
                 levels: self.levels,
                 refs: self.refs,
+                weight: self.weight,
                 last: self.last,
+                sampled: self.sampled,
             });
         }
         parts
@@ -570,17 +802,33 @@ impl Analyzer {
 
     pub fn finish(self) -> Vec<MappingResult> {
         let all = Backing::all();
+        let cells = |w: &[Weighted], scale: f64| -> Vec<Cell> {
+            w.iter()
+                .enumerate()
+                .filter(|(_, s)| s.refs > 0.0)
+                .map(|(i, s)| Cell {
+                    category: Category::ALL[i / BACKINGS],
+                    backing: all[i % BACKINGS],
+                    stats: s.counts(scale),
+                })
+                .collect()
+        };
         self.mappings
             .into_iter()
             .map(|mut m| {
-                for (i, s) in m.cells.iter().enumerate() {
-                    if s.refs > 0 {
-                        m.result.cells.push(Cell {
-                            category: Category::ALL[i / BACKINGS],
-                            backing: all[i % BACKINGS],
-                            stats: *s,
-                        });
+                let mut total = vec![Weighted::default(); CELLS];
+                for b in m.cells.chunks(CELLS) {
+                    for (t, x) in total.iter_mut().zip(b) {
+                        t.add(x);
                     }
+                }
+                m.result.cells = cells(&total, 1.0);
+                if m.cells.len() > CELLS {
+                    m.result.buckets = m
+                        .cells
+                        .chunks(CELLS)
+                        .map(|b| cells(b, BUCKETS as f64))
+                        .collect();
                 }
                 m.result
             })
@@ -604,6 +852,36 @@ pub struct AnalysisResult {
     pub site_peak_pages: Vec<(Site, u64)>,
     pub alloc_stats: PerCategory<AllocStats>,
     pub geometry: TlbGeometry,
+    /// How the stream was sampled; `None` for a complete stream analysed whole
+    /// (exact counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingSummary>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// What a sampled analysis estimated from (docs/model.md §3.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingSummary {
+    /// `spatial-rate` or `spatial-size` (the capture sampled), or `analysis`
+    /// (a complete stream sampled by the analysis, `analyze --rate`).
+    pub kind: String,
+    pub seed: u64,
+    pub modulus: u64,
+    /// The threshold at the end of the stream (fixed-size: after its last fall).
+    pub threshold: u64,
+    /// The rate at the end, threshold / modulus.
+    pub rate: f64,
+    /// The realized rate of the sampled regions over `rate` (1: unknown or
+    /// exactly nominal); the weights were 1 / (R × this).
+    #[serde(default = "one")]
+    pub realized: f64,
+    /// References in the sample, which the counts were estimated from.
+    pub refs_sampled: u64,
+    /// Sampled 2 MB groups the analysis saw (at the end of the stream).
+    pub groups: u64,
 }
 
 impl AnalysisResult {
@@ -664,6 +942,7 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
         site_peak_pages: vec![],
         alloc_stats: input.alloc_stats,
         geometry: input.geometry,
+        sampling: None,
     }
 }
 
@@ -1115,6 +1394,7 @@ mod site_tests {
                 .collect(),
             alloc_stats: Default::default(),
             geometry: g,
+            sampling: None,
         };
         let preds = predictions(&result, &CostModel::default(), 1.0);
         let find = |f: &dyn Fn(&crate::rank::Prediction) -> bool| {
@@ -1190,6 +1470,7 @@ mod site_tests {
             site_peak_pages: vec![],
             alloc_stats: cat.stats().clone(),
             geometry: g,
+            sampling: None,
         };
         let preds = predictions(&result, &CostModel::default(), 1.0);
         let get = |b: Backing| {

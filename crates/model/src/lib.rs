@@ -13,6 +13,7 @@ pub mod page;
 pub mod plan;
 pub mod rank;
 pub mod reuse;
+pub mod sampled;
 pub mod shards;
 pub mod sizing;
 pub mod stats;

@@ -226,10 +226,28 @@ impl MissRatioCurve for Mrc {
 
 /// Miss-ratio curves of a whole reference stream at each page size: how many
 /// references would miss a fully associative LRU TLB of each capacity if every
-/// page were 4 KB, 2 MB or 1 GB (exact reuse distances per page-size key).
+/// page were 4 KB, 2 MB or 1 GB (exact reuse distances per page-size key), or,
+/// from a sampled stream ([`PageSizeMrcs::sampled`]), their estimates
+/// (`sampled.rs`: 4 KB keys from the page sample, 2 MB keys from the region
+/// sample, 1 GB keys coarse).
 pub struct PageSizeMrcs {
     engines: [crate::reuse::ReuseEngine; 3],
     hist: [crate::reuse::Histogram; 3],
+    sampled: Option<Box<SampledCurves>>,
+}
+
+/// The estimating side of [`PageSizeMrcs`].
+struct SampledCurves {
+    sampling: crate::sampled::Sampling,
+    engines: [crate::sampled::SampledEngine; 3],
+    curves: [Mrc; 3],
+    /// References of the complete stream, when known (the curves' denominator:
+    /// SHARDS_adj).
+    input_refs: Option<u64>,
+    /// The realized sampling rate of the regions (sampled / all referenced) over
+    /// the nominal one, when known: R times it replaces R (a ratio estimator,
+    /// docs/model.md §3.1).
+    realized: f64,
 }
 
 impl Default for PageSizeMrcs {
@@ -243,13 +261,111 @@ impl PageSizeMrcs {
         PageSizeMrcs {
             engines: Default::default(),
             hist: Default::default(),
+            sampled: None,
         }
     }
 
+    /// Curves estimated from the pages and regions `sampling` keeps;
+    /// [`PageSizeMrcs::feed`] drops the other references.
+    pub fn sampled(sampling: crate::sampled::Sampling) -> Self {
+        use crate::sampled::SampledEngine;
+        PageSizeMrcs {
+            sampled: Some(Box::new(SampledCurves {
+                sampling,
+                engines: [0; 3].map(|_| SampledEngine::estimating()),
+                curves: Default::default(),
+                input_refs: None,
+                realized: 1.0,
+            })),
+            ..Self::new()
+        }
+    }
+
+    /// One reference of the stream.
     pub fn feed(&mut self, addr: u64) {
-        for (i, shift) in [12u32, 21, 30].into_iter().enumerate() {
-            let d = self.engines[i].access(addr >> shift);
-            self.hist[i].record(d);
+        const SHIFTS: [u32; 3] = [12, 21, 30];
+        let Some(s) = self.sampled.as_deref_mut() else {
+            for (i, shift) in SHIFTS.into_iter().enumerate() {
+                let d = self.engines[i].access(addr >> shift);
+                self.hist[i].record(d);
+            }
+            return;
+        };
+        use crate::sampled::Layer;
+        let group = addr >> crate::sampled::REGION_SHIFT;
+        let page = addr >> crate::sampled::PAGE_SHIFT;
+        let inv_page = 1.0 / s.sampling.rate();
+        let inv_region = 1.0 / (s.realized * s.sampling.rate());
+        let in_page = s.sampling.page_sampled(page);
+        let in_region = s.sampling.region_sampled(group);
+        for (i, shift) in SHIFTS.into_iter().enumerate() {
+            let (layer, unit, inv) = match i {
+                0 if in_page => (Layer::Page, page, inv_page),
+                1 if in_region => (Layer::Region, group, inv_region),
+                2 if in_region => (Layer::Coarse, group, inv_region),
+                _ => continue,
+            };
+            let coarse = layer == Layer::Coarse;
+            match s.engines[i].access(addr >> shift, layer, unit, inv_page, inv_region) {
+                Some(d) => s.curves[i].add(d as f64, inv),
+                // A coarse key's first touch is seen once, however many of its
+                // references this one stands for (the others reuse it).
+                None if coarse => {
+                    s.curves[i].add_cold(1.0);
+                    s.curves[i].add(0.0, inv - 1.0);
+                }
+                None => s.curves[i].add_cold(inv),
+            }
+        }
+    }
+
+    /// Fixed-size sampling lowered the threshold to `t`.
+    pub fn set_threshold(&mut self, t: u64) {
+        if let Some(s) = self.sampled.as_deref_mut() {
+            if t > 0 && t < s.sampling.threshold {
+                s.sampling.threshold = t;
+                let sampling = s.sampling;
+                for e in &mut s.engines {
+                    e.evict(
+                        |p| !sampling.page_sampled(p),
+                        |g| !sampling.region_sampled(g),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The number of references of the complete stream, when known (a sampled
+    /// stream's END): the curves' denominator, which adds the difference to the
+    /// sample's weight at distance 0 (SHARDS_adj).
+    pub fn set_input_refs(&mut self, n: u64) {
+        if let Some(s) = self.sampled.as_deref_mut() {
+            s.input_refs = Some(n);
+        }
+    }
+
+    /// The realized rate of the regions (sampled regions referenced / all
+    /// regions referenced) over the nominal one, when known
+    /// ([`crate::sampled::realized_ratio`]): R times it replaces R in the
+    /// references' weights and in the distances to other regions' keys (a ratio
+    /// estimator, docs/model.md §3.1).
+    pub fn set_realized(&mut self, ratio: f64) {
+        if let Some(s) = self.sampled.as_deref_mut() {
+            s.realized = crate::sampled::sane_ratio(ratio);
+        }
+    }
+
+    /// The curve of page size `i` (0: 4 KB, 1: 2 MB, 2: 1 GB).
+    pub fn mrc(&self, i: usize) -> Mrc {
+        match self.sampled.as_deref() {
+            None => Mrc::from_histogram(&self.hist[i]),
+            Some(s) => {
+                let mut m = s.curves[i].clone();
+                let n = s.input_refs.map_or(m.weight(), |n| n as f64);
+                m.adjust_first(n - m.weight());
+                m.set_refs(n.round() as u64);
+                m
+            }
         }
     }
 
@@ -257,12 +373,21 @@ impl PageSizeMrcs {
     pub fn curves(&self) -> Vec<(&'static str, Vec<(u64, f64)>)> {
         ["4k", "2m", "1g"]
             .into_iter()
-            .zip(&self.hist)
-            .map(|(name, h)| {
-                let pts = tlb_capacities()
-                    .into_iter()
-                    .map(|c| (c, h.miss_ratio(c)))
-                    .collect();
+            .enumerate()
+            .map(|(i, name)| {
+                let pts: Vec<(u64, f64)> = match self.sampled {
+                    None => tlb_capacities()
+                        .into_iter()
+                        .map(|c| (c, self.hist[i].miss_ratio(c)))
+                        .collect(),
+                    Some(_) => {
+                        let m = self.mrc(i);
+                        tlb_capacities()
+                            .into_iter()
+                            .map(|c| (c, m.miss_ratio(c)))
+                            .collect()
+                    }
+                };
                 (name, pts)
             })
             .collect()

@@ -296,6 +296,90 @@ pub fn predictions(
     out
 }
 
+/// The sampling error of a prediction from a sampled stream (docs/model.md §3.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionError {
+    /// The prediction's label.
+    pub label: String,
+    /// Standard error of the saving (ns).
+    pub saving_se_ns: f64,
+    /// 90 % interval of the predicted speedup (saving ± 1.645 standard errors).
+    pub speedup_low: f64,
+    pub speedup_high: f64,
+    /// Standard errors of the mapping's page walks and faults.
+    pub walks_se: f64,
+    pub faults_se: f64,
+}
+
+/// z of a two-sided 90 % normal interval.
+const Z90: f64 = 1.645;
+
+/// Standard errors of every prediction of a sampled analysis, by random groups:
+/// the sampled pages and 2 MB groups fall into buckets by an independent hash,
+/// each bucket's counts (times the number of buckets) predict the whole on their
+/// own, and the spread of the buckets' predictions around their mean, over
+/// sqrt(buckets × (buckets − 1)), is the standard error. It measures which pages
+/// and regions fell in the sample; the distance estimates' own noise, common to
+/// all buckets, is not in it (docs/model.md §3.1). Empty for a complete
+/// analysis (exact counts).
+pub fn sampling_errors(
+    result: &AnalysisResult,
+    cost: &CostModel,
+    native_seconds: f64,
+) -> Vec<PredictionError> {
+    if result.sampling.is_none() {
+        return vec![];
+    }
+    let k = result.mappings.first().map_or(0, |m| m.buckets.len());
+    if k < 2 || result.mappings.iter().any(|m| m.buckets.len() != k) {
+        return vec![];
+    }
+    // Each bucket's cells are already its own counts times k.
+    let preds: Vec<Vec<Prediction>> = (0..k)
+        .map(|j| {
+            let mut r = result.clone();
+            for m in &mut r.mappings {
+                m.cells = std::mem::take(&mut m.buckets[j]);
+                m.buckets.clear();
+            }
+            predictions(&r, cost, native_seconds)
+        })
+        .collect();
+    let se = |xs: &[f64]| -> f64 {
+        let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        let ss: f64 = xs.iter().map(|x| (x - mean) * (x - mean)).sum();
+        (ss / (xs.len() as f64 * (xs.len() as f64 - 1.0))).sqrt()
+    };
+    predictions(result, cost, native_seconds)
+        .into_iter()
+        .map(|p| {
+            let pick = |f: &dyn Fn(&Prediction) -> f64| -> Vec<f64> {
+                preds
+                    .iter()
+                    .map(|ps| ps.iter().find(|x| x.label == p.label).map_or(0.0, f))
+                    .collect()
+            };
+            let saving_se = se(&pick(&|x| x.saving_ns));
+            let speedup = |saving: f64| {
+                let t = (native_seconds - saving / 1e9).max(native_seconds * 0.01);
+                if native_seconds > 0.0 && t > 0.0 {
+                    native_seconds / t
+                } else {
+                    1.0
+                }
+            };
+            PredictionError {
+                saving_se_ns: saving_se,
+                speedup_low: speedup(p.saving_ns - Z90 * saving_se),
+                speedup_high: speedup(p.saving_ns + Z90 * saving_se),
+                walks_se: se(&pick(&|x| x.walks as f64)),
+                faults_se: se(&pick(&|x| x.faults as f64)),
+                label: p.label,
+            }
+        })
+        .collect()
+}
+
 /// Percentage of maximal benefit (seed 001 §4): a benefit as a share of the best
 /// one, 0..100; mappings that lose count as 0.
 pub fn pmb(benefit: f64, best: f64) -> f64 {

@@ -17,6 +17,12 @@
 //! - [`ReuseEngine::access_batch`] prefetches the table line of the reference 16
 //!   positions ahead and the bitmap line of the one 8 ahead, so the DRAM misses of
 //!   the table overlap instead of serialising.
+//!
+//! Keys can be *marked* ([`ReuseEngine::access_classed`]): a second bitmap over
+//! the same slots holds only the marked keys, so one access also counts the
+//! marked keys among those between (`sampled.rs` splits a distance by the sample
+//! each key comes from). A key's mark is fixed when it enters; engines that never
+//! mark a key never allocate the second bitmap.
 
 use serde::{Deserialize, Serialize};
 
@@ -42,9 +48,12 @@ struct Entry {
     /// `EMPTY` marks a vacant entry (slots never reach it: at most 2^31 live keys).
     slot: u32,
     /// Accesses since the key entered (fills the entry's padding; SHARDS weighs
-    /// its adjustment by it).
+    /// its adjustment by it), below `MARK`; `MARK` set: a marked key.
     count: u32,
 }
+
+/// The mark bit of `Entry::count`.
+const MARK: u32 = 1 << 31;
 
 const VACANT: Entry = Entry {
     key: 0,
@@ -93,10 +102,28 @@ impl LastTable {
         (e.slot != EMPTY && e.key == key).then_some(e.slot)
     }
 
-    /// Set `key`'s slot to `slot` and count the access; returns the previous
-    /// slot (`None` if new) and the key's access count.
+    /// The slot of `key`, if live.
     #[inline(always)]
-    fn upsert(&mut self, key: u64, slot: u32) -> (Option<u32>, u32) {
+    fn get(&self, key: u64) -> Option<u32> {
+        let mask = self.mask();
+        let mut i = self.home(key);
+        loop {
+            let e = &self.entries[i];
+            if e.slot == EMPTY {
+                return None;
+            }
+            if e.key == key {
+                return Some(e.slot);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Set `key`'s slot to `slot` and count the access; returns the previous
+    /// slot (`None` if new) and the key's access count (with `MARK`: a new key
+    /// enters marked when `mark` is `MARK`).
+    #[inline(always)]
+    fn upsert(&mut self, key: u64, slot: u32, mark: u32) -> (Option<u32>, u32) {
         if (self.len + 1) * 4 > self.entries.len() * 3 {
             self.grow();
         }
@@ -108,20 +135,22 @@ impl LastTable {
                 *e = Entry {
                     key,
                     slot,
-                    count: 1,
+                    count: 1 | mark,
                 };
                 self.len += 1;
-                return (None, 1);
+                return (None, 1 | mark);
             }
             if e.key == key {
-                e.count = e.count.saturating_add(1);
+                // The count saturates below the mark bit.
+                e.count += (e.count & !MARK < MARK - 1) as u32;
                 return (Some(std::mem::replace(&mut e.slot, slot)), e.count);
             }
             i = (i + 1) & mask;
         }
     }
 
-    fn remove(&mut self, key: u64) -> Option<u32> {
+    /// Removes `key`; its slot and count (with the mark).
+    fn remove(&mut self, key: u64) -> Option<(u32, u32)> {
         let mask = self.mask();
         let mut i = self.home(key);
         loop {
@@ -134,7 +163,7 @@ impl LastTable {
             }
             i = (i + 1) & mask;
         }
-        let slot = self.entries[i].slot;
+        let (slot, count) = (self.entries[i].slot, self.entries[i].count);
         // Backward shift: move later entries of the chain into the hole when their
         // home is not in (hole, j].
         let mut hole = i;
@@ -153,7 +182,7 @@ impl LastTable {
         }
         self.entries[hole] = VACANT;
         self.len -= 1;
-        Some(slot)
+        Some((slot, count))
     }
 
     #[cold]
@@ -338,6 +367,10 @@ pub struct ReuseEngine {
     bits: CountedBitmap,
     /// The next free slot.
     now: usize,
+    /// The slots of the marked keys, once there is one.
+    marked: Option<Box<CountedBitmap>>,
+    /// Live marked keys.
+    marked_len: usize,
 }
 
 const MIN_CAPACITY: usize = 1 << 12;
@@ -356,6 +389,8 @@ impl ReuseEngine {
             table: LastTable::new(10),
             bits: CountedBitmap::with_prefix(MIN_CAPACITY, 0),
             now: 0,
+            marked: None,
+            marked_len: 0,
         }
     }
 
@@ -366,7 +401,9 @@ impl ReuseEngine {
 
     /// Heap bytes held by the engine.
     pub fn heap_bytes(&self) -> usize {
-        self.table.entries.capacity() * std::mem::size_of::<Entry>() + self.bits.heap_bytes()
+        self.table.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.bits.heap_bytes()
+            + self.marked.as_ref().map_or(0, |m| m.heap_bytes())
     }
 
     /// Renumber the live keys' slots to `0..M` in recency order, in a bitmap of
@@ -385,6 +422,15 @@ impl ReuseEngine {
         }
         let cap = (live * 4).max(MIN_CAPACITY).next_power_of_two();
         self.bits = CountedBitmap::with_prefix(cap, live);
+        if self.marked.is_some() {
+            let mut m = CountedBitmap::with_prefix(cap, 0);
+            for e in self.table.entries.iter().filter(|e| e.slot != EMPTY) {
+                if e.count & MARK != 0 {
+                    m.set(e.slot as usize);
+                }
+            }
+            self.marked = Some(Box::new(m));
+        }
         self.now = live;
     }
 
@@ -402,7 +448,59 @@ impl ReuseEngine {
     /// [`access`](Self::access), also returning how many times `key` has been
     /// accessed since it entered (this access included).
     pub fn access_counted(&mut self, key: u64) -> (Option<u64>, u32) {
-        self.access_counted_inline(key)
+        let (d, c) = self.access_counted_inline(key);
+        (d, c & !MARK)
+    }
+
+    /// An access to `key`, which enters marked when `mark` (a key keeps the mark
+    /// it entered with). `None` on its first access; else its previous slot, the
+    /// distinct other keys since then, and how many of those are marked. Slots
+    /// compare in time order until the next access (see [`ReuseEngine::slot_of`]).
+    #[inline]
+    pub fn access_classed(&mut self, key: u64, mark: bool) -> Option<(u32, u64, u64)> {
+        if self.now == self.bits.cap() {
+            self.compact();
+        }
+        let now = self.now;
+        self.now += 1;
+        let (prev, count) = self
+            .table
+            .upsert(key, now as u32, if mark { MARK } else { 0 });
+        self.bits.set(now);
+        let marked = count & MARK != 0;
+        if marked {
+            let cap = self.bits.cap();
+            let m = self
+                .marked
+                .get_or_insert_with(|| Box::new(CountedBitmap::with_prefix(cap, 0)));
+            m.set(now);
+            if prev.is_none() {
+                self.marked_len += 1;
+            }
+        }
+        let prev = prev? as usize;
+        let d = self.table.len as u32 - self.bits.prefix(prev + 1);
+        self.bits.clear(prev);
+        // Marked slots after `prev`, this key's new one excluded (it has two
+        // bits now when marked, one of them at `prev`).
+        let dm = match self.marked.as_deref_mut() {
+            Some(m) => {
+                let x = self.marked_len as u32 - m.prefix(prev + 1);
+                if marked {
+                    m.clear(prev);
+                }
+                x
+            }
+            None => 0,
+        };
+        Some((prev as u32, d as u64, dm as u64))
+    }
+
+    /// The slot of `key`'s last access, if it is live: greater than the
+    /// `prev` an [`ReuseEngine::access_classed`] returned exactly when `key` was
+    /// accessed since that access's key was, until the next access.
+    pub fn slot_of(&self, key: u64) -> Option<u32> {
+        self.table.get(key)
     }
 
     #[inline(always)]
@@ -412,7 +510,7 @@ impl ReuseEngine {
         }
         let now = self.now;
         self.now += 1;
-        let (prev, count) = self.table.upsert(key, now as u32);
+        let (prev, count) = self.table.upsert(key, now as u32, 0);
         self.bits.set(now);
         let Some(prev) = prev else {
             return (None, count);
@@ -430,7 +528,7 @@ impl ReuseEngine {
             .entries
             .iter()
             .filter(|e| e.slot != EMPTY)
-            .map(|e| (e.count as f64) * (e.count as f64))
+            .map(|e| ((e.count & !MARK) as f64) * ((e.count & !MARK) as f64))
             .sum()
     }
 
@@ -489,8 +587,14 @@ impl ReuseEngine {
     /// there.
     pub fn remove(&mut self, key: u64) -> bool {
         match self.table.remove(key) {
-            Some(slot) => {
+            Some((slot, count)) => {
                 self.bits.clear(slot as usize);
+                if count & MARK != 0 {
+                    if let Some(m) = self.marked.as_deref_mut() {
+                        m.clear(slot as usize);
+                        self.marked_len -= 1;
+                    }
+                }
                 true
             }
             None => false,

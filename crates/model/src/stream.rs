@@ -5,12 +5,44 @@
 //! `seq` means: everything up to `seq` has happened. Marker loads and references
 //! to the measuring tools' own memory are not part of the program's behaviour and
 //! are dropped here.
+//!
+//! A spatially sampled stream (`sampled.rs`) is analysed in the same single pass:
+//! each program reference's page and group decide whether it is in the page
+//! sample and the region sample (the capture also kept the region after each
+//! sampled one, which only completes the sampled units: the rest of it is
+//! dropped here), and the analyzer weighs each kept reference by 1/R in each
+//! mapping's view. A complete stream can be sampled the same way by the
+//! analysis itself (`analyze --rate`).
 
-use crate::analysis::{AnalysisResult, Analyzer, Mapping};
+use crate::analysis::{AnalysisResult, Analyzer, Mapping, RefUnits, SamplingSummary};
 use crate::categorize::{AddressSpace, AllocEvent, Categorizer, Site};
 use crate::category::{Category, PerCategory};
+use crate::sampled::{group_of, page_unit, Sampling};
 use crate::tlb::TlbGeometry;
 use serde::{Deserialize, Serialize};
+
+/// One record of a reference stream, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamItem {
+    /// A reference to this address.
+    Ref(u64),
+    /// Fixed-size sampling lowered the threshold to this value.
+    Threshold(u64),
+}
+
+/// How the stream the analysis reads was sampled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StreamSampling {
+    /// The pages and groups in the sample now (the threshold falls at
+    /// `Threshold` items).
+    pub regions: Sampling,
+    /// `spatial-rate`, `spatial-size` or `analysis` (module doc).
+    pub kind: &'static str,
+    /// The realized rate of the sampled regions over the nominal rate
+    /// ([`crate::sampled::realized_ratio`]; 1 when unknown): the weights are
+    /// 1 / (R × this), a ratio estimator (docs/model.md §3.1).
+    pub realized: f64,
+}
 
 pub struct StreamSpec {
     pub space: AddressSpace,
@@ -23,8 +55,17 @@ pub struct StreamSpec {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StreamSummary {
-    /// Data references of the program.
+    /// Data references of the program (of a sampled stream: estimated, the
+    /// weights of the references in the sample).
     pub refs: u64,
+    /// References of the program in the sample the analysis used (all of them
+    /// for a complete stream).
+    #[serde(default)]
+    pub sampled_refs: u64,
+    /// Program references in the stream that are not in the sample: the region
+    /// after a sampled one that the capture kept, or what `analyze --rate` left.
+    #[serde(default)]
+    pub out_of_sample: u64,
     /// References to the measuring tools' own memory.
     pub excluded: u64,
     pub markers: u64,
@@ -91,12 +132,15 @@ impl<'a> StreamDriver<'a> {
                 self.summary.excluded += 1;
                 None
             }
-            Some(id) => {
-                self.summary.refs += 1;
-                self.summary.refs_per_category[self.cat.object(id).category.index()] += 1;
-                Some(id)
-            }
+            Some(id) => Some(id),
         }
+    }
+
+    /// Counts a program reference of object `id`, every one of them (no sampling).
+    fn count(&mut self, id: u32) {
+        self.summary.refs += 1;
+        self.summary.sampled_refs += 1;
+        self.summary.refs_per_category[self.cat.object(id).category.index()] += 1;
     }
 }
 
@@ -108,7 +152,9 @@ pub fn present_categories(
 ) -> (Vec<Category>, StreamSummary, Vec<Site>) {
     let mut d = StreamDriver::new(spec);
     for addr in refs {
-        d.step(addr);
+        if let Some(id) = d.step(addr) {
+            d.count(id);
+        }
     }
     let present = Category::ALL
         .iter()
@@ -154,9 +200,28 @@ pub fn top_sites(cat: &Categorizer) -> Vec<Site> {
     sites.into_iter().take(TOP_SITES).map(|(s, _)| s).collect()
 }
 
-fn feed_batch(a: &mut Analyzer, cat: &Categorizer, batch: &[(u32, u64)]) {
-    for &(id, addr) in batch {
-        a.feed(cat.object(id), addr);
+/// A batch entry that is no reference: the threshold fell to `addr` here.
+const THRESHOLD_ID: u32 = u32::MAX;
+
+/// A batch entry: object, address, units (sampled streams).
+type Entry = (u32, u64, RefUnits);
+
+fn feed_batch(a: &mut Analyzer, cat: &Categorizer, batch: &[Entry], s: Sampling, realized: f64) {
+    if !a.is_sampled() {
+        for &(id, addr, _) in batch {
+            a.feed(cat.object(id), addr);
+        }
+        return;
+    }
+    let mut s = s;
+    for (id, addr, u) in batch {
+        if *id == THRESHOLD_ID {
+            s.threshold = *addr;
+            a.evict(|p| !s.page_sampled(p), |g| !s.region_sampled(g));
+            continue;
+        }
+        let inv_page = 1.0 / s.rate();
+        a.feed_sampled(cat.object(*id), *addr, u, inv_page, inv_page / realized);
     }
 }
 
@@ -168,14 +233,40 @@ pub fn analyze_stream(
     opts: &AnalysisOptions,
     refs: impl Iterator<Item = u64>,
 ) -> (AnalysisResult, StreamSummary, Categorizer) {
+    analyze_stream_sampled(
+        spec,
+        geometry,
+        present,
+        opts,
+        None,
+        refs.map(StreamItem::Ref),
+    )
+}
+
+/// [`analyze_stream`] of a stream sampled as `sampling` says (`None`: complete,
+/// exact counts). With sampling, the set-associative simulation is off (it needs
+/// every reference).
+pub fn analyze_stream_sampled(
+    spec: &StreamSpec,
+    geometry: &TlbGeometry,
+    present: &[Category],
+    opts: &AnalysisOptions,
+    sampling: Option<StreamSampling>,
+    items: impl Iterator<Item = StreamItem>,
+) -> (AnalysisResult, StreamSummary, Categorizer) {
     let mut d = StreamDriver::new(spec);
     d.cat.track_sites(&opts.sites);
-    let a = Analyzer::with_simulation(
-        geometry.clone(),
-        spec.space.static_segments.clone(),
-        Mapping::candidates(present, opts.gigantic, &opts.mthp, &opts.sites),
-        opts.simulate,
-    );
+    let mappings = Mapping::candidates(present, opts.gigantic, &opts.mthp, &opts.sites);
+    let segments = spec.space.static_segments.clone();
+    let a = match sampling {
+        None => Analyzer::with_simulation(geometry.clone(), segments, mappings, opts.simulate),
+        Some(_) => Analyzer::with_sampling(geometry.clone(), segments, mappings),
+    };
+    let mut s = sampling.map_or(Sampling::complete(), |x| x.regions);
+    let realized = sampling.map_or(1.0, |x| crate::sampled::sane_ratio(x.realized));
+    // Weights of the program references in the sample, per category.
+    let mut weights: PerCategory<f64> = [0.0; 5];
+    let mut groups = rustc_hash::FxHashSet::default();
     let threads = match opts.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -184,33 +275,85 @@ pub fn analyze_stream(
     // never changed in what the analysis reads, only added), then every part of
     // the mappings takes the batch on its own thread (one part: this thread).
     let mut parts = a.split(threads);
-    let mut batch: Vec<(u32, u64)> = Vec::with_capacity(BATCH);
-    let mut refs = refs;
+    let mut batch: Vec<Entry> = Vec::with_capacity(BATCH);
+    let mut items = items;
     loop {
         batch.clear();
-        for addr in refs.by_ref() {
-            if let Some(id) = d.step(addr) {
-                batch.push((id, addr));
-                if batch.len() == BATCH {
-                    break;
+        // The sampling in force at the batch's start, for the parts.
+        let s0 = s;
+        for item in items.by_ref() {
+            let addr = match item {
+                StreamItem::Ref(a) => a,
+                StreamItem::Threshold(t) => {
+                    // Thresholds only fall (the reader checks); a hostile
+                    // stream's rise would only be ignored.
+                    if sampling.is_some() && t > 0 && t < s.threshold {
+                        s.threshold = t;
+                        groups.retain(|&g| s.region_sampled(g));
+                        batch.push((THRESHOLD_ID, t, RefUnits::ALL));
+                    }
+                    continue;
                 }
+            };
+            let Some(id) = d.step(addr) else { continue };
+            let units = if sampling.is_some() {
+                let o = d.cat.object(id);
+                let seg = o
+                    .segment
+                    .and_then(|i| spec.space.static_segments.get(i as usize));
+                let (page, placed_page, group) = (
+                    addr >> crate::sampled::PAGE_SHIFT,
+                    page_unit(o, addr),
+                    group_of(o, seg, addr),
+                );
+                let flags = (s.page_sampled(page) as u8 * RefUnits::PAGE)
+                    | (s.page_sampled(placed_page) as u8 * RefUnits::PLACED_PAGE)
+                    | (s.region_sampled(group) as u8 * RefUnits::REGION);
+                if flags == 0 {
+                    d.summary.out_of_sample += 1;
+                    continue;
+                }
+                if flags & RefUnits::REGION != 0 {
+                    groups.insert(group);
+                }
+                RefUnits {
+                    page,
+                    placed_page,
+                    group,
+                    flags,
+                }
+            } else {
+                RefUnits::ALL
+            };
+            d.summary.sampled_refs += 1;
+            // Reference counts from the page sample (every reference has a page).
+            if units.flags & RefUnits::PAGE != 0 {
+                weights[d.cat.object(id).category.index()] += 1.0 / s.rate();
+            }
+            batch.push((id, addr, units));
+            if batch.len() == BATCH {
+                break;
             }
         }
         if batch.is_empty() {
             break; // only a full batch stops the loop above early
         }
         let (cat, batch) = (&d.cat, &batch);
-        std::thread::scope(|s| {
+        std::thread::scope(|sc| {
             let (first, rest) = parts.split_first_mut().expect("at least one part");
             for p in rest {
-                s.spawn(move || feed_batch(p, cat, batch));
+                sc.spawn(move || feed_batch(p, cat, batch, s0, realized));
             }
-            feed_batch(first, cat, batch);
+            feed_batch(first, cat, batch, s0, realized);
         });
     }
     let a = Analyzer::join(parts);
+    for (c, w) in weights.iter().enumerate() {
+        d.summary.refs_per_category[c] = w.round() as u64;
+    }
+    d.summary.refs = a.weight().round() as u64;
     let result = AnalysisResult {
-        refs: a.refs(),
+        refs: a.weight().round() as u64,
         mappings: a.finish(),
         heap_large_peak_pages: d.cat.peak_owned_frames(),
         heap_large_peak_pages_1g: d.cat.peak_owned_pages_1g(),
@@ -221,6 +364,16 @@ pub fn analyze_stream(
             .collect(),
         alloc_stats: d.cat.stats().clone(),
         geometry: geometry.clone(),
+        sampling: sampling.map(|x| SamplingSummary {
+            kind: x.kind.to_string(),
+            seed: s.seed,
+            modulus: s.modulus,
+            threshold: s.threshold,
+            rate: s.rate(),
+            realized,
+            refs_sampled: d.summary.sampled_refs,
+            groups: groups.len() as u64,
+        }),
     };
     (result, d.summary, d.cat)
 }

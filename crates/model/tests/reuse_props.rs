@@ -237,3 +237,65 @@ fn statstack_on_a_reuse_time_histogram_is_monotone_in_reuse_time() {
     // D(10) = 9: the short reuses hit from 10 entries on.
     assert!(mb.miss_ratio(10) > ma.miss_ratio(10));
 }
+
+/// Brute force with marks: (distance, marked keys among those between).
+fn brute_classed(trace: &[(u64, bool)]) -> Vec<Option<(u64, u64)>> {
+    let mut stack: Vec<(u64, bool)> = Vec::new();
+    trace
+        .iter()
+        .map(|&(k, m)| match stack.iter().position(|&(x, _)| x == k) {
+            None => {
+                stack.insert(0, (k, m));
+                None
+            }
+            Some(pos) => {
+                let e = stack.remove(pos);
+                let marked = stack[..pos].iter().filter(|x| x.1).count() as u64;
+                stack.insert(0, e);
+                Some((pos as u64, marked))
+            }
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Marked keys are counted apart among the keys between, through removals
+    /// and compactions; `slot_of` orders keys by their last access.
+    #[test]
+    fn marked_keys_are_counted_apart(
+        trace in proptest::collection::vec((0u64..300, any::<bool>()), 0..6000),
+        removals in proptest::collection::vec(0u64..300, 0..5),
+    ) {
+        // A key's mark is the one it entered with: fix it per key.
+        let trace: Vec<(u64, bool)> = trace.iter().map(|&(k, _)| (k, k % 3 == 0)).collect();
+        let mut e = ReuseEngine::new();
+        let mut brute: Vec<(u64, bool)> = Vec::new();
+        for (i, &(k, m)) in trace.iter().enumerate() {
+            if i == trace.len() / 2 {
+                for &r in &removals {
+                    e.remove(r);
+                    brute.retain(|x| x.0 != r);
+                }
+            }
+            let want = match brute.iter().position(|x| x.0 == k) {
+                None => { brute.insert(0, (k, m)); None }
+                Some(pos) => {
+                    let x = brute.remove(pos);
+                    let marked = brute[..pos].iter().filter(|y| y.1).count() as u64;
+                    brute.insert(0, x);
+                    Some((pos as u64, marked))
+                }
+            };
+            let got = e.access_classed(k, m);
+            prop_assert_eq!(got.map(|(_, d, dm)| (d, dm)), want);
+            if let Some((prev, d, _)) = got {
+                // Exactly the keys accessed since have a later slot.
+                let later = brute[1..].iter().filter(|x| e.slot_of(x.0).unwrap() > prev).count() as u64;
+                prop_assert_eq!(later, d);
+            }
+        }
+        prop_assert_eq!(brute_classed(&[]), vec![]);
+    }
+}
