@@ -20,6 +20,8 @@
 # hugectl, hugeadm); a suite reports a missing one as missing.
 # systemd brings systemd-analyze, which verifies the units `hugetune service install`
 # writes (crates/hugetune/tests/service.rs); it starts nothing where it is not PID 1.
+# postgresql: the store's tests and the fleet tests run against a throw-away
+# cluster of their own (scripts/pg.sh), as well as SQLite.
 #
 #   scripts/setup.sh            everything above (the test suite's set-up)
 #   scripts/setup.sh --demo     only what `hugetune demo` needs (scripts/demo.sh):
@@ -42,7 +44,8 @@ if [ "$demo" = 1 ]; then
 else
   packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
     libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
-    chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin systemd)
+    chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin systemd
+    postgresql)
 fi
 if [ "$list" = 1 ]; then
   printf '%s\n' "${packages[@]}"
@@ -62,6 +65,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # the tests start their own servers on free ports and need none.
   if [[ " ${missing[*]} " == *" redis-server "* ]] && [ -d /run/systemd/system ]; then
     $sudo systemctl stop redis-server >/dev/null 2>&1 || true
+  fi
+  # Likewise the postgresql package's own cluster: scripts/pg.sh starts its own.
+  if [[ " ${missing[*]} " == *" postgresql "* ]] && [ -d /run/systemd/system ]; then
+    $sudo systemctl stop postgresql >/dev/null 2>&1 || true
   fi
 fi
 

@@ -22,7 +22,7 @@ echo "== workloads: self-check"
 make -C workloads BUILD_DIR="$PWD/target/c-check/workloads"
 python3 workloads/tests/check.py "$PWD/target/c-check/workloads/hugetune-work"
 
-echo "== Rust: unit, property and end-to-end tests"
-cargo test --locked --workspace --release
+echo "== Rust: unit, property and end-to-end tests (with a throw-away PostgreSQL cluster)"
+scripts/pg.sh run -- cargo test --locked --workspace --release
 
 echo "== all tests passed"

@@ -26,9 +26,13 @@ use std::path::PathBuf;
     after_help = "Start with `hugetune demo`, or `hugetune optimize -- ./app args`."
 )]
 pub struct Cli {
-    /// Database file (default: ~/.local/share/hugetune/hugetune.db)
-    #[arg(long, global = true, value_name = "FILE")]
+    /// Database: a file (default: ~/.local/share/hugetune/hugetune.db), or a fleet's
+    /// PostgreSQL server, postgresql://user@host:port/dbname; else $HUGETUNE_DB
+    #[arg(long, global = true, value_name = "FILE|URL")]
     db: Option<PathBuf>,
+    /// This host's id in the database (default: /etc/machine-id)
+    #[arg(long, global = true, value_name = "ID")]
+    host_id: Option<String>,
     /// TLB geometry override (JSON), instead of cpuid and presets
     #[arg(long, global = true, value_name = "FILE")]
     tlb: Option<PathBuf>,
@@ -95,14 +99,20 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// The database: `--db`'s file (its directory must exist), or the default
-    /// one (its directory created).
+    /// The database: `--db`'s file (its directory must exist) or server, or the
+    /// default file (its directory created). A look-up that needs this host's
+    /// machine class gets it from `hugetune machine`'s description (with `--tlb`).
     pub fn db(&self) -> anyhow::Result<hugetune_store::db::Db> {
-        if self.db_path == hugetune_store::db::Db::default_path() {
+        let mut db = if self.db_path == hugetune_store::db::Db::default_path() {
             hugetune_store::db::Db::open_default()
         } else {
             hugetune_store::db::Db::open(&self.db_path)
-        }
+        }?;
+        let tlb = self.tlb.clone();
+        db.set_host_source(move || {
+            stages::host_spec(&hugetune_host::machine::machine(tlb.as_deref())?)
+        });
+        Ok(db)
     }
 }
 
@@ -147,9 +157,26 @@ fn main() {
         );
         std::process::exit(2);
     }
+    if let Some(Err(e)) = cli
+        .host_id
+        .as_deref()
+        .map(hugetune_store::identity::set_host_id)
+    {
+        eprintln!("hugetune: error: --host-id: {e:#}");
+        std::process::exit(2);
+    }
     hugetune_host::kernel_state::install_signal_guard();
+    let db_path = cli
+        .db
+        .or_else(|| {
+            std::env::var_os("HUGETUNE_DB")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(hugetune_store::db::Db::default_path);
     let ctx = Ctx {
-        db_path: cli.db.unwrap_or_else(hugetune_store::db::Db::default_path),
+        // A password in a URL is kept out of every message (and of the programs run).
+        db_path: hugetune_store::db::hide_password(&db_path),
         tlb: cli.tlb,
         verbose: cli.verbose,
     };

@@ -156,11 +156,11 @@ fn a_stored_calibration_reads_back_and_a_corrupt_one_is_an_error() {
     let (code, _, err) = run(&["calibrate", "--show"]);
     assert_eq!(code, 1);
     assert!(err.contains("no calibration of this machine"), "{err}");
-    // Store one by hand for the machine `--show` looks up (the fingerprint as
-    // `stages::machine_id` makes it).
+    // Store one by hand for the machine `--show` looks up (this host's id, as
+    // `stages::machine_id` registers it).
     let m = hugetune_host::machine::machine(None).unwrap();
     let store = hugetune_store::db::Db::open(&db).unwrap();
-    let fp = format!("{}|{}|{}", m.hostname, m.cpu.brand, m.kernel);
+    let fp = hugetune_store::identity::host_id();
     let mid = store
         .upsert_machine(
             &fp,

@@ -1,10 +1,10 @@
 //! Read-only queries for the views (`hugetune report`): a profile with its program
 //! and machine, its directives with their ids and confidence, the runs of a
-//! profile, a program looked up without being created. Nothing here writes.
+//! profile. Nothing here writes; everything is the same on SQLite and PostgreSQL.
 
-use crate::db::{Db, NewDirective, NewRun};
-use anyhow::{Context, Result};
-use rusqlite::{OptionalExtension, Row};
+use crate::backend::Row;
+use crate::db::{json, Db, NewDirective, NewRun};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 /// A stored profile with what identifies it: program, machine, command.
@@ -64,113 +64,51 @@ impl std::ops::Deref for RunRow {
     }
 }
 
-fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
-    serde_json::from_str(text).with_context(|| format!("{what} in the database is corrupt"))
-}
-
 const RUN_COLUMNS: &str =
     "r.id, r.program_id, pr.path, r.profile_id, r.machine_id, r.args, r.plan, \
      r.baseline_s, r.optimized_s, r.speedup, r.huge_bytes_backed, r.verdict, r.details, r.created, r.mapping";
 
-type RawRun = (
-    (i64, i64, String, Option<i64>, Option<i64>),
-    (String, String, String, String),
-    (Option<f64>, i64, String, String, String, String),
-);
-
-fn raw_run(r: &Row) -> rusqlite::Result<RawRun> {
-    Ok((
-        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?),
-        (r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?),
-        (
-            r.get(9)?,
-            r.get(10)?,
-            r.get(11)?,
-            r.get(12)?,
-            r.get(13)?,
-            r.get(14)?,
-        ),
-    ))
-}
-
-fn run_row(raw: RawRun) -> Result<RunRow> {
-    let ((id, program_id, program_path, profile_id, machine_id), (args, plan, b, o), rest) = raw;
-    let (speedup, huge, verdict, details, created, mapping) = rest;
+fn run_row(r: &Row) -> Result<RunRow> {
+    let id = r.int(0)?;
     let what = |field: &str| format!("run {id}'s {field}");
     Ok(RunRow {
         id,
-        program_path,
-        created,
+        program_path: r.text(2)?,
+        created: r.text(13)?,
         run: NewRun {
-            program_id,
-            mapping,
-            profile_id,
-            machine_id,
-            args: json(&args, &what("arguments"))?,
-            plan: json(&plan, &what("plan"))?,
-            baseline_s: json(&b, &what("baseline times"))?,
-            optimized_s: json(&o, &what("optimized times"))?,
-            speedup,
-            huge_bytes_backed: huge.max(0) as u64,
-            verdict,
-            details: json(&details, &what("details"))?,
+            program_id: r.int(1)?,
+            mapping: r.text(14)?,
+            profile_id: r.opt_int(3)?,
+            machine_id: r.opt_int(4)?,
+            args: json(&r.text(5)?, &what("arguments"))?,
+            plan: json(&r.text(6)?, &what("plan"))?,
+            baseline_s: json(&r.text(7)?, &what("baseline times"))?,
+            optimized_s: json(&r.text(8)?, &what("optimized times"))?,
+            speedup: r.opt_real(9)?,
+            huge_bytes_backed: r.int(10)?.max(0) as u64,
+            verdict: r.text(11)?,
+            details: json(&r.text(12)?, &what("details"))?,
         },
     })
 }
 
 impl Db {
-    /// A program's id by path and build-id, without creating it.
-    pub fn find_program(&self, path: &str, build_id: Option<&str>) -> Result<Option<i64>> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT id FROM programs WHERE path = ?1 AND build_id = ?2",
-                rusqlite::params![path, build_id.unwrap_or("")],
-                |r| r.get(0),
-            )
-            .optional()?)
-    }
-
     /// The profile `id` with its program and machine; `None` if there is none.
     pub fn profile(&self, id: i64) -> Result<Option<ProfileRow>> {
-        let row = self
-            .conn
-            .query_row(
-                "SELECT p.id, p.program_id, pr.path, pr.build_id, p.args, p.bundle, p.summary, p.created,
-                        m.id, m.hostname, m.cpu, m.kernel
-                 FROM profiles p JOIN programs pr ON pr.id = p.program_id
-                 LEFT JOIN machines m ON m.id = p.machine_id WHERE p.id = ?1",
-                [id],
-                |r| {
-                    Ok((
-                        (
-                            r.get::<_, i64>(0)?,
-                            r.get::<_, i64>(1)?,
-                            r.get::<_, String>(2)?,
-                            r.get::<_, String>(3)?,
-                        ),
-                        (
-                            r.get::<_, String>(4)?,
-                            r.get::<_, Option<String>>(5)?,
-                            r.get::<_, String>(6)?,
-                            r.get::<_, String>(7)?,
-                        ),
-                        (
-                            r.get::<_, Option<i64>>(8)?,
-                            r.get::<_, Option<String>>(9)?,
-                            r.get::<_, Option<String>>(10)?,
-                            r.get::<_, Option<String>>(11)?,
-                        ),
-                    ))
-                },
-            )
-            .optional()?;
-        let Some(((id, program_id, program_path, build_id), (args, bundle, summary, created), m)) =
-            row
-        else {
-            return Ok(None);
-        };
-        let machine = match m {
+        let row = self.conn.borrow_mut().query_opt(
+            "SELECT p.id, p.program_id, pr.path, pr.build_id, p.args, p.bundle, p.summary, p.created,
+                    m.id, m.hostname, m.cpu, m.kernel
+             FROM profiles p JOIN programs pr ON pr.id = p.program_id
+             LEFT JOIN machines m ON m.id = p.machine_id WHERE p.id = ?1",
+            &[id.into()],
+        )?;
+        let Some(r) = row else { return Ok(None) };
+        let machine = match (
+            r.opt_int(8)?,
+            r.opt_text(9)?,
+            r.opt_text(10)?,
+            r.opt_text(11)?,
+        ) {
             (Some(id), Some(hostname), Some(cpu), Some(kernel)) => Some(MachineRow {
                 id,
                 hostname,
@@ -181,27 +119,27 @@ impl Db {
         };
         Ok(Some(ProfileRow {
             id,
-            program_id,
-            program_path,
-            build_id,
+            program_id: r.int(1)?,
+            program_path: r.text(2)?,
+            build_id: r.text(3)?,
             machine,
-            args: json(&args, &format!("profile {id}'s arguments"))?,
-            bundle,
-            summary: json(&summary, &format!("profile {id}'s summary"))?,
-            created,
+            args: json(&r.text(4)?, &format!("profile {id}'s arguments"))?,
+            bundle: r.opt_text(5)?,
+            summary: json(&r.text(6)?, &format!("profile {id}'s summary"))?,
+            created: r.text(7)?,
         }))
     }
 
     /// The newest profile of a program, if it has one.
     pub fn newest_profile_id(&self, program_id: i64) -> Result<Option<i64>> {
-        Ok(self
-            .conn
-            .query_row(
+        self.conn
+            .borrow_mut()
+            .query_opt(
                 "SELECT id FROM profiles WHERE program_id = ?1 ORDER BY id DESC LIMIT 1",
-                [program_id],
-                |r| r.get(0),
-            )
-            .optional()?)
+                &[program_id.into()],
+            )?
+            .map(|r| r.int(0))
+            .transpose()
     }
 
     /// A profile's directives, best saving first (as `directives`), with ids and confidence.
@@ -215,35 +153,32 @@ impl Db {
 
     /// The run `id`; `None` if there is none.
     pub fn run(&self, id: i64) -> Result<Option<RunRow>> {
-        let raw = self
-            .conn
-            .query_row(
-                &format!(
-                    "SELECT {RUN_COLUMNS} FROM runs r JOIN programs pr ON pr.id = r.program_id WHERE r.id = ?1"
-                ),
-                [id],
-                raw_run,
-            )
-            .optional()?;
-        raw.map(run_row).transpose()
+        let row = self.conn.borrow_mut().query_opt(
+            &format!(
+                "SELECT {RUN_COLUMNS} FROM runs r JOIN programs pr ON pr.id = r.program_id WHERE r.id = ?1"
+            ),
+            &[id.into()],
+        )?;
+        row.as_ref().map(run_row).transpose()
     }
 
     /// The runs made with a profile's directives, oldest first.
     pub fn runs_of_profile(&self, profile_id: i64) -> Result<Vec<RunRow>> {
-        let mut st = self.conn.prepare(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs r JOIN programs pr ON pr.id = r.program_id
-             WHERE r.profile_id = ?1 ORDER BY r.id"
-        ))?;
-        let raws = st
-            .query_map([profile_id], raw_run)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        raws.into_iter().map(run_row).collect()
+        let rows = self.conn.borrow_mut().query(
+            &format!(
+                "SELECT {RUN_COLUMNS} FROM runs r JOIN programs pr ON pr.id = r.program_id
+                 WHERE r.profile_id = ?1 ORDER BY r.id"
+            ),
+            &[profile_id.into()],
+        )?;
+        rows.iter().map(run_row).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::db::{Db, NewDirective, NewRun};
+    use crate::db::{NewDirective, NewRun};
+    use crate::testing::engine_tests;
 
     fn directive(name: &str, saving: f64) -> NewDirective {
         NewDirective {
@@ -279,73 +214,70 @@ mod tests {
         }
     }
 
-    #[test]
-    fn profiles_directives_and_runs_read_back() {
-        let d = tempfile::tempdir().unwrap();
-        let mut db = Db::open(&d.path().join("h.db")).unwrap();
-        assert_eq!(db.find_program("/bin/x", None).unwrap(), None);
-        let m = db
-            .upsert_machine("fp", "host", "cpu", "6.18", &serde_json::json!({}))
-            .unwrap();
-        let p = db.upsert_program("/bin/x", Some("ab")).unwrap();
-        assert_eq!(db.find_program("/bin/x", Some("ab")).unwrap(), Some(p));
-        assert_eq!(db.find_program("/bin/x", None).unwrap(), None);
-        assert_eq!(db.newest_profile_id(p).unwrap(), None);
-        let args = vec!["x".to_string(), "1G".into()];
-        let first = db
-            .insert_profile(p, None, &args, None, &serde_json::json!({}), &[])
-            .unwrap();
-        let prof = db
-            .insert_profile(
-                p,
-                Some(m),
-                &args,
-                None,
-                &serde_json::json!({"refs": 7}),
-                &[directive("a", 1.0), directive("b", 5.0)],
-            )
-            .unwrap();
-        assert_eq!(db.newest_profile_id(p).unwrap(), Some(prof));
-        let row = db.profile(prof).unwrap().unwrap();
-        assert_eq!(row.program_path, "/bin/x");
-        assert_eq!(row.build_id, "ab");
-        assert_eq!(row.args, args);
-        assert_eq!(row.summary["refs"].as_u64(), Some(7));
-        assert_eq!(row.machine.as_ref().unwrap().hostname, "host");
-        assert!(db.profile(first).unwrap().unwrap().machine.is_none());
-        assert!(db.profile(999).unwrap().is_none());
+    engine_tests! {
+        fn profiles_directives_and_runs_read_back(fresh) {
+            let mut db = fresh();
+            assert_eq!(db.find_program("/bin/x", None).unwrap(), None);
+            let m = db
+                .upsert_machine("fp", "host", "cpu", "6.18", &serde_json::json!({}))
+                .unwrap();
+            let p = db.upsert_program("/bin/x", Some("ab")).unwrap();
+            assert_eq!(db.find_program("/bin/x", Some("ab")).unwrap(), Some(p));
+            assert_eq!(db.find_program("/bin/x", None).unwrap(), None);
+            assert_eq!(db.newest_profile_id(p).unwrap(), None);
+            let args = vec!["x".to_string(), "1G".into()];
+            let first = db
+                .insert_profile(p, None, &args, None, &serde_json::json!({}), &[])
+                .unwrap();
+            let prof = db
+                .insert_profile(
+                    p,
+                    Some(m),
+                    &args,
+                    None,
+                    &serde_json::json!({"refs": 7}),
+                    &[directive("a", 1.0), directive("b", 5.0)],
+                )
+                .unwrap();
+            assert_eq!(db.newest_profile_id(p).unwrap(), Some(prof));
+            let row = db.profile(prof).unwrap().unwrap();
+            assert_eq!(row.program_path, "/bin/x");
+            assert_eq!(row.build_id, "ab");
+            assert_eq!(row.args, args);
+            assert_eq!(row.summary["refs"].as_u64(), Some(7));
+            assert_eq!(row.machine.as_ref().unwrap().hostname, "host");
+            assert!(db.profile(first).unwrap().unwrap().machine.is_none());
+            assert!(db.profile(999).unwrap().is_none());
 
-        let ds = db.directive_rows(prof).unwrap();
-        assert_eq!(
-            ds.iter().map(|d| d.mapping.as_str()).collect::<Vec<_>>(),
-            ["b", "a"]
-        );
-        assert_eq!(ds[0].confidence, 1.0);
-        assert_eq!(ds[0].details["mapping"], "b");
+            let ds = db.directive_rows(prof).unwrap();
+            assert_eq!(
+                ds.iter().map(|d| d.mapping.as_str()).collect::<Vec<_>>(),
+                ["b", "a"]
+            );
+            assert_eq!(ds[0].confidence, 1.0);
+            assert_eq!(ds[0].details["mapping"], "b");
 
-        let r1 = db.insert_run(&run(p, Some(prof), "gain")).unwrap();
-        db.insert_run(&run(p, Some(first), "none")).unwrap();
-        let r3 = db.insert_run(&run(p, Some(prof), "loss")).unwrap();
-        let runs = db.runs_of_profile(prof).unwrap();
-        assert_eq!(runs.iter().map(|r| r.id).collect::<Vec<_>>(), [r1, r3]);
-        assert_eq!(runs[1].verdict, "loss");
-        let one = db.run(r1).unwrap().unwrap();
-        assert_eq!(one.program_path, "/bin/x");
-        assert_eq!(one.baseline_s, [1.0, 1.2]);
-        assert_eq!(one.plan["mapping"], "heap-large");
-        assert!(db.run(999).unwrap().is_none());
-    }
+            let r1 = db.insert_run(&run(p, Some(prof), "gain")).unwrap();
+            db.insert_run(&run(p, Some(first), "none")).unwrap();
+            let r3 = db.insert_run(&run(p, Some(prof), "loss")).unwrap();
+            let runs = db.runs_of_profile(prof).unwrap();
+            assert_eq!(runs.iter().map(|r| r.id).collect::<Vec<_>>(), [r1, r3]);
+            assert_eq!(runs[1].verdict, "loss");
+            let one = db.run(r1).unwrap().unwrap();
+            assert_eq!(one.program_path, "/bin/x");
+            assert_eq!(one.baseline_s, [1.0, 1.2]);
+            assert_eq!(one.plan["mapping"], "heap-large");
+            assert!(db.run(999).unwrap().is_none());
+        }
 
-    #[test]
-    fn corrupt_rows_are_errors_naming_the_row() {
-        let d = tempfile::tempdir().unwrap();
-        let db = Db::open(&d.path().join("h.db")).unwrap();
-        let p = db.upsert_program("/bin/x", None).unwrap();
-        let r = db.insert_run(&run(p, None, "gain")).unwrap();
-        db.conn
-            .execute("UPDATE runs SET baseline_s = '[1,' WHERE id = ?1", [r])
-            .unwrap();
-        let e = format!("{:#}", db.run(r).unwrap_err());
-        assert!(e.contains(&format!("run {r}'s baseline times")), "{e}");
+        fn corrupt_rows_are_errors_naming_the_row(fresh) {
+            let db = fresh();
+            let p = db.upsert_program("/bin/x", None).unwrap();
+            let r = db.insert_run(&run(p, None, "gain")).unwrap();
+            db.execute_sql("UPDATE runs SET baseline_s = '[1,' WHERE id = ?1", &[r.into()])
+                .unwrap();
+            let e = format!("{:#}", db.run(r).unwrap_err());
+            assert!(e.contains(&format!("run {r}'s baseline times")), "{e}");
+        }
     }
 }

@@ -1,13 +1,18 @@
-//! Database integrity under `kill -9` (issue 22, item 3): a writer process
-//! that stores profiles with their directives, runs, validations and imports
-//! in a loop is killed outright at random moments; after every kill the
-//! database opens, passes `PRAGMA integrity_check` and `foreign_key_check`,
-//! and holds every write whole or not at all. Two writers at once lose nothing.
+//! Database integrity under `kill -9` (issue 22, item 3), on both engines: a
+//! writer process that stores profiles with their directives, runs,
+//! validations and imports in a loop is killed outright at random moments;
+//! after every kill the database opens (SQLite: and passes `PRAGMA
+//! integrity_check` and `foreign_key_check`; PostgreSQL checks its foreign
+//! keys itself) and holds every write whole or not at all. Two writers at once
+//! lose nothing.
+
+#[path = "support/pg.rs"]
+mod pg;
 
 use hugetune_store::db::{Db, NewDirective, NewRun};
 use rusqlite::Connection;
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const DIRECTIVES: usize = 40;
@@ -53,10 +58,10 @@ fn writer() {
     let Some(path) = std::env::var_os("HUGETUNE_TEST_DB_WRITER") else {
         return;
     };
-    let path = Path::new(&path);
-    let doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(path.with_extension("export")).unwrap()).unwrap();
-    let mut db = Db::open(path).unwrap();
+    let export = std::env::var_os("HUGETUNE_TEST_DB_EXPORT").unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(export).unwrap()).unwrap();
+    // A file or a postgresql:// URL.
+    let mut db = Db::open(Path::new(&path)).unwrap();
     let tag = std::process::id();
     let directives: Vec<NewDirective> = (0..DIRECTIVES).map(directive).collect();
     for i in 0u64.. {
@@ -87,88 +92,118 @@ fn writer() {
     }
 }
 
-/// A directory with a database path and, next to it, the export the writers import.
-fn database_with_export() -> (tempfile::TempDir, std::path::PathBuf) {
-    let d = tempfile::tempdir().unwrap();
-    let db = d.path().join("h.db");
-    std::fs::write(
-        db.with_extension("export"),
-        serde_json::to_vec(&export_doc(d.path())).unwrap(),
-    )
-    .unwrap();
-    (d, db)
+/// Where the writers write (a file, or a fresh PostgreSQL database's URL), and
+/// the export they import, in a directory that lives as long as the test.
+struct Target {
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+    export: PathBuf,
+    postgres: bool,
 }
 
-fn spawn_writer(db: &Path) -> std::process::Child {
+fn target(postgres: bool) -> Target {
+    let d = tempfile::tempdir().unwrap();
+    let export = d.path().join("h.export");
+    std::fs::write(&export, serde_json::to_vec(&export_doc(d.path())).unwrap()).unwrap();
+    let db = if postgres {
+        PathBuf::from(pg::fresh_database())
+    } else {
+        d.path().join("h.db")
+    };
+    Target {
+        _dir: d,
+        db,
+        export,
+        postgres,
+    }
+}
+
+fn spawn_writer(t: &Target) -> std::process::Child {
     std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "writer", "--test-threads", "1"])
-        .env("HUGETUNE_TEST_DB_WRITER", db)
+        .env("HUGETUNE_TEST_DB_WRITER", &t.db)
+        .env("HUGETUNE_TEST_DB_EXPORT", &t.export)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap()
 }
 
+fn count(db: &Db, sql: &str, params: &[hugetune_store::backend::Val]) -> i64 {
+    db.query_sql(sql, params).unwrap()[0].int(0).unwrap()
+}
+
 /// Every check a database that survived a kill must pass; the number of
 /// profiles the writers stored.
-fn check(db: &Path) -> i64 {
+fn check(t: &Target) -> i64 {
     // Opening runs the migrations and takes the WAL over: it must work.
-    drop(Db::open(db).unwrap());
-    let c = Connection::open(db).unwrap();
-    let ok: String = c
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(ok, "ok");
-    let dangling: i64 = c
-        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    assert_eq!(dangling, 0, "foreign keys that point nowhere");
+    let db = Db::open(&t.db).unwrap();
+    if !t.postgres {
+        let c = Connection::open(&t.db).unwrap();
+        let ok: String = c
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ok, "ok");
+        let dangling: i64 = c
+            .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(dangling, 0, "foreign keys that point nowhere");
+    }
     // A profile is stored with all its directives or not at all.
-    let partial: i64 = c
-        .query_row(
-            "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id
-             WHERE g.path LIKE '/bin/w%'
-               AND (SELECT count(*) FROM directives d WHERE d.profile_id = p.id) != ?1",
-            [DIRECTIVES as i64],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let partial = count(
+        &db,
+        "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id
+         WHERE g.path LIKE '/bin/w%'
+           AND (SELECT count(*) FROM directives d WHERE d.profile_id = p.id) <> ?1",
+        &[(DIRECTIVES as i64).into()],
+    );
     assert_eq!(partial, 0, "a profile without all its directives");
+    // A validation is counted by its directive exactly when its row is there.
+    let miscounted = count(
+        &db,
+        "SELECT count(*) FROM directives d
+         WHERE d.validations <> (SELECT count(*) FROM validations v WHERE v.directive_id = d.id)",
+        &[],
+    );
+    assert_eq!(miscounted, 0, "a validation half recorded");
     // An import is whole or absent.
-    let imported: i64 = c
-        .query_row(
-            "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id
-             WHERE g.path LIKE '/imported/%'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let imported = count(
+        &db,
+        "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id
+         WHERE g.path LIKE '/imported/%'",
+        &[],
+    );
     assert!(
         imported == 0 || imported == IMPORTED,
         "{imported} imported profiles"
     );
-    let imported_directives: i64 = c
-        .query_row(
-            "SELECT count(*) FROM directives d JOIN profiles p ON p.id = d.profile_id
-             JOIN programs g ON g.id = p.program_id WHERE g.path LIKE '/imported/%'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let imported_directives = count(
+        &db,
+        "SELECT count(*) FROM directives d JOIN profiles p ON p.id = d.profile_id
+         JOIN programs g ON g.id = p.program_id WHERE g.path LIKE '/imported/%'",
+        &[],
+    );
     assert_eq!(imported_directives, imported * IMPORTED_DIRECTIVES);
-    c.query_row(
+    count(
+        &db,
         "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id WHERE g.path LIKE '/bin/w%'",
-        [],
-        |r| r.get(0),
+        &[],
     )
-    .unwrap()
 }
 
 #[test]
-fn a_killed_writer_leaves_whole_writes_or_none() {
-    let (_dir, db) = database_with_export();
+fn a_killed_writer_leaves_whole_writes_or_none_sqlite() {
+    killed_writers(&target(false));
+}
+
+#[test]
+fn a_killed_writer_leaves_whole_writes_or_none_postgres() {
+    killed_writers(&target(true));
+}
+
+fn killed_writers(t: &Target) {
     let kills = std::env::var("HUGETUNE_DB_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -176,7 +211,7 @@ fn a_killed_writer_leaves_whole_writes_or_none() {
     let mut stored = 0;
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     for k in 0..kills {
-        let mut child = spawn_writer(&db);
+        let mut child = spawn_writer(t);
         // 20..420 ms: before, during and after the first import, in the middle of
         // profiles, runs and validations.
         rng ^= rng << 13;
@@ -185,7 +220,7 @@ fn a_killed_writer_leaves_whole_writes_or_none() {
         std::thread::sleep(Duration::from_millis(20 + rng % 400));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let now = check(&db);
+        let now = check(t);
         assert!(
             now >= stored,
             "kill {k}: stored profiles went from {stored} to {now}"
@@ -197,13 +232,21 @@ fn a_killed_writer_leaves_whole_writes_or_none() {
 }
 
 #[test]
-fn two_writers_at_once_lose_nothing() {
-    let (_dir, db) = database_with_export();
-    Db::open(&db).unwrap();
-    let mut a = spawn_writer(&db);
-    let mut b = spawn_writer(&db);
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_millis(1500) {
+fn two_writers_at_once_lose_nothing_sqlite() {
+    two_writers(&target(false));
+}
+
+#[test]
+fn two_writers_at_once_lose_nothing_postgres() {
+    two_writers(&target(true));
+}
+
+fn two_writers(t: &Target) {
+    Db::open(&t.db).unwrap();
+    let mut a = spawn_writer(t);
+    let mut b = spawn_writer(t);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
         std::thread::sleep(Duration::from_millis(50));
         // Neither died of a busy database.
         assert!(a.try_wait().unwrap().is_none(), "writer a stopped");
@@ -213,22 +256,20 @@ fn two_writers_at_once_lose_nothing() {
     b.kill().unwrap();
     a.wait().unwrap();
     b.wait().unwrap();
-    let c = Connection::open(&db).unwrap();
+    let db = Db::open(&t.db).unwrap();
     // Every iteration a writer began after its program row holds a profile: the
     // per-writer sequence of programs has no gaps but possibly the last one.
     // (writer, profiles, programs), from program paths "/bin/w<pid>-<i>".
     let mut per_writer: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
-    let mut s = c
-        .prepare(
+    let rows = db
+        .query_sql(
             "SELECT g.path, count(p.id) FROM programs g LEFT JOIN profiles p ON p.program_id = g.id
-             WHERE g.path LIKE '/bin/w%' GROUP BY g.id",
+             WHERE g.path LIKE '/bin/w%' GROUP BY g.id, g.path",
+            &[],
         )
         .unwrap();
-    let rows = s
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-        .unwrap();
     for row in rows {
-        let (path, profiles) = row.unwrap();
+        let (path, profiles) = (row.text(0).unwrap(), row.int(1).unwrap());
         let w = path.split('-').next().unwrap().to_string();
         let e = per_writer.entry(w).or_default();
         e.0 += profiles;
@@ -242,5 +283,5 @@ fn two_writers_at_once_lose_nothing() {
             "{w}: {programs} programs, {profiles} profiles"
         );
     }
-    check(&db);
+    check(t);
 }

@@ -30,6 +30,7 @@ pub mod scaling;
 pub mod soak;
 pub mod state;
 pub mod stats;
+pub mod store;
 
 use crate::{stages, Ctx};
 use anyhow::{bail, Result};
@@ -157,6 +158,10 @@ enum Suite {
     /// 10 s, the pool shrunk by another process half-way; checks that nothing
     /// breaks and memory stays steady (root)
     Soak(soak::Args),
+    /// Many hosts on one store: concurrent clients doing `run`'s plan look-up and run
+    /// inserts against --db (a PostgreSQL server or a file); look-ups and writes per
+    /// second, latency percentiles (docs/fleet.md)
+    Store(store::Args),
     /// The suites' Redis client against a server already running on 127.0.0.1:PORT:
     /// load KEYS values with pipelined SETs, read every key back (each value checked),
     /// then BGSAVE; exits 1 if anything failed. A driver for `optimize --driver`
@@ -216,6 +221,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         Suite::Scaling { opts, threads } => scaling::run(&opts, threads)?,
         Suite::Categories(o) => categories::run(ctx, &o)?,
         Suite::Soak(a) => return soak::run(a),
+        Suite::Store(a) => return store::run(ctx, a),
         Suite::Peers { opts, peer_lib } => peers::run(ctx, &opts, &peer_lib)?,
         Suite::RedisClient {
             port,

@@ -1,9 +1,15 @@
-//! `hugetune db`: list, show, remove, export and import database entries.
+//! `hugetune db`: list, show, remove, export and import database entries, and
+//! sync a host's own database with a fleet's PostgreSQL store.
+//!
+//! Invariants: only `import` and `sync` create a database file; the others read
+//! one that exists (a server is asked when opened).
 
 use crate::Ctx;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use hugetune_render::table;
-use std::path::PathBuf;
+use hugetune_store::db::{hide_password, is_url, Db};
+use hugetune_store::exchange::ImportCounts;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -44,11 +50,22 @@ enum Action {
         /// A `db export` document
         file: PathBuf,
     },
+    /// Push this database's history to a fleet's PostgreSQL store and pull what this
+    /// host's machine class learned there; running it again changes nothing
+    Sync {
+        /// The fleet store: postgresql://user@host:port/dbname
+        #[arg(long, value_name = "URL")]
+        to: String,
+        /// Print the counts as JSON
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
-    // Only an import creates a database; the rest read one that exists.
-    if !matches!(a.action, Action::Import { .. }) && !ctx.db_path.exists() {
+    // Only an import or a sync creates a database; the rest read one that exists.
+    if !matches!(a.action, Action::Import { .. } | Action::Sync { .. }) && !Db::exists(&ctx.db_path)
+    {
         if let Action::Ls { json } = a.action {
             if json {
                 println!("[]");
@@ -120,6 +137,44 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
                 .with_context(|| format!("importing {}", file.display()))?;
             for ((t, added), (_, skipped)) in c.added.iter().zip(&c.skipped) {
                 eprintln!("hugetune: {t}: {added} added, {skipped} already present");
+            }
+        }
+        Action::Sync { to, json } => {
+            if !is_url(&to) {
+                bail!("--to {to}: give the fleet store as postgresql://user@host:port/dbname");
+            }
+            let mut fleet = Db::open(&hide_password(Path::new(&to)))?;
+            let r = hugetune_store::sync::sync(&mut db, &mut fleet)?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+                return Ok(0);
+            }
+            let counts = |c: &ImportCounts| {
+                c.added
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(t, n)| format!("{n} {t}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let or_nothing = |s: String| {
+                if s.is_empty() {
+                    "nothing new".to_string()
+                } else {
+                    s
+                }
+            };
+            eprintln!(
+                "hugetune: pushed to {}: {}",
+                fleet.path().display(),
+                or_nothing(counts(&r.pushed))
+            );
+            match &r.class {
+                Some(class) => eprintln!(
+                    "hugetune: pulled for this host's class ({class}): {}",
+                    or_nothing(counts(&r.pulled))
+                ),
+                None => eprintln!("hugetune: nothing pulled: this host has no machine class"),
             }
         }
     }

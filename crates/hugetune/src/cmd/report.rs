@@ -63,7 +63,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
 
 /// The database, which a report never creates.
 fn open_existing(path: &Path) -> Result<Db> {
-    if !path.exists() {
+    if !Db::exists(path) {
         bail!(
             "no database at {} (profiles and runs are stored there by `hugetune optimize`, `analyze` and `validate`)",
             path.display()

@@ -26,6 +26,11 @@ pub struct Args {
     /// library's summary is not collected
     #[arg(long)]
     exec: bool,
+    /// After the program ends, print one JSON object (its last line on standard
+    /// output): the exit status, the plan, and where the plan came from (profile,
+    /// machine class, the hosts that analyzed and validated it)
+    #[arg(long, conflicts_with = "exec")]
+    json: bool,
     /// The program and its arguments (after --)
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -49,7 +54,14 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             drop(db);
             return exec(&a.command, &[]);
         }
-        return stages::run_unchanged(&a.command);
+        let code = stages::run_unchanged(&a.command)?;
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"exit_code": code, "plan": null, "source": null, "host": db.host_id()})
+            );
+        }
+        return Ok(code);
     };
     let d = st.choose(&stages::availability_now(), a.min_gain);
     if a.explain || d.prediction.is_none() {
@@ -88,6 +100,17 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     }
     for f in stages::fallbacks(&[serde_json::Value::Array(r.summaries)]) {
         stages::note(format!("fallback: {f}"));
+    }
+    if a.json {
+        let mapping = d.prediction.as_ref().map(|p| p.label.as_str());
+        println!(
+            "{}",
+            serde_json::json!({
+                "exit_code": r.stats.exit_code, "wall_s": r.stats.wall_s, "huge_bytes": r.huge_bytes,
+                "plan": {"mapping": d.label(), "assignments": d.assignments, "sites": d.sites},
+                "source": db.provenance(st.profile_id, mapping)?, "host": db.host_id(),
+            })
+        );
     }
     Ok(r.stats.exit_code)
 }

@@ -22,7 +22,7 @@ use hugetune_model::rank::{self, Prediction, Significance};
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
 use hugetune_model::tlb::TlbGeometry;
-use hugetune_store::db::{Db, NewDirective};
+use hugetune_store::db::{Db, NewDirective, NewProfile, PlanSource};
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::ffi::OsString;
@@ -235,6 +235,17 @@ pub fn store_analysis(
     bundle: Option<&Path>,
     machine: &Machine,
 ) -> Result<(i64, i64, i64)> {
+    store_analysis_from(db, a, bundle, machine, None)
+}
+
+/// `store_analysis`, for a re-analysis of the profile `origin` (fleet.rs).
+pub fn store_analysis_from(
+    db: &Db,
+    a: &Analysis,
+    bundle: Option<&Path>,
+    machine: &Machine,
+    origin: Option<i64>,
+) -> Result<(i64, i64, i64)> {
     let m = machine_id(db, machine)?;
     let program = db.upsert_program(&a.meta.program.path, a.meta.program.build_id.as_deref())?;
     let summary = serde_json::json!({
@@ -272,19 +283,22 @@ pub fn store_analysis(
         })
         .collect();
     let args = a.meta.command.clone();
-    let id = db.insert_profile(program, Some(m), &args, bundle, &summary, &directives)?;
+    let id = db.store_profile(&NewProfile {
+        program_id: program,
+        machine_id: Some(m),
+        args: &args,
+        bundle,
+        summary: &summary,
+        directives: &directives,
+        origin_id: origin,
+    })?;
     Ok((id, program, m))
 }
 
+/// This host's row in the database (its id: `--host-id`, else the machine id),
+/// registered with its description and so its machine class.
 pub fn machine_id(db: &Db, m: &Machine) -> Result<i64> {
-    let fp = format!("{}|{}|{}", m.hostname, m.cpu.brand, m.kernel);
-    db.upsert_machine(
-        &fp,
-        &m.hostname,
-        &m.cpu.brand,
-        &m.kernel,
-        &serde_json::to_value(m)?,
-    )
+    Ok(db.register_host(&super::host_spec(m)?)?.machine_id)
 }
 
 /// The newest calibration of this machine (`hugetune calibrate`), checked: a
@@ -302,7 +316,7 @@ pub fn cost_model(db: &Db, machine: &Machine) -> Result<CostModel> {
 
 /// `cost_model` from the database at `path`, without creating one that does not exist.
 pub fn cost_model_at(path: &Path, machine: &Machine) -> Result<CostModel> {
-    if !path.exists() {
+    if !Db::exists(path) {
         return Ok(CostModel::default());
     }
     cost_model(&Db::open(path)?, machine)
@@ -405,8 +419,15 @@ impl Stored {
 pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> {
     let program = program_of(argv)?;
     let program_id = db.upsert_program(&program.path, program.build_id.as_deref())?;
-    let Some(sp) = db.profile_for_input(program_id, &strings(argv))? else {
-        return Ok(None);
+    // This host's class's analysis; for a class new to the program, the stored
+    // profile analyzed again with this host's geometry (fleet.rs).
+    let sp = match db.plan_source(program_id, &strings(argv))? {
+        PlanSource::Class(sp) => sp,
+        PlanSource::Foreign(other) => match super::reanalyze(db, &other)? {
+            Some(sp) => sp,
+            None => return Ok(None),
+        },
+        PlanSource::None => return Ok(None),
     };
     let (profile_id, summary) = (sp.id, sp.summary);
     let directives = db.directives(profile_id)?;

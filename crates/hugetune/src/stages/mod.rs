@@ -11,12 +11,14 @@ use std::ffi::OsString;
 
 mod analyze;
 mod apply;
+mod fleet;
 mod plan;
 mod record;
 mod validate;
 
 pub use analyze::*;
 pub use apply::*;
+pub use fleet::*;
 pub use plan::*;
 pub use record::*;
 pub use validate::*;
