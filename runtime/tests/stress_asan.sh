@@ -76,7 +76,7 @@ run() { # name plan-number extra-env...
     if ! grep -q '"errors":\[\]' "$tmp"/sum.*.json; then
         echo "FAIL $name: the library's summary has errors"; cat "$tmp"/sum.*.json; fail=1; return
     fi
-    echo "ok $name (${per} s): $(cat "$tmp/out"); hugetlb-2m/thp-2m bytes backed: $(grep -o '"backed":{"hugetlb-1g":{[^}]*},"hugetlb-2m":{"bytes":[0-9]*' "$tmp"/sum.*.json | grep -o '[0-9]*$' | head -1)/$(grep -o '"thp-2m":{"bytes":[0-9]*' "$tmp"/sum.*.json | grep -o '[0-9]*$' | head -1)"
+    echo "ok $name (${per} s): $(cat "$tmp/out"); hugetlb-2m/thp-2m bytes backed: $(grep -o '"backed":{"hugetlb-1g":{[^}]*},"hugetlb-2m":{"bytes":[0-9]*' "$tmp"/sum.*.json | grep -o '[0-9]*$' | head -1)/$(grep -o '"thp-2m":{"bytes":[0-9]*' "$tmp"/sum.*.json | grep -o '[0-9]*$' | head -1); arena committed at the end: $(grep -o '"committed_bytes":[0-9]*' "$tmp"/sum.*.json | grep -o '[0-9]*$' | head -1) bytes"
 }
 if [ "${NOLOCK:-0}" = 1 ]; then
     run hugetlb 1 HUGETUNE_INJECT=hugetlb:1
