@@ -29,25 +29,34 @@ pub fn completions(a: CompletionsArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// The pages: the top-level command and each command (one level: `hugetune
-/// bench SUITE` is described in hugetune-bench.1).
+/// The pages: the top-level command and every command below it, nested ones
+/// too (`hugetune service install` is hugetune-service-install.1, with its options).
 pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
     let top = crate::Cli::command();
     let mut out = Vec::new();
     let mut page = Vec::new();
     clap_mangen::Man::new(top.clone()).render(&mut page)?;
     out.push(("hugetune.1".to_string(), page));
-    for sub in top.get_subcommands() {
-        let name = format!("hugetune-{}", sub.get_name());
-        let cmd = sub
-            .clone()
-            .name(name.clone())
-            .bin_name(format!("hugetune {}", sub.get_name()));
+    add_pages(&top, "hugetune", "hugetune", &mut out)?;
+    Ok(out)
+}
+
+fn add_pages(
+    parent: &clap::Command,
+    file_stem: &str,
+    bin: &str,
+    out: &mut Vec<(String, Vec<u8>)>,
+) -> Result<()> {
+    for sub in parent.get_subcommands() {
+        let name = format!("{file_stem}-{}", sub.get_name());
+        let bin_name = format!("{bin} {}", sub.get_name());
+        let cmd = sub.clone().name(name.clone()).bin_name(bin_name.clone());
         let mut page = Vec::new();
         clap_mangen::Man::new(cmd).render(&mut page)?;
         out.push((format!("{name}.1"), page));
+        add_pages(sub, &name, &bin_name, out)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 pub fn manpages(a: ManpagesArgs) -> Result<i32> {
@@ -73,7 +82,11 @@ mod tests {
     fn every_command_has_a_man_page_that_names_its_options() {
         let pages = man_pages().unwrap();
         let top = crate::Cli::command();
-        assert_eq!(pages.len(), 1 + top.get_subcommands().count());
+        fn count(c: &clap::Command) -> usize {
+            c.get_subcommands().map(|s| 1 + count(s)).sum()
+        }
+        assert_eq!(pages.len(), 1 + count(&top));
+        assert!(count(&top) > top.get_subcommands().count(), "no nested commands?");
         let get = |n: &str| {
             let (_, b) = pages.iter().find(|(name, _)| name == n).unwrap();
             String::from_utf8(b.clone()).unwrap()
@@ -83,6 +96,9 @@ mod tests {
         assert!(opt.contains("hugetune\\-optimize"), "{opt}");
         assert!(opt.contains("\\-\\-min\\-gain"), "{opt}");
         assert!(get("hugetune.1").contains("optimize"));
+        // nested commands have their own page, with their options
+        let install = get("hugetune-service-install.1");
+        assert!(install.contains("\\-\\-dry\\-run"), "{install}");
     }
 
     #[test]
