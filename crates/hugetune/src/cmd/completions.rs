@@ -86,7 +86,10 @@ mod tests {
             c.get_subcommands().map(|s| 1 + count(s)).sum()
         }
         assert_eq!(pages.len(), 1 + count(&top));
-        assert!(count(&top) > top.get_subcommands().count(), "no nested commands?");
+        assert!(
+            count(&top) > top.get_subcommands().count(),
+            "no nested commands?"
+        );
         let get = |n: &str| {
             let (_, b) = pages.iter().find(|(name, _)| name == n).unwrap();
             String::from_utf8(b.clone()).unwrap()
