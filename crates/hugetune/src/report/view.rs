@@ -1342,7 +1342,9 @@ pub(crate) mod tests {
             .commands
             .iter()
             .all(|c| !c.command.contains("validate")));
-        assert!(r.plan.commands[0].command.contains("/proc/sys/vm/nr_hugepages) + 512 ))"));
+        assert!(r.plan.commands[0]
+            .command
+            .contains("/proc/sys/vm/nr_hugepages) + 512 ))"));
         assert!(r
             .plan
             .commands
