@@ -410,6 +410,27 @@ impl Conn {
             .with_context(|| format!("{what}: the database returned no row"))
     }
 
+    /// PostgreSQL only: the first column of a statement without parameters, as
+    /// text, in one round trip (no prepare); Ok(None) when the statement names a
+    /// table that does not exist.
+    pub fn pg_simple_first(&mut self, sql: &str) -> Result<Option<Vec<Option<String>>>> {
+        let Conn::Pg(pg) = self else {
+            bail!("not a PostgreSQL connection");
+        };
+        match pg.client.simple_query(sql) {
+            Ok(msgs) => Ok(Some(
+                msgs.iter()
+                    .filter_map(|m| match m {
+                        postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).map(str::to_string)),
+                        _ => None,
+                    })
+                    .collect(),
+            )),
+            Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Statements without parameters, separated by `;` (migrations).
     pub fn batch(&mut self, sql: &str) -> Result<()> {
         match self {
@@ -438,6 +459,30 @@ impl Conn {
             }
         }
         Ok(())
+    }
+
+    /// Runs `f` (reads only) on one snapshot of the database: rows other
+    /// connections commit meanwhile are not seen halfway (an export whose
+    /// tables were read at different moments could name rows it lacks).
+    pub fn snapshot<T>(&mut self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
+        match self {
+            Conn::Sqlite(c) => {
+                if !c.is_autocommit() {
+                    c.execute_batch("ROLLBACK")?;
+                }
+                // WAL: a deferred transaction reads one snapshot, taken at its
+                // first read, and blocks no writer.
+                c.execute_batch("BEGIN DEFERRED")?;
+            }
+            Conn::Pg(pg) => pg
+                .client
+                .batch_execute("ROLLBACK; BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?,
+        }
+        let r = f(self);
+        let end = self.batch(if r.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        let v = r?;
+        end?;
+        Ok(v)
     }
 
     /// Runs `f` in one transaction: all of its writes or none. On PostgreSQL a

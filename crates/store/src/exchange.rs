@@ -7,7 +7,9 @@
 //! nothing. Validations that join a directive already present move its
 //! confidence as if recorded here.
 //!
-//! Invariants: an import is one transaction (any bad row: nothing imported);
+//! Invariants: an export reads one snapshot (rows committed meanwhile by other
+//! hosts are all in it or all out); an import is one transaction (any bad row:
+//! nothing imported);
 //! many hosts importing into one server at once neither fail on each other's
 //! rows nor duplicate them (insert-or-skip on the unique keys, then look-up).
 
@@ -501,14 +503,16 @@ fn insert_or_skip(
 impl Db {
     /// Every row of every table, as JSON.
     pub fn export(&self) -> Result<Value> {
-        export_rows(&mut self.conn.borrow_mut(), None)
+        self.conn.borrow_mut().snapshot(|c| export_rows(c, None))
     }
 
     /// What a host of class `class_id` pulls (`db sync`): the class's profiles,
     /// directives and validations, the programs and machines they name, and
     /// the calibrations of the class's hosts; no runs.
     pub fn export_class(&self, class_id: i64) -> Result<Value> {
-        export_rows(&mut self.conn.borrow_mut(), Some(class_id))
+        self.conn
+            .borrow_mut()
+            .snapshot(|c| export_rows(c, Some(class_id)))
     }
 
     /// Merges an export into this database, in one transaction: on any error
@@ -672,6 +676,50 @@ mod tests {
             let ds = c.directives(pid).unwrap();
             assert_eq!((ds[0].confidence, ds[0].validations), (0.75, 1));
             assert_eq!(c.record_validation(pid, "heap-large", 1.0, false).unwrap(), 0.875);
+        }
+
+        fn reanalyses_made_apart_by_two_hosts_of_a_class_merge_into_one(fresh) {
+            let mut fleet = fresh();
+            let h = as_host(&mut fleet, "host-a", 64);
+            let p = fleet.upsert_program("/bin/w", Some("b1")).unwrap();
+            fleet
+                .insert_profile(p, Some(h.machine_id), &["w".into()], None, &json!({}),
+                    &[directive("m", 1.0)])
+                .unwrap();
+            let doc = fleet.export().unwrap();
+            let mut offline = |host: &str| {
+                let mut db = fresh();
+                db.import(&doc).unwrap();
+                let me = as_host(&mut db, host, 32);
+                let prog = db.find_program("/x", Some("b1")).unwrap().unwrap();
+                let origin = db.latest_profile(prog).unwrap().unwrap().0;
+                let again = db
+                    .store_profile(&crate::db::NewProfile {
+                        program_id: prog,
+                        machine_id: Some(me.machine_id),
+                        args: &["w".into()],
+                        bundle: None,
+                        summary: &json!({"by": host}),
+                        directives: &[directive("m", 2.0)],
+                        origin_id: Some(origin),
+                    })
+                    .unwrap();
+                db.record_validation(again, "m", 1.0, false).unwrap();
+                db
+            };
+            let (c1, c2) = (offline("host-c1"), offline("host-c2"));
+            fleet.import(&c1.export().unwrap()).unwrap();
+            let second = fleet.import(&c2.export().unwrap()).unwrap();
+            assert_eq!(added(&second, "profiles"), 0, "{second:?}");
+            assert_eq!(added(&second, "validations"), 1, "{second:?}");
+            let n = fleet.query_sql("SELECT count(*) FROM profiles", &[]).unwrap()[0].int(0).unwrap();
+            assert_eq!(n, 2, "the original and one re-analysis for the class");
+            let re = fleet
+                .query_sql("SELECT id FROM profiles WHERE origin_id IS NOT NULL", &[])
+                .unwrap()[0]
+                .int(0)
+                .unwrap();
+            assert_eq!(fleet.directives(re).unwrap()[0].validations, 2);
         }
 
         fn validations_from_two_databases_merge_and_move_confidence(fresh) {

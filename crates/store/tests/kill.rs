@@ -1,9 +1,10 @@
 //! Database integrity under `kill -9` (issue 22, item 3), on both engines: a
 //! writer process that stores profiles with their directives, runs,
-//! validations and imports in a loop is killed outright at random moments;
-//! after every kill the database opens (SQLite: and passes `PRAGMA
+//! validations and imports in a loop (on PostgreSQL also a `db sync` of a
+//! local SQLite file into the server) is killed outright at random moments;
+//! after every kill the databases open (SQLite: and pass `PRAGMA
 //! integrity_check` and `foreign_key_check`; PostgreSQL checks its foreign
-//! keys itself) and holds every write whole or not at all. Two writers at once
+//! keys itself) and hold every write whole or not at all. Two writers at once
 //! lose nothing.
 
 #[path = "support/pg.rs"]
@@ -18,6 +19,8 @@ use std::time::{Duration, Instant};
 const DIRECTIVES: usize = 40;
 const IMPORTED: i64 = 5;
 const IMPORTED_DIRECTIVES: i64 = 7;
+/// Directives of each profile a writer's local database syncs to the server.
+const LOCAL_DIRECTIVES: usize = 3;
 
 fn directive(i: usize) -> NewDirective {
     NewDirective {
@@ -63,6 +66,20 @@ fn writer() {
     // A file or a postgresql:// URL.
     let mut db = Db::open(Path::new(&path)).unwrap();
     let tag = std::process::id();
+    let mut local = std::env::var_os("HUGETUNE_TEST_DB_LOCAL_DIR")
+        .filter(|d| !d.is_empty())
+        .map(|dir| {
+            let mut l = Db::open(&Path::new(&dir).join(format!("local-{tag}.db"))).unwrap();
+            l.set_host_id(&format!("local-{tag}")).unwrap();
+            l.register_host(&hugetune_store::identity::HostSpec {
+                hostname: format!("local-{tag}"),
+                cpu: "Xeon".into(),
+                kernel: "6.1.0".into(),
+                details: machine(),
+            })
+            .unwrap();
+            l
+        });
     let directives: Vec<NewDirective> = (0..DIRECTIVES).map(directive).collect();
     for i in 0u64.. {
         let prog = db
@@ -89,13 +106,40 @@ fn writer() {
         db.record_validation(profile, "m1", 0.5, i.is_multiple_of(3))
             .unwrap();
         db.import(&doc).unwrap();
+        if let Some(local) = &mut local {
+            // An offline host's history, synced to the server (push and pull).
+            let prog = local
+                .upsert_program(&format!("/local/w{tag}-{i}"), None)
+                .unwrap();
+            let host = local.host().unwrap().unwrap();
+            let small: Vec<NewDirective> = (0..LOCAL_DIRECTIVES)
+                .map(|k| NewDirective {
+                    details: json!({}),
+                    ..directive(k)
+                })
+                .collect();
+            local
+                .insert_profile(prog, Some(host.machine_id), &[], None, &json!({}), &small)
+                .unwrap();
+            hugetune_store::sync::sync(local, &mut db).unwrap();
+        }
     }
+}
+
+/// A machine description of some class (the local databases register with it).
+fn machine() -> serde_json::Value {
+    json!({
+        "kernel": "6.1.0",
+        "cpu": {"vendor": "GenuineIntel", "family": 6, "model": 85, "hypervisor": null},
+        "tlb": {"geometry": {"levels": [{"name": "L1 DTLB", "arrays": [{"sizes": ["4k"], "entries": 64}]}]}},
+        "pools": [], "mthp": [],
+    })
 }
 
 /// Where the writers write (a file, or a fresh PostgreSQL database's URL), and
 /// the export they import, in a directory that lives as long as the test.
 struct Target {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     db: PathBuf,
     export: PathBuf,
     postgres: bool,
@@ -111,22 +155,37 @@ fn target(postgres: bool) -> Target {
         d.path().join("h.db")
     };
     Target {
-        _dir: d,
+        dir: d,
         db,
         export,
         postgres,
     }
 }
 
-fn spawn_writer(t: &Target) -> std::process::Child {
+/// A writer process; its output goes to `NAME.out` in the target's directory
+/// (`output` shows it when the writer stopped by itself).
+fn spawn_writer(t: &Target, name: &str) -> std::process::Child {
+    let out = std::fs::File::create(t.dir.path().join(format!("{name}.out"))).unwrap();
     std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "writer", "--test-threads", "1"])
         .env("HUGETUNE_TEST_DB_WRITER", &t.db)
         .env("HUGETUNE_TEST_DB_EXPORT", &t.export)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .env(
+            "HUGETUNE_TEST_DB_LOCAL_DIR",
+            if t.postgres {
+                t.dir.path().as_os_str()
+            } else {
+                "".as_ref()
+            },
+        )
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
         .spawn()
         .unwrap()
+}
+
+fn output(t: &Target, name: &str) -> String {
+    std::fs::read_to_string(t.dir.path().join(format!("{name}.out"))).unwrap_or_default()
 }
 
 fn count(db: &Db, sql: &str, params: &[hugetune_store::backend::Val]) -> i64 {
@@ -138,8 +197,21 @@ fn count(db: &Db, sql: &str, params: &[hugetune_store::backend::Val]) -> i64 {
 fn check(t: &Target) -> i64 {
     // Opening runs the migrations and takes the WAL over: it must work.
     let db = Db::open(&t.db).unwrap();
-    if !t.postgres {
-        let c = Connection::open(&t.db).unwrap();
+    let mut sqlite_files = vec![];
+    if t.postgres {
+        // The writers' local databases, which syncs pulled into.
+        for e in std::fs::read_dir(t.dir.path()).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "db") {
+                sqlite_files.push(p);
+            }
+        }
+    } else {
+        sqlite_files.push(t.db.clone());
+    }
+    for f in &sqlite_files {
+        drop(Db::open(f).unwrap());
+        let c = Connection::open(f).unwrap();
         let ok: String = c
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();
@@ -151,6 +223,15 @@ fn check(t: &Target) -> i64 {
             .unwrap();
         assert_eq!(dangling, 0, "foreign keys that point nowhere");
     }
+    // A synced profile arrived with all its directives or not at all.
+    let partial = count(
+        &db,
+        "SELECT count(*) FROM profiles p JOIN programs g ON g.id = p.program_id
+         WHERE g.path LIKE '/local/%'
+           AND (SELECT count(*) FROM directives d WHERE d.profile_id = p.id) <> ?1",
+        &[(LOCAL_DIRECTIVES as i64).into()],
+    );
+    assert_eq!(partial, 0, "a synced profile without all its directives");
     // A profile is stored with all its directives or not at all.
     let partial = count(
         &db,
@@ -211,7 +292,7 @@ fn killed_writers(t: &Target) {
     let mut stored = 0;
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     for k in 0..kills {
-        let mut child = spawn_writer(t);
+        let mut child = spawn_writer(t, "writer");
         // 20..420 ms: before, during and after the first import, in the middle of
         // profiles, runs and validations.
         rng ^= rng << 13;
@@ -243,14 +324,22 @@ fn two_writers_at_once_lose_nothing_postgres() {
 
 fn two_writers(t: &Target) {
     Db::open(&t.db).unwrap();
-    let mut a = spawn_writer(t);
-    let mut b = spawn_writer(t);
+    let mut a = spawn_writer(t, "a");
+    let mut b = spawn_writer(t, "b");
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(1500) {
         std::thread::sleep(Duration::from_millis(50));
         // Neither died of a busy database.
-        assert!(a.try_wait().unwrap().is_none(), "writer a stopped");
-        assert!(b.try_wait().unwrap().is_none(), "writer b stopped");
+        assert!(
+            a.try_wait().unwrap().is_none(),
+            "writer a stopped:\n{}",
+            output(t, "a")
+        );
+        assert!(
+            b.try_wait().unwrap().is_none(),
+            "writer b stopped:\n{}",
+            output(t, "b")
+        );
     }
     a.kill().unwrap();
     b.kill().unwrap();

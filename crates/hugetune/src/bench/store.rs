@@ -71,6 +71,10 @@ pub struct StoreFigures {
     pub lookup: Latency,
     /// A `hugetune run` start: connect, check the schema, register, look up.
     pub startup: Latency,
+    /// Its first part: connecting and checking the schema.
+    pub connect: Latency,
+    /// Its second: describing the host (`hugetune machine`) and registering it.
+    pub register: Latency,
     pub write: Latency,
     /// The target for the start-up look-up's p99 (issue 20).
     pub target_p99_ms: f64,
@@ -198,6 +202,10 @@ fn seed(location: &Path, tlb: &Option<PathBuf>, argv: &[OsString]) -> Result<()>
 struct Samples {
     lookup: Vec<f64>,
     startup: Vec<f64>,
+    /// The parts of a start: connecting (with the schema check), describing
+    /// and registering the host.
+    connect: Vec<f64>,
+    register: Vec<f64>,
     write: Vec<f64>,
 }
 
@@ -225,6 +233,10 @@ fn client(
         let cold = n % 8 == 7;
         if cold {
             db = open(location, &host, tlb)?;
+            s.connect.push(t.elapsed().as_secs_f64());
+            let r = Instant::now();
+            db.host()?;
+            s.register.push(r.elapsed().as_secs_f64());
         }
         let st =
             stages::stored_predictions(&db, argv)?.context("the seeded profile is not found")?;
@@ -290,6 +302,8 @@ pub fn measure(ctx: &Ctx, clients: u32, seconds: u32) -> Result<StoreFigures> {
             .map_err(|_| anyhow::anyhow!("a benchmark client panicked"))??;
         all.lookup.extend(s.lookup);
         all.startup.extend(s.startup);
+        all.connect.extend(s.connect);
+        all.register.extend(s.register);
         all.write.extend(s.write);
     }
     let elapsed = t0.elapsed().as_secs_f64();
@@ -306,6 +320,8 @@ pub fn measure(ctx: &Ctx, clients: u32, seconds: u32) -> Result<StoreFigures> {
         writes_per_s: writes as f64 / elapsed,
         lookup: latency(all.lookup),
         startup: latency(all.startup),
+        connect: latency(all.connect),
+        register: latency(all.register),
         write: latency(all.write),
         target_p99_ms: 20.0,
     })
@@ -325,6 +341,8 @@ pub fn render(f: &StoreFigures) -> String {
     );
     s += &row("look-up (open connection)", &f.lookup);
     s += &row("start-up (connect + look-up)", &f.startup);
+    s += &row("  of which: connect", &f.connect);
+    s += &row("  of which: describe + register", &f.register);
     s += &row("run insert", &f.write);
     let worst = f.lookup.p99_ms.max(f.startup.p99_ms);
     s += &format!(
