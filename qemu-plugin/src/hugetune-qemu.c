@@ -1,21 +1,29 @@
 /* hugetune-qemu.c - QEMU user-mode TCG plugin: the memory references of a program,
- * spatially sampled (SHARDS), written as a reference stream version 2
- * (docs/formats.md §6). See qemu-plugin/README.md for the arguments.
+ * spatially sampled, written as a reference stream version 2 (docs/formats.md §6,
+ * docs/model.md §3.1). See qemu-plugin/README.md for the arguments.
  *
- * Every guest memory access reaches vcpu_mem(). Its page p = addr >> 12 is kept iff
- * fmix64(p ^ seed) % P < T (or the access is in the runtime library's marker area,
- * which is always kept). Kept references go to the guest thread's own buffer,
- * encoded against that thread's own state; a full buffer is appended to the file
- * as one chunk (THREAD record first) under a lock. seq counts all the thread's
- * references, sampled or not, so the gaps carry reuse time.
+ * Every guest memory access reaches vcpu_mem(). It is kept iff
+ *   - its 4 KB page p = addr >> 12 is in the page sample: fmix64(p ^ seed ^ SALT) % P < T
+ *     (SHARDS on pages: 4 KB translations and folios), or
+ *   - its 2 MB region g = addr >> 21, or the region before, is in the region sample:
+ *     fmix64(g ^ seed) % P < T (translations and folios above 4 KB; the runtime
+ *     library's huge pages of an object straddle two captured regions, so the one
+ *     after a sampled region is kept too), or
+ *   - it is in the runtime library's marker area (always kept).
+ * Kept references go to the guest thread's own buffer, encoded against that thread's
+ * own state; a full buffer is appended to the file as one chunk (THREAD record first)
+ * under a lock. seq counts all the thread's references, sampled or not, so the gaps
+ * carry reuse time. Every 2 MB region referenced (sampled or not) is counted in a
+ * lock-free bitmap; END carries the count, from which the analysis takes the
+ * realized rate of the region sample.
  *
- * Fixed-size mode keeps at most S_max sampled pages: when one more would be added,
- * T falls to the largest hash in the set and the pages at or above it leave. The
- * THRESHOLD record must come after every REF written under the old T and before
- * any REF of the new one, so lowering T (under the global lock) publishes the new
- * T, then drains every thread's buffer (each under its own lock, which appends
- * also take and under which they test the hash against T again), then writes the
- * record. Lock order: global, then a thread's. */
+ * Fixed-size mode keeps at most S_max pages in the page sample: when one more would
+ * be added, T falls to the largest hash in the set and the pages at or above it leave
+ * (the region sample follows the same T). The THRESHOLD record must come after every
+ * REF written under the old T and before any REF of the new one, so lowering T (under
+ * the global lock) publishes the new T, then drains every thread's buffer (each under
+ * its own lock, which appends also take and under which they test the hashes against
+ * T again), then writes the record. Lock order: global, then a thread's. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +43,11 @@
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 #define PAGE_SHIFT 12
+#define REGION_SHIFT 21
+/* Mixed into the seed of the page sample (the model's sampled::PAGE_SALT). */
+#define PAGE_SALT ((uint64_t)0x9e3779b97f4a7c15ULL)
+/* Regions counted in the bitmap: user addresses below 2^47. */
+#define REGION_BITS (1ull << (47 - REGION_SHIFT))
 #define BUF_CAP (1u << 20)
 #define MAX_VCPUS 4096
 #define CACHE_SLOTS 4096 /* per thread: pages known to be in the sample */
@@ -50,6 +63,11 @@ struct vthread {
     pthread_mutex_t lock;        /* fixed-size mode: the buffer, against draining */
     size_t len;
     uint64_t cache[CACHE_SLOTS]; /* page + 1, 0 = empty */
+    /* The region of the previous reference: its decision under last_t, and
+     * whether it was counted. */
+    uint64_t last_region; /* region + 1, 0 = none */
+    uint64_t last_t;
+    int last_keep;
     unsigned char buf[BUF_CAP];
 };
 
@@ -76,6 +94,9 @@ static struct {
     struct vthread **all;
     size_t n_all, cap_all;
     struct set set;
+    /* Every region referenced: one bit each, and their number. */
+    _Atomic uint64_t *regions;
+    _Atomic uint64_t n_regions;
     char *progress;
     struct timespec last_progress;
 } g = {
@@ -102,10 +123,35 @@ static void say(const char *fmt, ...)
     (void)w;
 }
 
+static inline uint64_t hash_mod(uint64_t h)
+{
+    return g.modmask ? h & g.modmask : h % g.modulus;
+}
+
+/* The page sample's hash of a 4 KB page. */
 static inline uint64_t hash_of(uint64_t page)
 {
-    uint64_t h = htrs_fmix64(page ^ g.seed);
-    return g.modmask ? h & g.modmask : h % g.modulus;
+    return hash_mod(htrs_fmix64(page ^ g.seed ^ PAGE_SALT));
+}
+
+/* Whether region r's references are kept at threshold t: r or the region before
+ * it is in the region sample. */
+static inline int region_keep(uint64_t r, uint64_t t)
+{
+    return hash_mod(htrs_fmix64(r ^ g.seed)) < t || hash_mod(htrs_fmix64((r - 1) ^ g.seed)) < t;
+}
+
+/* Counts region r once (lock-free: the bit's first setter counts it). */
+static inline void count_region(uint64_t r)
+{
+    if (!g.regions || r >= REGION_BITS)
+        return;
+    _Atomic uint64_t *w = &g.regions[r / 64];
+    uint64_t bit = 1ull << (r % 64);
+    if (atomic_load_explicit(w, memory_order_relaxed) & bit)
+        return;
+    if (!(atomic_fetch_or_explicit(w, bit, memory_order_relaxed) & bit))
+        atomic_fetch_add_explicit(&g.n_regions, 1, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------ output */
@@ -330,6 +376,15 @@ static int add_page_locked(uint64_t page, uint64_t h)
     return 1;
 }
 
+/* END with the count of regions referenced (formats.md §6: END's flag 1 adds it). */
+static size_t end_record(unsigned char *out, uint64_t seen, uint64_t written, uint64_t regions)
+{
+    size_t n = htrs_varint(out, HTRS_K_END | 1u << 2);
+    n += htrs_varint(out + n, seen);
+    n += htrs_varint(out + n, written);
+    return n + htrs_varint(out + n, regions);
+}
+
 /* ------------------------------------------------------------------ callbacks */
 
 static void put_ref(struct vthread *t, uint64_t addr, int write, uint64_t seq)
@@ -365,25 +420,36 @@ static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vad
     uint64_t seq = atomic_load_explicit(&t->seen, memory_order_relaxed);
     atomic_store_explicit(&t->seen, seq + 1, memory_order_relaxed);
     int marker = vaddr - g.mbase < g.mspan;
-    uint64_t page = vaddr >> PAGE_SHIFT, h = 0;
+    uint64_t page = vaddr >> PAGE_SHIFT, region = vaddr >> REGION_SHIFT, h = 0;
     if (!marker && g.mode != M_COMPLETE) {
-        h = hash_of(page);
-        if (h >= atomic_load_explicit(&g.threshold, memory_order_relaxed))
-            return;
-        uint64_t *c = &t->cache[page & (CACHE_SLOTS - 1)];
-        if (*c != page + 1) {
-            pthread_mutex_lock(&g.lock);
-            int in = add_page_locked(page, h);
-            pthread_mutex_unlock(&g.lock);
-            if (!in)
-                return;
-            *c = page + 1;
+        uint64_t t_now = atomic_load_explicit(&g.threshold, memory_order_relaxed);
+        if (t->last_region != region + 1 || t->last_t != t_now) {
+            if (t->last_region != region + 1)
+                count_region(region);
+            t->last_region = region + 1;
+            t->last_t = t_now;
+            t->last_keep = region_keep(region, t_now);
         }
+        h = hash_of(page);
+        int in_page = h < t_now;
+        if (in_page) {
+            uint64_t *c = &t->cache[page & (CACHE_SLOTS - 1)];
+            if (*c != page + 1) {
+                pthread_mutex_lock(&g.lock);
+                in_page = add_page_locked(page, h);
+                pthread_mutex_unlock(&g.lock);
+                if (in_page)
+                    *c = page + 1;
+            }
+        }
+        if (!in_page && !t->last_keep)
+            return;
     }
     int w = qemu_plugin_mem_is_store(info);
     if (g.mode == M_SIZE) {
         pthread_mutex_lock(&t->lock);
-        if (marker || h < atomic_load(&g.threshold)) {
+        uint64_t t_now = atomic_load(&g.threshold);
+        if (marker || h < t_now || region_keep(region, t_now)) {
             put_ref(t, vaddr, w, seq);
             if (t->len > BUF_CAP - 2 * HTRS_MAX_REC)
                 full_buffer(t, 1);
@@ -468,8 +534,9 @@ static void at_exit(qemu_plugin_id_t id, void *ud)
         written += t->written;
     }
     if (!g.broken) {
-        unsigned char rec[HTRS_MAX_REC];
-        write_all(rec, htrs_end(rec, seen, written));
+        unsigned char rec[4 * HTRS_MAX_REC];
+        write_all(rec, end_record(rec, seen, written,
+                                  g.mode == M_COMPLETE ? 0 : atomic_load(&g.n_regions)));
     }
     progress_locked(1);
     if (getpid() == g.owner && close(g.fd) != 0)
@@ -602,6 +669,13 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             say("hugetune-qemu: out of memory for the set of sampled pages");
             return -1;
         }
+        /* 8 MiB of address space; only the words of referenced regions become
+         * resident. */
+        g.regions = calloc(REGION_BITS / 64, sizeof *g.regions);
+        if (!g.regions) {
+            say("hugetune-qemu: out of memory for the set of referenced regions");
+            return -1;
+        }
     }
 
     int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -625,9 +699,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     int n = snprintf(json, sizeof json, "{\"source\":\"qemu\",\"sampling\":\"%s\"", samp);
     if (g.mode != M_COMPLETE)
         n += snprintf(json + n, sizeof json - (size_t)n,
-                      ",\"page_shift\":%d,\"hash\":\"fmix64\",\"seed\":%" PRIu64
-                      ",\"modulus\":%" PRIu64 ",\"threshold\":%" PRIu64,
-                      PAGE_SHIFT, g.seed, g.modulus, threshold);
+                      ",\"page_shift\":%d,\"region_shift\":%d,\"hash\":\"fmix64\",\"seed\":%" PRIu64
+                      ",\"page_seed\":%" PRIu64 ",\"modulus\":%" PRIu64 ",\"threshold\":%" PRIu64,
+                      PAGE_SHIFT, REGION_SHIFT, g.seed, g.seed ^ PAGE_SALT, g.modulus, threshold);
     if (g.mode == M_SIZE)
         n += snprintf(json + n, sizeof json - (size_t)n, ",\"max_pages\":%" PRIu64, g.max_pages);
     if (g.mspan)

@@ -4,7 +4,8 @@
 //! Version 2: a header (magic + JSON parameters), then varint records: REF
 //! (address delta and write flag, then the gap in the thread's sequence index),
 //! THREAD, THRESHOLD (SHARDS fixed-size) and END (totals; its absence means the
-//! stream was cut). Per-thread delta state lets every thread's records be encoded
+//! stream was cut; with flag 1 it also counts the 2 MB regions the source saw
+//! referenced, for the analysis's realized sampling rate). Per-thread delta state lets every thread's records be encoded
 //! on their own, which the QEMU plugin and the workloads' trace mode need.
 //! Version 1 (lackey bundles from before) is a bare zstd stream of REF values.
 
@@ -41,6 +42,14 @@ pub struct StreamHeader {
     pub sampling: SamplingKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_shift: Option<u32>,
+    /// Two samples (docs/model.md §3.1): pages `addr >> page_shift` hashed with
+    /// `page_seed`, and regions `addr >> region_shift` hashed with `seed`, the
+    /// region after every sampled one kept too. Absent: pages only (an older
+    /// plugin), which the analysis cannot use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region_shift: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_seed: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,6 +73,8 @@ impl StreamHeader {
             source: source.into(),
             sampling: SamplingKind::Complete,
             page_shift: None,
+            region_shift: None,
+            page_seed: None,
             hash: None,
             seed: None,
             modulus: None,
@@ -99,6 +110,16 @@ impl StreamHeader {
                 }
                 if ps > 30 {
                     return Err(format!("page_shift {ps} is out of range"));
+                }
+                if let Some(rs) = self.region_shift {
+                    if rs <= ps || rs > 30 {
+                        return Err(format!(
+                            "region_shift {rs} is not between page_shift {ps} and 30"
+                        ));
+                    }
+                    if self.page_seed.is_none() {
+                        return Err("region sampling needs page_seed".into());
+                    }
                 }
                 if self.sampling == SamplingKind::SpatialSize && self.max_pages.unwrap_or(0) == 0 {
                     return Err("spatial-size sampling needs max_pages > 0".into());
@@ -251,10 +272,19 @@ impl<W: Write> RefWriter<W> {
     }
 
     /// Writes END with `refs_seen` (every reference the source observed).
-    pub fn finish(mut self, refs_seen: u64) -> std::io::Result<W> {
-        put_varint(&mut self.buf, K_END);
+    pub fn finish(self, refs_seen: u64) -> std::io::Result<W> {
+        self.finish_with(refs_seen, None)
+    }
+
+    /// [`RefWriter::finish`], also with the number of 2 MB regions the source
+    /// saw referenced (END's flag 1).
+    pub fn finish_with(mut self, refs_seen: u64, regions: Option<u64>) -> std::io::Result<W> {
+        put_varint(&mut self.buf, K_END | (regions.is_some() as u64) << 2);
         put_varint(&mut self.buf, refs_seen);
         put_varint(&mut self.buf, self.count);
+        if let Some(r) = regions {
+            put_varint(&mut self.buf, r);
+        }
         self.enc.write_all(&self.buf)?;
         let bw = self.enc.finish()?;
         bw.into_inner().map_err(|e| e.into_error())
@@ -285,6 +315,10 @@ pub struct Totals {
     pub refs_seen: u64,
     /// REF records in the stream.
     pub refs_written: u64,
+    /// The 2 MB regions the source saw referenced, sampled or not (END's flag
+    /// 1: sampling plugins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regions_seen: Option<u64>,
 }
 
 /// The input with the bytes read while detecting zstd put back in front.
@@ -490,6 +524,7 @@ impl<R: Read> RefReader<R> {
             self.totals = Some(Totals {
                 refs_seen: self.refs,
                 refs_written: self.refs,
+                regions_seen: None,
             });
             return Ok(None);
         };
@@ -573,11 +608,16 @@ impl<R: Read> RefReader<R> {
                 Ok(Some(Event::Threshold(t)))
             }
             _ => {
-                if h >> 2 != 0 {
+                if h >> 2 > 1 {
                     return Err(corrupt("reference stream: malformed END"));
                 }
                 let seen = self.need_varint("END's reference count")?;
                 let written = self.need_varint("END's record count")?;
+                let regions = if h >> 2 == 1 {
+                    Some(self.need_varint("END's region count")?)
+                } else {
+                    None
+                };
                 if written != self.refs {
                     return Err(corrupt(format!(
                         "reference stream: END says {written} references, the stream holds {}",
@@ -595,6 +635,7 @@ impl<R: Read> RefReader<R> {
                 self.totals = Some(Totals {
                     refs_seen: seen,
                     refs_written: written,
+                    regions_seen: regions,
                 });
                 Ok(None)
             }
@@ -668,7 +709,7 @@ mod tests {
             let bytes = w.finish(refs.len() as u64 * 3).unwrap();
             let (back, totals, h) = read_all(&bytes).unwrap();
             prop_assert_eq!(back, want);
-            prop_assert_eq!(totals, Some(Totals { refs_seen: refs.len() as u64 * 3, refs_written: refs.len() as u64 }));
+            prop_assert_eq!(totals, Some(Totals { refs_seen: refs.len() as u64 * 3, refs_written: refs.len() as u64, regions_seen: None }));
             prop_assert_eq!(h, spatial(false));
         }
 
@@ -710,6 +751,41 @@ mod tests {
         // The same content uncompressed (what the C encoder writes) reads the same.
         let raw = zstd::decode_all(&z[..]).unwrap();
         assert_eq!(read_all(&raw).unwrap().0, ev);
+    }
+
+    #[test]
+    fn end_counts_regions_and_headers_name_both_samples() {
+        let h = StreamHeader {
+            region_shift: Some(21),
+            page_seed: Some(7 ^ 0x9e37_79b9_7f4a_7c15),
+            ..spatial(false)
+        };
+        let mut w = RefWriter::new(Vec::new(), &h).unwrap();
+        w.push(0x1000, false).unwrap();
+        let z = w.finish_with(5, Some(3)).unwrap();
+        let (ev, totals, back) = read_all(&z).unwrap();
+        assert_eq!(ev.len(), 1);
+        assert_eq!(back, h);
+        assert_eq!(totals.unwrap().regions_seen, Some(3));
+        // A region shift that is not above the page shift, or no page seed.
+        for bad in [
+            StreamHeader {
+                region_shift: Some(12),
+                ..h.clone()
+            },
+            StreamHeader {
+                page_seed: None,
+                ..h.clone()
+            },
+        ] {
+            assert!(bad.validate().is_err());
+        }
+        // END with an unknown flag.
+        let mut raw = zstd::decode_all(&z[..]).unwrap();
+        let at = raw.len() - 4;
+        assert_eq!(raw[at], (K_END | 1 << 2) as u8);
+        raw[at] = (K_END | 2 << 2) as u8;
+        assert!(err_of(&raw).contains("malformed END"));
     }
 
     #[test]

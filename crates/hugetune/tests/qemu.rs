@@ -1,14 +1,17 @@
 //! The QEMU plugin reference source (qemu-plugin/, `--refs qemu`), checked against
-//! `hugetune-work --trace FILE` in the same run: the plugin's sampled pages are
-//! exactly the trace's pages that the hash keeps, its counts cover the trace's, its
-//! estimates fall within sampling error, fixed-size sampling keeps its bound. Skipped
-//! (with a message) where qemu-x86_64 is not installed; scripts/setup.sh installs it.
+//! `hugetune-work --trace FILE` in the same run: the plugin's pages are exactly the
+//! trace's pages that its two samples keep (pages by their hash, 2 MB regions by
+//! theirs and the region before; docs/model.md §3.1), its counts cover the trace's,
+//! its estimates fall within sampling error, fixed-size sampling keeps its bound,
+//! END counts the regions referenced. Skipped (with a message) where qemu-x86_64 is
+//! not installed; scripts/setup.sh installs it.
 
 mod common;
 use common::hugetune;
 
 use hugetune_capture::qemu::{self, Sampling, MARKER_ADDR, MARKER_SPAN, MODULUS};
-use hugetune_format::refstream::{fmix64, Event, Ref, RefReader, SamplingKind};
+use hugetune_format::refstream::{Event, Ref, RefReader, SamplingKind};
+use hugetune_model::sampled::Sampling as Samples;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
@@ -37,6 +40,8 @@ struct Stream {
     /// For each REF, the threshold in force when it was read.
     t_at: Vec<u64>,
     seen: u64,
+    /// END's count of 2 MB regions referenced (sampling plugins).
+    regions: Option<u64>,
     threshold0: u64,
     kind: SamplingKind,
     seed: u64,
@@ -51,6 +56,7 @@ fn read_stream(path: &Path) -> Stream {
         thresholds: Vec::new(),
         t_at: Vec::new(),
         seen: 0,
+        regions: None,
         threshold0: h.threshold.unwrap_or(MODULUS),
         kind: h.sampling,
         seed: h.seed.unwrap_or(0),
@@ -71,6 +77,11 @@ fn read_stream(path: &Path) -> Stream {
     let tot = r.totals().unwrap();
     assert_eq!(tot.refs_written, s.refs.len() as u64);
     s.seen = tot.refs_seen;
+    s.regions = tot.regions_seen;
+    if h.sampling != SamplingKind::Complete && h.source == "qemu" {
+        assert_eq!(h.region_shift, Some(21));
+        assert!(s.regions.is_some(), "END without the region count");
+    }
     s
 }
 
@@ -146,8 +157,21 @@ fn counts(refs: &[Ref], pages: (u64, u64)) -> BTreeMap<u64, u64> {
     m
 }
 
+fn samples(seed: u64, t: u64) -> Samples {
+    Samples::new(seed, MODULUS, t).unwrap()
+}
+
+/// Whether page `p` is in the page sample.
+fn in_page_sample(p: u64, seed: u64, t: u64) -> bool {
+    samples(seed, t).page_sampled(p)
+}
+
+/// Whether the plugin keeps the references to page `p`: its page or its region
+/// or the region before is sampled.
 fn is_sampled(p: u64, seed: u64, t: u64) -> bool {
-    fmix64(p ^ seed) % MODULUS < t
+    let s = samples(seed, t);
+    let r = p >> 9;
+    s.page_sampled(p) || s.region_sampled(r) || s.region_sampled(r.wrapping_sub(1))
 }
 
 /// Per thread, seq strictly increases (the reader guarantees it) and the threads
@@ -206,12 +230,12 @@ fn check_fixed_rate(args: &[&str], t: u64, seed: u64) {
         }
     }
     // ... and the SHARDS estimate of the kernel's references to the buffer, the
-    // sampled pages' counts over R, is within 4 standard errors of the exact total
+    // page sample's counts over R, is within 4 standard errors of the exact total
     // (Bernoulli sampling of pages: var = (1 - R) / R * sum of squared counts).
     let exact: u64 = tc.values().sum();
     let sampled: u64 = tc
         .iter()
-        .filter(|(p, _)| got.contains(p))
+        .filter(|(p, _)| got.contains(p) && in_page_sample(**p, seed, t))
         .map(|(_, c)| c)
         .sum();
     let est = sampled as f64 / rate;
@@ -293,7 +317,12 @@ fn sampled_estimate_agrees_with_a_complete_run() {
     let seed = 11;
     let s = run(&q, d.path(), Sampling::Rate(rate), seed, &args);
     let sc = counts(&s.plugin.refs, buffer_pages(&s.out));
-    let est = sc.values().sum::<u64>() as f64 / rate;
+    let est = sc
+        .iter()
+        .filter(|(p, _)| in_page_sample(**p, seed, t))
+        .map(|(_, c)| c)
+        .sum::<u64>() as f64
+        / rate;
     // The two runs may place the buffer differently: the deviation is judged with
     // the complete run's per-page counts, as if its pages had been sampled.
     let sq: f64 = fc.values().map(|&c| (c as f64).powi(2)).sum();
@@ -306,8 +335,8 @@ fn sampled_estimate_agrees_with_a_complete_run() {
     eprintln!("estimate {est:.0} vs complete {exact} (sigma {sigma:.0})");
 }
 
-/// (c) fixed-size: at most S_max pages in the sample at any time, thresholds only
-/// fall, every REF satisfies the threshold in force.
+/// (c) fixed-size: at most S_max pages in the page sample at any time, thresholds
+/// only fall, every REF satisfies the threshold in force.
 fn check_fixed_size(args: &[&str], max_pages: u64) {
     let Some(q) = qemu_or_skip() else { return };
     let d = tempfile::tempdir().unwrap();
@@ -330,7 +359,7 @@ fn check_fixed_size(args: &[&str], max_pages: u64) {
     for (x, &tx) in r.plugin.refs.iter().zip(&r.plugin.t_at) {
         if tx != t {
             t = tx;
-            set.retain(|&p| is_sampled(p, seed, t));
+            set.retain(|&p| in_page_sample(p, seed, t));
             idx += 1;
         }
         let p = x.addr >> 12;
@@ -338,7 +367,9 @@ fn check_fixed_size(args: &[&str], max_pages: u64) {
             is_sampled(p, seed, t),
             "{args:?}: REF to page {p:#x} above threshold {t}"
         );
-        set.insert(p);
+        if in_page_sample(p, seed, t) {
+            set.insert(p);
+        }
         assert!(
             set.len() as u64 <= max_pages,
             "{args:?}: {} pages in the sample",
@@ -399,8 +430,8 @@ fn bad_plugin_arguments_fail_clearly() {
 
 // ---------------------------------------------------------------- hugetune record
 
-/// (e) `record --refs qemu`: complete streams are analyzed; sampled ones are
-/// refused by `analyze` with a clear error (the model does not scale them yet).
+/// (e) `record --refs qemu`: complete streams are analyzed exactly; sampled ones
+/// from their sample, with error bars (`--exact` refuses them).
 #[test]
 fn record_with_qemu_then_analyze() {
     if qemu_or_skip().is_none() {
@@ -422,24 +453,34 @@ fn record_with_qemu_then_analyze() {
     assert_eq!(code, 0, "{out}\n{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert!(v.to_string().contains("qemu"), "{out}");
+    assert!(v["errors"].is_null() && v["result"]["sampling"].is_null());
 
     let sampled = d.path().join("s.htb");
     let s = sampled.to_str().unwrap();
     let (code, out, err) = hugetune(
         &db,
         &[
-            "record", "--refs", "qemu", "--rate", "0.01", "-o", s, "--", WORK, "randmem", "--size",
-            "4M",
+            "record", "--refs", "qemu", "--rate", "0.25", "-o", s, "--", WORK, "randmem", "--size",
+            "16M",
         ],
     );
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("spatial-rate"), "{out}");
-    let (code, out, err) = hugetune(&db, &["analyze", s]);
-    assert_ne!(code, 0, "{out}");
     assert!(
-        err.contains("sampled") && err.contains("does not yet scale"),
-        "{err}"
+        out.contains("spatial-rate") && out.contains("next: hugetune analyze"),
+        "{out}"
     );
+    let (code, out, err) = hugetune(&db, &["analyze", "--no-db", s]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("sampled    spatial-rate"), "{out}");
+    assert!(out.contains("sampling error"), "{out}");
+    let (code, out, err) = hugetune(&db, &["analyze", "--no-db", "--json", s]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["result"]["sampling"]["kind"], "spatial-rate");
+    assert!(!v["errors"].as_array().unwrap().is_empty());
+    let (code, out, err) = hugetune(&db, &["analyze", "--exact", s]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("exact counts need a complete stream"), "{err}");
 
     // Markers are always kept: the sampled stream holds the marker loads.
     let (code, _, err) = hugetune(

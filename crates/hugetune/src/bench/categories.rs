@@ -91,6 +91,7 @@ pub fn run(ctx: &Ctx, o: &Opts) -> Result<()> {
                 cpu: if o.quick { None } else { own_cpu() },
                 refs: RefSource::Qemu,
                 bundle: None,
+                rate: None,
                 simulate: false,
                 name: Some(name.to_string()),
                 json: true,

@@ -468,6 +468,8 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
             min_gain: stages::DEFAULT_MIN_GAIN,
             bundle: Some(scratch.path().join(format!("{}.htb", p.w.name))),
             refs: stages::RefSource::Auto,
+            rate: None,
+            max_pages: None,
             driver,
             profile_driver,
         };

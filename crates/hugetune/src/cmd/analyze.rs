@@ -1,3 +1,8 @@
+//! `hugetune analyze BUNDLE`: the model over a profile bundle, stored as
+//! directives. Sampled bundles (`record --rate/--max-pages`) are analysed from
+//! their sample with error bars; `--exact` insists on exact counts, `--rate`
+//! samples a complete stream (docs/model.md §3.1).
+
 use crate::{stages, Ctx};
 use anyhow::Result;
 use hugetune_host::machine;
@@ -13,14 +18,32 @@ pub struct Args {
     /// Do not store the directives in the database
     #[arg(long)]
     no_db: bool,
+    /// Exact counts only: refuse a sampled bundle (a complete one is analysed
+    /// whole, which is the default for complete bundles)
+    #[arg(long, conflicts_with = "rate")]
+    exact: bool,
+    /// Analyse a sample of the stream at this rate (0 < R <= 1): of a complete
+    /// bundle, 4 KB pages and 2 MB regions sampled as `record --rate` would; of a
+    /// fixed-rate one, a smaller sample
+    #[arg(long, value_name = "R")]
+    rate: Option<f64>,
+    /// Seed of the sampling hash for --rate on a complete bundle
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let m = machine::machine(ctx.tlb.as_deref())?;
-    let an = stages::analyze(
+    let an = stages::analyze_sampled(
         &a.bundle,
         &m.tlb.geometry,
         &stages::cost_model_at(&ctx.db_path, &m)?,
+        &stages::analysis_options(false),
+        &stages::SampleOptions {
+            exact: a.exact,
+            rate: a.rate,
+            seed: a.seed,
+        },
     )?;
     let ids = if a.no_db {
         None
@@ -77,8 +100,29 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
             "fails: huge pages cannot help much"
         }
     );
-    println!("\npredicted (on the profiled input; * = combined mapping, computed exactly)");
+    if let Some(x) = &an.result.sampling {
+        println!(
+            "sampled    {} : 4 KB pages and 2 MB regions at R = {:.4} (regions' realized rate {:.2}× that), {} of the references in the sample, {} regions",
+            x.kind,
+            x.rate,
+            x.realized,
+            hugetune_render::count(x.refs_sampled as f64),
+            x.groups
+        );
+    }
+    println!(
+        "\npredicted (on the profiled input; * = combined mapping, computed {})",
+        if an.result.sampling.is_some() {
+            "from the same sample"
+        } else {
+            "exactly"
+        }
+    );
     println!("{}", super::predictions_table(&an.predictions));
+    if !an.errors.is_empty() {
+        println!("sampling error (standard errors; 90 % interval of the speedup)");
+        println!("{}", error_table(an));
+    }
     println!("costs      {}", an.cost.source);
     // Seed 001 assumes category benefits add up; every combination is computed
     // exactly here, so say how far off that assumption would have been: one
@@ -108,4 +152,31 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
             worst.0
         );
     }
+}
+
+/// The error bars of a sampled analysis, one row per prediction in the
+/// predictions' order.
+fn error_table(an: &stages::Analysis) -> String {
+    use hugetune_render::{count, table};
+    let rows: Vec<Vec<String>> = an
+        .predictions
+        .iter()
+        .filter_map(|p| {
+            let e = an.errors.iter().find(|e| e.label == p.label)?;
+            Some(vec![
+                p.label.clone(),
+                format!("± {}", count(e.walks_se)),
+                format!("± {}", count(e.faults_se)),
+                format!("± {:.1} ms", e.saving_se_ns / 1e6),
+                format!(
+                    "{:.2}x ({:.2}–{:.2}x)",
+                    p.predicted_speedup, e.speedup_low, e.speedup_high
+                ),
+            ])
+        })
+        .collect();
+    table(
+        &["mapping", "TLB walks", "faults", "saving", "speedup"],
+        &rows,
+    )
 }

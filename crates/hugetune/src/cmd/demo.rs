@@ -49,6 +49,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         min_gain: stages::DEFAULT_MIN_GAIN,
         bundle: None,
         refs: stages::RefSource::Auto,
+        rate: None,
+        max_pages: None,
         driver: None,
         profile_driver: None,
     };

@@ -35,9 +35,16 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     bundle: Option<PathBuf>,
     /// Reference source of the profile: auto (qemu where installed, else
-    /// valgrind), qemu or valgrind; the model needs every reference
+    /// valgrind), qemu or valgrind
     #[arg(long, value_enum, default_value = "auto")]
     refs: stages::RefSource,
+    /// Profile a sample: 4 KB pages and 2 MB regions at this rate (qemu); the
+    /// predictions come with error bars (docs/model.md §3.1)
+    #[arg(long, value_name = "R")]
+    rate: Option<f64>,
+    /// Profile a fixed-size sample of at most this many 4 KB pages (qemu)
+    #[arg(long, value_name = "S", conflicts_with = "rate")]
+    max_pages: Option<u64>,
     /// The command is a server: run this client against it in every run (the
     /// profile, the sizing run, each timed run), stop the server with SIGTERM
     /// when the client ends, and time the client. `{port}` in the command,
@@ -67,6 +74,9 @@ pub struct Options {
     pub bundle: Option<PathBuf>,
     /// Where the references come from (`RefOptions::complete`).
     pub refs: stages::RefSource,
+    /// Sample them (qemu): `record --rate` / `--max-pages`.
+    pub rate: Option<f64>,
+    pub max_pages: Option<u64>,
     /// The command is a server driven by this client (`{port}` placeholders
     /// allowed), and by `profile_driver` in the profiled run.
     pub driver: Option<Vec<OsString>>,
@@ -191,6 +201,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         min_gain: a.min_gain,
         bundle: a.bundle,
         refs: a.refs,
+        rate: a.rate,
+        max_pages: a.max_pages,
     };
     let report = execute(ctx, &opts)?;
     if a.json {
@@ -233,7 +245,11 @@ pub fn profiles_dir() -> PathBuf {
 
 pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let art = crate::artifacts::find()?;
-    let refs = stages::RefOptions::complete(o.refs)?;
+    let refs = stages::RefOptions {
+        rate: o.rate,
+        max_pages: o.max_pages,
+        ..stages::RefOptions::complete(o.refs)?
+    };
     let machine = machine::machine(ctx.tlb.as_deref())?;
     let bundle = o
         .bundle

@@ -44,11 +44,16 @@ pub struct Args {
     /// Reference source of the profile
     #[arg(long, value_enum, default_value = "qemu")]
     pub refs: RefSource,
-    /// Profile bundle: reused when it exists, written otherwise
+    /// Profile bundle: reused when it exists (complete or sampled), written
+    /// otherwise
     #[arg(long)]
     pub bundle: Option<PathBuf>,
+    /// Profile a sample: 4 KB pages and 2 MB regions at this rate (qemu;
+    /// predictions come with error bars, docs/model.md §3.1)
+    #[arg(long, value_name = "R", conflicts_with = "simulate")]
+    pub rate: Option<f64>,
     /// Also run the exact set-associative TLB simulation and report the fully
-    /// associative approximation's error against it
+    /// associative approximation's error against it (needs every reference)
     #[arg(long)]
     pub simulate: bool,
     /// A name for the workload in the report
@@ -244,7 +249,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     if !bundle.exists() {
         let refs = RefOptions {
             source: a.refs,
-            rate: None,
+            rate: a.rate,
             max_pages: None,
             seed: 0,
         };

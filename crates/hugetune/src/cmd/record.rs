@@ -14,12 +14,12 @@ pub struct Args {
     /// valgrind
     #[arg(long, value_enum, default_value = "auto")]
     refs: RefSource,
-    /// Sample pages at this rate (SHARDS fixed-rate, 0 < R <= 1; qemu only).
-    /// Sampled bundles cannot be analyzed yet
+    /// Sample 4 KB pages and 2 MB regions at this rate (SHARDS fixed-rate,
+    /// 0 < R <= 1; qemu only); `analyze` scales the sample and gives error bars
     #[arg(long, value_name = "R")]
     rate: Option<f64>,
-    /// Sample at most this many pages (SHARDS fixed-size; qemu only).
-    /// Sampled bundles cannot be analyzed yet
+    /// Sample at most this many 4 KB pages, 2 MB regions at the same rate
+    /// (SHARDS fixed-size; qemu only)
     #[arg(long, value_name = "S", conflicts_with = "rate")]
     max_pages: Option<u64>,
     /// Seed of the page hash of sampling
@@ -82,10 +82,10 @@ pub fn run(ctx: &Ctx, mut a: Args) -> Result<i32> {
         ctx.verbose,
         None,
     )?;
-    let next = if meta.ref_sampling == "complete" {
-        format!("; next: hugetune analyze {}", a.output.display())
-    } else {
+    let next = if meta.ref_source == "damon" || meta.ref_sampling == "time" {
         String::new()
+    } else {
+        format!("; next: hugetune analyze {}", a.output.display())
     };
     println!(
         "wrote {} ({:.2} M references from {}, {}, native run {:.3} s){next}",

@@ -1,6 +1,13 @@
 //! Stage 2, analyze: a profile bundle through the model (every mapping of
 //! categories to page sizes predicted), stored as directives; calibration turned
 //! into the cost model; what validated runs teach the store.
+//!
+//! Complete streams are analysed exactly, or sampled by the analysis itself
+//! (`--rate`); streams the QEMU plugin sampled (pages and 2 MB regions,
+//! docs/model.md §3.1) are analysed from the sample, every count scaled and every
+//! prediction with its error bar. Two passes over the stream as recorded
+//! (categories and the regions referenced, then the model for every mapping at
+//! once): never a pass per mapping.
 
 use super::{analysis_options, note, program_of, strings, Validation};
 use anyhow::{bail, Context, Result};
@@ -8,7 +15,7 @@ use hugetune_capture::ab::Verdict;
 use hugetune_capture::inputs::inputs_from_log;
 use hugetune_format::alloclog::AllocLog;
 use hugetune_format::profile::{self, ProfileMeta};
-use hugetune_format::refstream::{RefReader, SamplingKind};
+use hugetune_format::refstream::{Event, RefReader, SamplingKind};
 use hugetune_host::calibrate::Calibration;
 use hugetune_host::machine::Machine;
 use hugetune_model::analysis::AnalysisResult;
@@ -18,9 +25,13 @@ use hugetune_model::cost::CostModel;
 use hugetune_model::mrc::PageSizeMrcs;
 use hugetune_model::page::Backing;
 use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits};
-use hugetune_model::rank::{self, Prediction, Significance};
+use hugetune_model::rank::{self, Prediction, PredictionError, Significance};
+use hugetune_model::sampled::{realized_ratio, Sampling, PAGE_SALT, PAGE_SHIFT, REGION_SHIFT};
 use hugetune_model::stream::AnalysisOptions;
-use hugetune_model::stream::{analyze_stream, present_categories, StreamSpec, StreamSummary};
+use hugetune_model::stream::{
+    analyze_stream_sampled, present_categories, StreamItem, StreamSampling, StreamSpec,
+    StreamSummary,
+};
 use hugetune_model::tlb::TlbGeometry;
 use hugetune_store::db::{Db, NewDirective, NewProfile, PlanSource};
 use serde::{Deserialize, Serialize};
@@ -44,6 +55,22 @@ pub struct Analysis {
     /// Miss-ratio curves of the whole stream per page size: (size, [(entries, ratio)]).
     #[serde(default)]
     pub mrc: Vec<(String, Vec<(u64, f64)>)>,
+    /// Sampled streams: the error bar of every prediction (docs/model.md §3.1);
+    /// empty when the counts are exact.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<PredictionError>,
+}
+
+/// How `analyze` treats the stream's sampling.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SampleOptions {
+    /// Exact counts or nothing: a complete stream, analysed whole.
+    pub exact: bool,
+    /// Sample at this rate: a complete stream (the analysis samples it as the
+    /// plugin would), or a fixed-rate one further down.
+    pub rate: Option<f64>,
+    /// The hash seed of that sampling (a complete stream's).
+    pub seed: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -98,6 +125,99 @@ pub fn analyze_with(
     cost: &CostModel,
     opts: &AnalysisOptions,
 ) -> Result<Analysis> {
+    analyze_sampled(path, geometry, cost, opts, &SampleOptions::default())
+}
+
+/// The sampling a stream with header `h` was recorded with, as the analysis
+/// reads it (`None`: complete), after `so`; an error for what cannot be analysed.
+fn stream_sampling(
+    path: &Path,
+    h: &hugetune_format::refstream::StreamHeader,
+    so: &SampleOptions,
+) -> Result<Option<StreamSampling>> {
+    let rate_ok = |r: f64| {
+        if !(r > 0.0 && r <= 1.0) {
+            bail!("--rate {r} is not in (0, 1]");
+        }
+        Ok(())
+    };
+    match h.sampling {
+        SamplingKind::Time => bail!(
+            "bundle {}: its references are time-sampled (source {}); reuse distances of time samples need a StatStack-style estimator, which this analysis does not have yet — record with --refs qemu or --refs valgrind",
+            path.display(),
+            h.source
+        ),
+        SamplingKind::Complete => match so.rate {
+            Some(r) if so.exact => bail!("--exact and --rate {r} exclude each other"),
+            Some(r) => {
+                rate_ok(r)?;
+                Ok((r < 1.0).then(|| StreamSampling {
+                    regions: Sampling::with_rate(so.seed, r),
+                    kind: "analysis",
+                    realized: 1.0,
+                }))
+            }
+            None => Ok(None),
+        },
+        SamplingKind::SpatialRate | SamplingKind::SpatialSize => {
+            if so.exact {
+                bail!(
+                    "bundle {}: its references are sampled ({:?}); exact counts need a complete stream — record again without --rate/--max-pages",
+                    path.display(),
+                    h.sampling
+                );
+            }
+            let (Some(seed), Some(m), Some(t)) = (h.seed, h.modulus, h.threshold) else {
+                bail!("bundle {}: the stream's sampling parameters are missing", path.display());
+            };
+            if h.page_shift != Some(PAGE_SHIFT)
+                || h.region_shift != Some(REGION_SHIFT)
+                || h.page_seed != Some(seed ^ PAGE_SALT)
+            {
+                bail!(
+                    "bundle {}: its references are sampled on {} only (recorded by an older hugetune's plugin); the model needs 4 KB pages and 2 MB regions sampled together (docs/model.md §3.1) — record it again",
+                    path.display(),
+                    h.page_shift.map_or("unknown units".into(), |s| format!("{} KB pages", (1u64 << s) >> 10))
+                );
+            }
+            let Some(mut regions) = Sampling::new(seed, m, t) else {
+                bail!("bundle {}: threshold {t} of modulus {m}", path.display());
+            };
+            if let Some(r) = so.rate {
+                rate_ok(r)?;
+                if h.sampling == SamplingKind::SpatialSize {
+                    bail!("--rate: a fixed-size sample (--max-pages) cannot be sampled further");
+                }
+                let t2 = ((r * m as f64).round() as u64).clamp(1, m);
+                if t2 > t {
+                    bail!(
+                        "--rate {r}: the stream was sampled at {} already",
+                        t as f64 / m as f64
+                    );
+                }
+                regions.threshold = t2;
+            }
+            Ok(Some(StreamSampling {
+                regions,
+                kind: if h.sampling == SamplingKind::SpatialRate {
+                    "spatial-rate"
+                } else {
+                    "spatial-size"
+                },
+                realized: 1.0,
+            }))
+        }
+    }
+}
+
+/// [`analyze_with`] of a sampled or complete stream as `so` says.
+pub fn analyze_sampled(
+    path: &Path,
+    geometry: &TlbGeometry,
+    cost: &CostModel,
+    opts: &AnalysisOptions,
+    so: &SampleOptions,
+) -> Result<Analysis> {
     let b = profile::read(path)?;
     for x in &b.extra {
         note(format!(
@@ -112,26 +232,15 @@ pub fn analyze_with(
             path.display()
         );
     };
-    // The model counts what it reads: a spatially sampled stream would give counts
-    // and reuse distances R times too small. Until it scales them (SHARDS), say so.
-    {
+    let mut sampling = {
         let r = RefReader::new(&refs[..]).context("reading the reference stream")?;
-        let h = r.header();
-        if h.sampling == SamplingKind::Time {
-            bail!(
-                "bundle {}: its references are time-sampled (source {}); reuse distances of time samples need a StatStack-style estimator, which this analysis does not have yet — record with --refs qemu or --refs valgrind",
-                path.display(),
-                b.meta.ref_source
-            );
-        }
-        if h.sampling != SamplingKind::Complete || b.meta.ref_sampling != "complete" {
-            bail!(
-                "bundle {}: its references are sampled ({}, source {}); this analysis needs a complete stream and does not yet scale sampled ones (SHARDS) — record again without --rate/--max-pages",
-                path.display(),
-                b.meta.ref_sampling,
-                b.meta.ref_source
-            );
-        }
+        stream_sampling(path, r.header(), so)?
+    };
+    if sampling.is_some() && opts.simulate {
+        bail!(
+            "bundle {}: the set-associative simulation needs every reference; the stream is sampled",
+            path.display()
+        );
     }
     let log = AllocLog::parse(&b.alloc_log, path)?;
     let inputs = inputs_from_log(&log);
@@ -147,29 +256,58 @@ pub fn analyze_with(
     const M: u64 = 1_000_000;
     let bar = crate::progress::Progress::bar("analyzing", 2 * b.meta.refs.div_ceil(M), "M refs");
     let done = std::cell::Cell::new(0u64);
-    let refs_iter = || -> Result<_> {
+    // END's totals (regions referenced, references seen) and the final
+    // threshold, once a pass has read the stream.
+    type Ends = (Option<u64>, Option<u64>, Option<u64>);
+    let ends: RefCell<Option<Ends>> = RefCell::new(None);
+    let items = || -> Result<_> {
         let mut r = RefReader::new(&refs[..]).context("reading the reference stream")?;
         let err = &stream_error;
-        let (bar, done) = (&bar, &done);
-        Ok(std::iter::from_fn(move || match r.next_ref() {
-            Ok(Some((a, _))) => {
+        let (bar, done, ends) = (&bar, &done, &ends);
+        Ok(std::iter::from_fn(move || match r.next_event() {
+            Ok(Some(Event::Ref(x))) => {
                 let n = done.get() + 1;
                 done.set(n);
                 if n % M == 0 {
                     bar.inc(1);
                 }
-                Some(a)
+                Some(StreamItem::Ref(x.addr))
             }
-            Ok(None) => None,
+            Ok(Some(Event::Threshold(t))) => Some(StreamItem::Threshold(t)),
+            Ok(None) => {
+                *ends.borrow_mut() = Some((
+                    r.totals().and_then(|t| t.regions_seen),
+                    r.threshold(),
+                    r.totals().map(|t| t.refs_seen),
+                ));
+                None
+            }
             Err(e) => {
                 *err.borrow_mut() = Some(e);
                 None
             }
         }))
     };
-    // The first pass also measures the whole stream's miss-ratio curves per page size.
-    let mut mrcs = PageSizeMrcs::new();
-    let (present, _, top) = present_categories(&spec, refs_iter()?.inspect(|&a| mrcs.feed(a)));
+    fn addrs(it: impl Iterator<Item = StreamItem>) -> impl Iterator<Item = u64> {
+        it.filter_map(|i| match i {
+            StreamItem::Ref(a) => Some(a),
+            StreamItem::Threshold(_) => None,
+        })
+    }
+    // The first pass: the categories present, the largest sites, and the 2 MB
+    // regions the program references (for the realized rate of the region
+    // sample: the capture counted them all, the stream holds the sampled ones).
+    let (mbase, mspan) = spec.markers;
+    let mut regions = std::collections::HashSet::new();
+    let mut last_region = u64::MAX;
+    let first = addrs(items()?).inspect(|&a| {
+        let g = a >> REGION_SHIFT;
+        if g != last_region && a.wrapping_sub(mbase) >= mspan {
+            last_region = g;
+            regions.insert(g);
+        }
+    });
+    let (present, _, top) = present_categories(&spec, first);
     let opts = &AnalysisOptions {
         sites: top,
         ..opts.clone()
@@ -180,7 +318,64 @@ pub fn analyze_with(
             path.display()
         );
     }
-    let (result, stream, cat) = analyze_stream(&spec, geometry, &present, opts, refs_iter()?);
+    if let Some(s) = sampling.as_mut() {
+        let (counted, final_t, _) = ends.borrow().unwrap_or((None, None, None));
+        let mut at_end = s.regions;
+        if s.kind == "spatial-size" {
+            at_end.threshold = final_t.unwrap_or(at_end.threshold).min(at_end.threshold);
+        }
+        let sampled = regions
+            .iter()
+            .filter(|&&g| at_end.region_sampled(g))
+            .count() as u64;
+        // A complete stream sampled here: every region is in it.
+        let all = if s.kind == "analysis" {
+            Some(regions.len() as u64)
+        } else {
+            counted
+        };
+        if let Some(all) = all {
+            s.realized = realized_ratio(sampled, all, at_end.rate());
+        }
+    }
+    drop(regions);
+    // The second pass: every mapping at once, and the curves per page size.
+    let mut mrcs = match &sampling {
+        None => PageSizeMrcs::new(),
+        Some(s) => {
+            let mut m = PageSizeMrcs::sampled(s.regions);
+            m.set_realized(s.realized);
+            m
+        }
+    };
+    let second = items()?.inspect(|i| match *i {
+        StreamItem::Ref(a) if a.wrapping_sub(mbase) >= mspan => mrcs.feed(a),
+        StreamItem::Ref(_) => {}
+        StreamItem::Threshold(t) => mrcs.set_threshold(t),
+    });
+    let (result, mut stream, cat) =
+        analyze_stream_sampled(&spec, geometry, &present, opts, sampling, second);
+    // SHARDS_adj for the totals: the references of the program are known (all
+    // the capture saw but the marker loads; every one of them for a stream the
+    // analysis sampled), the sample gives their shares by category. The miss and
+    // fault counts, which the predictions use, are the sample's own estimates.
+    if let Some(s) = &sampling {
+        let known = match s.kind {
+            "analysis" => Some(stream.sampled_refs + stream.out_of_sample),
+            _ => ends
+                .borrow()
+                .and_then(|e| e.2)
+                .map(|seen| seen.saturating_sub(stream.markers + stream.excluded)),
+        };
+        let sum: u64 = stream.refs_per_category.iter().sum();
+        if let Some(n) = known.filter(|&n| n > 0 && sum > 0) {
+            let f = n as f64 / sum as f64;
+            for c in &mut stream.refs_per_category {
+                *c = (*c as f64 * f).round() as u64;
+            }
+            stream.refs = n;
+        }
+    }
     if let Some(e) = stream_error.take() {
         bail!(
             "bundle {}: the reference stream is corrupt: {e}",
@@ -188,6 +383,14 @@ pub fn analyze_with(
         );
     }
     if stream.refs == 0 {
+        if let Some(s) = &sampling {
+            bail!(
+                "bundle {}: no program references in the sample ({} at R = {}); sample at a higher rate",
+                path.display(),
+                s.kind,
+                s.regions.rate()
+            );
+        }
         bail!(
             "bundle {}: no program references in the stream",
             path.display()
@@ -195,6 +398,7 @@ pub fn analyze_with(
     }
     let native_s = b.meta.native.wall_s;
     let mut predictions = rank::predictions(&result, cost, native_s);
+    let mut errors = rank::sampling_errors(&result, cost, native_s);
     // Name the modules of per-site mappings, for labels and `site` directives.
     for p in predictions.iter_mut().filter(|p| !p.sites.is_empty()) {
         for s in &mut p.sites {
@@ -205,6 +409,16 @@ pub fn analyze_with(
                 .unwrap_or_default();
         }
         p.label = rank::site_label(&p.sites);
+    }
+    // The errors were computed under the model's labels: the same order of
+    // work, so relabel them alike.
+    for e in &mut errors {
+        if let Some(p) = predictions
+            .iter()
+            .find(|p| !p.sites.is_empty() && e.label == unnamed_site_label(p))
+        {
+            e.label = p.label.clone();
+        }
     }
     let significance = rank::significance(&result, native_s);
     Ok(Analysis {
@@ -225,7 +439,21 @@ pub fn analyze_with(
             .into_iter()
             .map(|(n, v)| (n.to_string(), v))
             .collect(),
+        errors,
     })
+}
+
+/// A site prediction's label before its modules are named.
+fn unnamed_site_label(p: &Prediction) -> String {
+    let sites: Vec<_> = p
+        .sites
+        .iter()
+        .map(|s| rank::PlannedSite {
+            module: String::new(),
+            ..s.clone()
+        })
+        .collect();
+    rank::site_label(&sites)
 }
 
 /// Stores a profile's analysis in the database; returns (profile id, program id, machine id).
@@ -261,6 +489,8 @@ pub fn store_analysis_from(
         "cost": a.cost,
         "program": a.program,
         "mrc": a.mrc.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+        "sampling": a.result.sampling,
+        "errors": a.errors,
     });
     let directives: Vec<NewDirective> = a
         .predictions

@@ -51,9 +51,11 @@ pub fn auto_choice(perf_samples: bool, qemu_installed: bool) -> RefSource {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RefOptions {
     pub source: RefSource,
-    /// SHARDS fixed-rate sampling at this rate (qemu only).
+    /// SHARDS fixed-rate sampling of 4 KB pages and 2 MB regions at this rate
+    /// (qemu only; docs/model.md §3.1).
     pub rate: Option<f64>,
-    /// SHARDS fixed-size sampling with at most this many pages (qemu only).
+    /// SHARDS fixed-size sampling with at most this many 4 KB pages, 2 MB
+    /// regions at the same rate (qemu only).
     pub max_pages: Option<u64>,
     /// The page hash's seed.
     pub seed: u64,
@@ -224,8 +226,9 @@ pub fn record(
             display_cmd(argv),
             match sampling {
                 Sampling::Complete => "every reference".to_string(),
-                Sampling::Rate(r) => format!("SHARDS fixed-rate, R = {r}"),
-                Sampling::MaxPages(s) => format!("SHARDS fixed-size, at most {s} pages"),
+                Sampling::Rate(r) => format!("4 KB pages and 2 MB regions sampled at R = {r}"),
+                Sampling::MaxPages(s) =>
+                    format!("4 KB pages and 2 MB regions sampled, fixed-size: at most {s} pages"),
             }
         )),
     }
