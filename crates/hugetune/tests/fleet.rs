@@ -183,3 +183,69 @@ fn hosts_share_plans_by_class_and_a_new_class_gets_a_reanalysis() {
     assert!(before == after, "a second sync changed a database");
     assert!(Path::new(local).exists());
 }
+
+/// `bench store` measures look-ups and inserts from several clients, and
+/// refuses a database holding profiles that are not its own.
+#[test]
+fn the_store_benchmark_prints_figures_and_keeps_to_its_own_database() {
+    let db = pg::fresh_database();
+    let (code, out, err) = hugetune_at(
+        None,
+        &[
+            "--db",
+            &db,
+            "bench",
+            "store",
+            "--clients",
+            "3",
+            "--seconds",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let f: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(f["engine"], "postgres");
+    assert_eq!(f["clients"], 3);
+    assert!(f["lookups"].as_u64().unwrap() > 3, "{f}");
+    assert_eq!(f["lookups"], f["writes"]);
+    for part in ["lookup", "startup", "write"] {
+        let p99 = f[part]["p99_ms"].as_f64().unwrap_or(f64::NAN);
+        assert!(p99 > 0.0 && p99 < 60_000.0, "{part}: {f}");
+    }
+    // Its rows are its own: a second run reuses them.
+    let (code, _, err) = hugetune_at(
+        None,
+        &[
+            "--db",
+            &db,
+            "bench",
+            "store",
+            "--clients",
+            "1",
+            "--seconds",
+            "1",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let mut store = hugetune_store::db::Db::open(Path::new(&db)).unwrap();
+    let p = store.upsert_program("/usr/bin/real", None).unwrap();
+    store
+        .insert_profile(p, None, &["real".into()], None, &serde_json::json!({}), &[])
+        .unwrap();
+    let (code, _, err) = hugetune_at(
+        None,
+        &[
+            "--db",
+            &db,
+            "bench",
+            "store",
+            "--clients",
+            "1",
+            "--seconds",
+            "1",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("not the benchmark's"), "{err}");
+}
