@@ -168,6 +168,9 @@ pub(crate) struct Pg {
     client: postgres::Client,
     /// Prepared once per connection: a look-up is one round trip, not two.
     statements: HashMap<String, postgres::Statement>,
+    /// A transaction was begun and not yet ended (a panic may leave one open:
+    /// the next begin rolls it back first).
+    open: bool,
 }
 
 pub(crate) enum Conn {
@@ -327,6 +330,7 @@ impl Conn {
         Conn::Pg(Box::new(Pg {
             client,
             statements: HashMap::new(),
+            open: false,
         }))
     }
 
@@ -453,9 +457,11 @@ impl Conn {
                 if pg.client.is_closed() {
                     bail!("the connection to the PostgreSQL server was lost");
                 }
-                // "ROLLBACK" outside a transaction only warns: it clears what a
-                // panic left open.
-                pg.client.batch_execute("ROLLBACK; BEGIN")?;
+                // Not "ROLLBACK; BEGIN" every time: outside a transaction it
+                // makes the server log a warning per transaction.
+                pg.client
+                    .batch_execute(if pg.open { "ROLLBACK; BEGIN" } else { "BEGIN" })?;
+                pg.open = true;
             }
         }
         Ok(())
@@ -474,15 +480,29 @@ impl Conn {
                 // first read, and blocks no writer.
                 c.execute_batch("BEGIN DEFERRED")?;
             }
-            Conn::Pg(pg) => pg
-                .client
-                .batch_execute("ROLLBACK; BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?,
+            Conn::Pg(pg) => {
+                pg.client.batch_execute(if pg.open {
+                    "ROLLBACK; BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+                } else {
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+                })?;
+                pg.open = true;
+            }
         }
         let r = f(self);
-        let end = self.batch(if r.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        let end = self.end(r.is_ok());
         let v = r?;
         end?;
         Ok(v)
+    }
+
+    /// Commits (or rolls back) the transaction `begin` or `snapshot` opened.
+    fn end(&mut self, commit: bool) -> Result<()> {
+        let r = self.batch(if commit { "COMMIT" } else { "ROLLBACK" });
+        if let Conn::Pg(pg) = self {
+            pg.open = false;
+        }
+        r
     }
 
     /// Runs `f` in one transaction: all of its writes or none. On PostgreSQL a
@@ -492,13 +512,13 @@ impl Conn {
         loop {
             self.begin()?;
             let r = f(self).and_then(|v| {
-                self.batch("COMMIT")?;
+                self.end(true)?;
                 Ok(v)
             });
             match r {
                 Ok(v) => return Ok(v),
                 Err(e) => {
-                    let _ = self.batch("ROLLBACK");
+                    let _ = self.end(false);
                     attempt += 1;
                     if self.engine() == Engine::Postgres && attempt < 8 && retryable(&e) {
                         std::thread::sleep(std::time::Duration::from_millis(5 << attempt.min(5)));

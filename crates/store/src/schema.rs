@@ -367,16 +367,18 @@ pub(crate) fn migrate_sqlite(c: &mut Conn) -> Result<()> {
 const PG_LOCK: i64 = 0x6875_6765_7475_6e65;
 
 pub(crate) fn postgres_version(c: &mut Conn) -> Result<Option<u32>> {
-    // to_regclass: a catalog look-up, much cheaper than information_schema (this
-    // runs at every connection).
+    // pg_tables, read with this statement's snapshot: a table another host
+    // created and committed while this one waited for the lock is seen (a name
+    // look-up such as to_regclass may answer from this session's cache).
     let has = c
         .query_one(
-            "SELECT to_regclass('hugetune_schema') IS NOT NULL",
+            "SELECT count(*) FROM pg_catalog.pg_tables
+             WHERE schemaname = current_schema() AND tablename = 'hugetune_schema'",
             &[],
             "the schema's tables",
         )?
-        .bool(0)?;
-    if !has {
+        .int(0)?;
+    if has == 0 {
         return Ok(None);
     }
     let v = c
@@ -393,14 +395,21 @@ pub(crate) fn postgres_version(c: &mut Conn) -> Result<Option<u32>> {
 /// Brings a PostgreSQL database to `SCHEMA_VERSION`. An empty database gets
 /// hugetune's tables; one with other tables but not hugetune's is refused.
 pub(crate) fn migrate_postgres(c: &mut Conn, name: &str) -> Result<()> {
-    // The common case (every connection), in one round trip without a
-    // transaction or the lock: already current.
-    let current = c
-        .pg_simple_first("SELECT max(version) FROM hugetune_schema")?
+    // The common case (every connection), in two simple queries without a
+    // transaction or the lock: already current. (Asking for the version of a
+    // table that is not there would work too, but log an error on the server.)
+    let exists = c
+        .pg_simple_first("SELECT to_regclass('hugetune_schema') IS NOT NULL")?
         .and_then(|v| v.into_iter().next().flatten())
-        .and_then(|v| v.parse::<u32>().ok());
-    if current == Some(SCHEMA_VERSION) {
-        return Ok(());
+        == Some("t".to_string());
+    if exists {
+        let current = c
+            .pg_simple_first("SELECT max(version) FROM hugetune_schema")?
+            .and_then(|v| v.into_iter().next().flatten())
+            .and_then(|v| v.parse::<u32>().ok());
+        if current == Some(SCHEMA_VERSION) {
+            return Ok(());
+        }
     }
     c.transaction(|c| {
         c.exec("SELECT pg_advisory_xact_lock(?1)", &[Val::Int(PG_LOCK)])?;

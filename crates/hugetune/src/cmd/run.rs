@@ -2,7 +2,8 @@
 //! the pages available now, runs it with the plan applied, and records the run.
 //! Signals sent to hugetune go to the program (forwarded), which ends as it would
 //! alone; its exit status is hugetune's. With `--exec` hugetune becomes the
-//! program instead (a service's main process), and records nothing.
+//! program instead (a service's main process), and records nothing. `--json`
+//! ends with where the plan came from (profile, machine class, hosts).
 
 use crate::{stages, Ctx};
 use anyhow::{Context, Result};
