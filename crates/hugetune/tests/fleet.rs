@@ -97,7 +97,10 @@ fn hosts_share_plans_by_class_and_a_new_class_gets_a_reanalysis() {
     }
     assert_eq!(b["exit_code"], 0);
 
-    // C: another class (a smaller TLB), a re-analysis of A's profile for it.
+    // C: another class (a smaller TLB), a re-analysis of A's profile for it,
+    // from the copy of the bundle the store keeps (the file is not on C).
+    let moved = d.path().join("elsewhere.htb");
+    std::fs::rename(&bundle, &moved).unwrap();
     let tlb = d.path().join("small-tlb.json");
     std::fs::write(
         &tlb,
@@ -108,7 +111,7 @@ fn hosts_share_plans_by_class_and_a_new_class_gets_a_reanalysis() {
     .unwrap();
     let (c, err) = run_json(&fleet, "host-c", &["--tlb", tlb.to_str().unwrap()]);
     assert!(
-        err.contains(&format!("analyzing profile #{profile}")),
+        err.contains(&format!("analyzing profile #{profile}")) && err.contains("from the database"),
         "{err}"
     );
     let csrc = &c["source"];

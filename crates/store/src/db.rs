@@ -111,6 +111,19 @@ pub struct NewProfile<'a> {
     pub origin_id: Option<i64>,
 }
 
+/// What `put_bundle` did with a bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    Stored,
+    /// The database had it already.
+    Already,
+    /// Over the size limit (its size): not kept.
+    TooLarge(u64),
+}
+
+/// Bundles a fleet store keeps at most (a whole bundle goes in one value).
+pub const BUNDLE_MAX: u64 = 256 << 20;
+
 /// A profile as the online agent reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredProfile {
@@ -766,8 +779,22 @@ impl Db {
         })
     }
 
-    /// `insert_profile`, with an origin (a re-analysis for another class).
+    /// `insert_profile`, with an origin (a re-analysis for another class). On
+    /// PostgreSQL an original profile's bundle file is kept in the store as
+    /// well (up to `BUNDLE_MAX`), for hosts of other classes that do not have
+    /// the file; a profile stored without it (killed in between, too large)
+    /// is still whole.
     pub fn store_profile(&self, p: &NewProfile) -> Result<i64> {
+        let id = self.store_profile_rows(p)?;
+        if let (Engine::Postgres, None, Some(file)) = (self.engine(), p.origin_id, p.bundle) {
+            if file.is_file() {
+                self.put_bundle(id, file, BUNDLE_MAX)?;
+            }
+        }
+        Ok(id)
+    }
+
+    fn store_profile_rows(&self, p: &NewProfile) -> Result<i64> {
         let bundle = p.bundle.map(|b| b.to_string_lossy().into_owned());
         let args_text = serde_json::to_string(p.args)?;
         let summary_text = p.summary.to_string();
@@ -1024,6 +1051,60 @@ impl Db {
         fold_validations(&mut self.conn.borrow_mut(), directive_id)
     }
 
+    // -------------------------------------------------------------- bundles
+
+    /// Keeps the bundle file of profile `profile_id` in the database, so that a
+    /// host without the file can analyze the profile again for its class
+    /// (fleet stores: the CLI stores bundles only on PostgreSQL, where the
+    /// file is on another host). Bundles over `max_bytes` are not kept (false).
+    /// Storing it again changes nothing.
+    pub fn put_bundle(&self, profile_id: i64, file: &Path, max_bytes: u64) -> Result<Kept> {
+        let uid = self.profile_uid(profile_id)?;
+        let mut c = self.conn.borrow_mut();
+        if c.query_opt(
+            "SELECT 1 FROM bundles WHERE profile_uid = ?1",
+            &[uid.as_str().into()],
+        )?
+        .is_some()
+        {
+            return Ok(Kept::Already);
+        }
+        let len = std::fs::metadata(file)
+            .with_context(|| format!("reading {}", file.display()))?
+            .len();
+        if len > max_bytes {
+            return Ok(Kept::TooLarge(len));
+        }
+        let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let n = c.exec(
+            "INSERT INTO bundles (profile_uid, size, data) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            &[uid.into(), (data.len() as u64).into(), data.into()],
+        )?;
+        Ok(if n == 1 { Kept::Stored } else { Kept::Already })
+    }
+
+    /// The bundle kept for profile `profile_id` (or for the profile it
+    /// re-analyzed), if the database has it.
+    pub fn bundle_bytes(&self, profile_id: i64) -> Result<Option<Vec<u8>>> {
+        let row = self.conn.borrow_mut().query_opt(
+            "SELECT b.data FROM profiles p JOIN profiles o ON o.id = coalesce(p.origin_id, p.id)
+             JOIN bundles b ON b.profile_uid IN (p.uid, o.uid) WHERE p.id = ?1 LIMIT 1",
+            &[profile_id.into()],
+        )?;
+        row.map(|r| r.blob(0)).transpose()
+    }
+
+    fn profile_uid(&self, profile_id: i64) -> Result<String> {
+        self.conn
+            .borrow_mut()
+            .query_opt(
+                "SELECT uid FROM profiles WHERE id = ?1",
+                &[profile_id.into()],
+            )?
+            .with_context(|| format!("no profile with id {profile_id}"))?
+            .text(0)
+    }
+
     // ---------------------------------------------------------- validations
 
     /// Records a validation of a directive by this host: `agreement` (0..=1) is
@@ -1130,8 +1211,18 @@ impl Db {
                 "unknown entry kind '{other}' (expected program, profile, run or calibration)"
             ),
         };
-        // Cascades remove many rows: one transaction.
-        let n = self.tx(|c| c.exec(sql, &[id.into()]))?;
+        // Cascades remove many rows: one transaction, with the kept bundles.
+        let bundles = match kind {
+            "program" => Some("DELETE FROM bundles WHERE profile_uid IN (SELECT uid FROM profiles WHERE program_id = ?1)"),
+            "profile" => Some("DELETE FROM bundles WHERE profile_uid IN (SELECT uid FROM profiles WHERE id = ?1)"),
+            _ => None,
+        };
+        let n = self.tx(|c| {
+            if let Some(b) = bundles {
+                c.exec(b, &[id.into()])?;
+            }
+            c.exec(sql, &[id.into()])
+        })?;
         if n == 0 {
             bail!("no {kind} with id {id}");
         }
@@ -1354,6 +1445,22 @@ pub(crate) mod tests {
             details: machine(l1),
         })
         .unwrap()
+    }
+
+    impl Db {
+        /// A profile with nothing in it.
+        fn insert_profile_for_test(&self, program_id: i64) -> i64 {
+            self.store_profile(&NewProfile {
+                program_id,
+                machine_id: None,
+                args: &[],
+                bundle: None,
+                summary: &json!({}),
+                directives: &[],
+                origin_id: None,
+            })
+            .unwrap()
+        }
     }
 
     fn run_of(program_id: i64, profile_id: Option<i64>) -> NewRun {
@@ -1740,6 +1847,55 @@ pub(crate) mod tests {
             assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
             assert_eq!(db.show("run", r).unwrap()["host"], "3d1219c7c4c5404aaa1f6d2a48adfda4");
             assert!(db.set_host_id("not a host id").is_err());
+        }
+
+        fn a_store_keeps_bundles_for_hosts_without_the_file(fresh) {
+            let db = fresh();
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("p.htb");
+            std::fs::write(&file, b"HTB bundle bytes").unwrap();
+            let p = db.upsert_program("/bin/w", Some("b1")).unwrap();
+            let prof = db
+                .store_profile(&NewProfile {
+                    program_id: p,
+                    machine_id: None,
+                    args: &["w".into()],
+                    bundle: Some(&file),
+                    summary: &json!({}),
+                    directives: &[],
+                    origin_id: None,
+                })
+                .unwrap();
+            // PostgreSQL (a fleet store) keeps it on its own; SQLite when asked.
+            let expected = if db.engine() == Engine::Postgres { Kept::Already } else { Kept::Stored };
+            assert_eq!(db.put_bundle(prof, &file, BUNDLE_MAX).unwrap(), expected);
+            assert_eq!(db.put_bundle(prof, &file, BUNDLE_MAX).unwrap(), Kept::Already);
+            let again = db
+                .store_profile(&NewProfile {
+                    program_id: p,
+                    machine_id: None,
+                    args: &["w".into()],
+                    bundle: Some(&file),
+                    summary: &json!({}),
+                    directives: &[],
+                    origin_id: Some(prof),
+                })
+                .unwrap();
+            std::fs::remove_file(&file).unwrap();
+            assert_eq!(db.bundle_bytes(prof).unwrap().unwrap(), b"HTB bundle bytes");
+            // A re-analysis finds its origin's.
+            assert_eq!(db.bundle_bytes(again).unwrap().unwrap(), b"HTB bundle bytes");
+            let big = dir.path().join("big.htb");
+            std::fs::write(&big, vec![0u8; 100]).unwrap();
+            let other = db.insert_profile_for_test(p);
+            assert_eq!(db.put_bundle(other, &big, 99).unwrap(), Kept::TooLarge(100));
+            assert_eq!(db.bundle_bytes(other).unwrap(), None);
+            assert!(db.put_bundle(other, &dir.path().join("gone"), BUNDLE_MAX).is_err());
+            // A bundle goes with its profile; none is exported.
+            assert!(db.export().unwrap().get("bundles").is_none());
+            db.remove("profile", prof).unwrap();
+            let n = db.query_sql("SELECT count(*) FROM bundles", &[]).unwrap()[0].int(0).unwrap();
+            assert_eq!(n, 0);
         }
 
         fn remove_takes_dependants_along(fresh) {

@@ -114,7 +114,8 @@ CREATE INDEX runs_program ON runs(program_id, mapping);
     // several paths are merged into the oldest); validations are rows (which
     // host measured what), the directive's columns their aggregate (the
     // validated state so far is carried over as one row by no known host,
-    // `carried`: a state, not one measurement); profiles, runs
+    // `carried`: a state, not one measurement); a fleet store keeps the profile
+    // bundles themselves (`bundles`), for hosts that re-analyze; profiles, runs
     // and calibrations get unique ids that survive copying between databases.
     Migration {
         sql: r#"
@@ -149,6 +150,12 @@ CREATE TABLE validations (
     created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
 );
 CREATE INDEX validations_directive ON validations(directive_id);
+CREATE TABLE bundles (
+    profile_uid TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+);
 INSERT INTO validations (uid, directive_id, machine_id, agreement, lost, carried)
     SELECT lower(hex(randomblob(16))), id, NULL, confidence, lost, 1 FROM directives WHERE validations > 0;
 UPDATE profiles SET program_id = (
@@ -268,6 +275,12 @@ CREATE TABLE validations (
     created TEXT NOT NULL DEFAULT (NOW_UTC)
 );
 CREATE INDEX validations_directive ON validations(directive_id);
+CREATE TABLE bundles (
+    profile_uid TEXT PRIMARY KEY,
+    size BIGINT NOT NULL,
+    data BYTEA NOT NULL,
+    created TEXT NOT NULL DEFAULT (NOW_UTC)
+);
 "#;
 
 /// The current time as SQLite's `strftime` default writes it, so rows read the
@@ -290,6 +303,7 @@ pub const TABLES: &[&str] = &[
     "runs",
     "calibrations",
     "validations",
+    "bundles",
 ];
 
 /// Version 4's fix-up: the class of every machine whose stored description

@@ -164,10 +164,18 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
                     s
                 }
             };
+            let mut pushed = counts(&r.pushed);
+            if r.bundles > 0 {
+                pushed = [pushed, format!("{} profile bundles", r.bundles)]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+            }
             eprintln!(
                 "hugetune: pushed to {}: {}",
                 fleet.path().display(),
-                or_nothing(counts(&r.pushed))
+                or_nothing(pushed)
             );
             match &r.class {
                 Some(class) => eprintln!(
