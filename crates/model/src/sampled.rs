@@ -51,7 +51,7 @@
 use crate::categorize::{ObjectInfo, StaticSegment};
 use crate::category::Category;
 use crate::reuse::ReuseEngine;
-use crate::shards::{fmix64, Sampler};
+use crate::shards::fmix64;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +70,8 @@ pub const PAGE_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
 pub const BUCKETS: usize = 16;
 
 /// Which pages and groups are in the sample: hash < threshold, with the
-/// capture's hash (seed, modulus).
+/// capture's hash (seed, modulus; the one of [`crate::shards::Sampler`] with
+/// region shift 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sampling {
     pub seed: u64,
@@ -121,16 +122,27 @@ impl Sampling {
         self.threshold >= self.modulus
     }
 
+    /// `fmix64(x ^ seed) mod P` ([`Sampler::hash`] with region shift 0).
+    #[inline(always)]
+    fn hash(&self, x: u64, seed: u64) -> u64 {
+        let h = fmix64(x ^ seed);
+        if self.modulus.is_power_of_two() {
+            h & (self.modulus - 1)
+        } else {
+            h % self.modulus.max(1)
+        }
+    }
+
     /// `hash(group) mod P` of the region sample.
     #[inline(always)]
     pub fn region_hash(&self, group: u64) -> u64 {
-        Sampler::new(self.seed, self.modulus, 0).hash(group)
+        self.hash(group, self.seed)
     }
 
     /// `hash(page) mod P` of the page sample.
     #[inline(always)]
     pub fn page_hash(&self, page: u64) -> u64 {
-        Sampler::new(self.seed ^ PAGE_SALT, self.modulus, 0).hash(page)
+        self.hash(page, self.seed ^ PAGE_SALT)
     }
 
     /// Whether `group` (a 2 MB region number) is in the region sample.
@@ -143,6 +155,17 @@ impl Sampling {
     #[inline(always)]
     pub fn page_sampled(&self, page: u64) -> bool {
         self.is_complete() || self.page_hash(page) < self.threshold
+    }
+
+    /// Whether the capture keeps a reference to `addr` (the QEMU plugin's rule,
+    /// marker loads aside): its page is in the page sample, or its region or the
+    /// region before is in the region sample.
+    #[inline]
+    pub fn capture_keeps(&self, addr: u64) -> bool {
+        let r = addr >> REGION_SHIFT;
+        self.page_sampled(addr >> PAGE_SHIFT)
+            || self.region_sampled(r)
+            || self.region_sampled(r.wrapping_sub(1))
     }
 }
 
@@ -221,15 +244,60 @@ pub enum Layer {
     Coarse,
 }
 
+/// The region keys of one group and the engine clock at their last
+/// reference.
+#[derive(Debug, Clone, Default)]
+struct Group {
+    keys: Vec<u64>,
+    stamps: Vec<u32>,
+}
+
 /// What an estimating engine keeps beside the exact one.
 #[derive(Debug, Clone, Default)]
 struct Est {
-    /// Every key: its layer and unit, for eviction.
-    units: FxHashMap<u64, (Layer, u64)>,
-    /// Region keys by group (few: 1 per group at 2 MB, 32 at 64 KB).
-    groups: FxHashMap<u64, Vec<u64>>,
-    /// Coarse keys (1 GB pages: a handful).
-    coarse: Vec<u64>,
+    /// Every key: its layer, its unit and (region keys) its index in the
+    /// group, for eviction and for its stamp.
+    units: FxHashMap<u64, (Layer, u64, u32)>,
+    /// Region keys by group (1 per group at 2 MB, 32 at 64 KB, 512 for the 4 KB
+    /// entries of mTHP folios).
+    groups: FxHashMap<u64, Group>,
+    /// Coarse keys (1 GB pages: a handful) and their stamps.
+    coarse: Vec<(u64, u32)>,
+    /// Accesses so far (stamps; renumbered before it wraps).
+    clock: u32,
+}
+
+impl Est {
+    fn tick(&mut self) -> u32 {
+        if self.clock == u32::MAX {
+            self.renumber();
+        }
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Stamps by rank, the order kept (every 4 G accesses).
+    #[cold]
+    fn renumber(&mut self) {
+        let mut all: Vec<u32> = self
+            .groups
+            .values()
+            .flat_map(|g| g.stamps.iter().copied())
+            .chain(self.coarse.iter().map(|&(_, s)| s))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        let rank = |s: u32| all.binary_search(&s).map_or(0, |i| i as u32 + 1);
+        for g in self.groups.values_mut() {
+            for s in &mut g.stamps {
+                *s = rank(*s);
+            }
+        }
+        for c in &mut self.coarse {
+            c.1 = rank(c.1);
+        }
+        self.clock = all.len() as u32;
+    }
 }
 
 /// An exact LRU stack-distance engine over the sampled keys that returns the
@@ -283,27 +351,54 @@ impl SampledEngine {
         let Some(est) = self.est.as_deref_mut() else {
             return self.engine.access(key);
         };
+        let now = if layer == Layer::Page { 0 } else { est.tick() };
         let Some((prev, d, d_r)) = self.engine.access_classed(key, layer == Layer::Region) else {
-            est.units.insert(key, (layer, unit));
-            match layer {
-                Layer::Region => est.groups.entry(unit).or_default().push(key),
-                Layer::Coarse => est.coarse.push(key),
-                Layer::Page => {}
-            }
+            let idx = match layer {
+                Layer::Region => {
+                    let g = est.groups.entry(unit).or_default();
+                    g.keys.push(key);
+                    g.stamps.push(now);
+                    g.keys.len() as u32 - 1
+                }
+                Layer::Coarse => {
+                    est.coarse.push((key, now));
+                    0
+                }
+                Layer::Page => 0,
+            };
+            est.units.insert(key, (layer, unit, idx));
             return None;
         };
+        // Coarse keys referenced since: their slots are later than `prev`.
         let e = &self.engine;
-        let newer = |k: &u64| *k != key && e.slot_of(*k).is_some_and(|s| s > prev);
-        let c = est.coarse.iter().filter(|k| newer(k)).count() as u64;
-        // Keys of the reference's own group: for a region key its unit; a page
-        // key's region may be sampled too, but its keys are not in the page
+        let c = est
+            .coarse
+            .iter()
+            .filter(|&&(k, _)| k != key && e.slot_of(k).is_some_and(|s| s > prev))
+            .count() as u64;
+        // Keys of the reference's own group referenced since (its stamp `t`): a
+        // page key's region may be sampled too, but its keys are not in the page
         // sample because of it (independent), so none count as certain.
         let a = match layer {
             Layer::Page => 0,
-            _ => est
-                .groups
-                .get(&unit)
-                .map_or(0, |g| g.iter().filter(|k| newer(k)).count() as u64),
+            Layer::Region => match est.units.get(&key) {
+                Some(&(_, u, i)) if u == unit => est.groups.get_mut(&unit).map_or(0, |g| {
+                    let t = std::mem::replace(&mut g.stamps[i as usize], now);
+                    g.stamps.iter().filter(|&&x| x > t).count() as u64 - 1
+                }),
+                // The key was first seen from another group (hostile input).
+                _ => 0,
+            },
+            Layer::Coarse => {
+                let t = est
+                    .coarse
+                    .iter_mut()
+                    .find(|(k, _)| *k == key)
+                    .map_or(0, |c| std::mem::replace(&mut c.1, now));
+                est.groups
+                    .get(&unit)
+                    .map_or(0, |g| g.stamps.iter().filter(|&&x| x > t).count() as u64)
+            }
         }
         .min(d_r);
         let d_p = d.saturating_sub(d_r + c);
@@ -317,7 +412,7 @@ impl SampledEngine {
             return;
         };
         let engine = &mut self.engine;
-        est.units.retain(|&k, &mut (layer, unit)| {
+        est.units.retain(|&k, &mut (layer, unit, _)| {
             let gone = match layer {
                 Layer::Page => page_left(unit),
                 Layer::Region => group_left(unit),
@@ -338,9 +433,9 @@ impl SampledEngine {
                 e.units.capacity() * 32
                     + e.groups
                         .values()
-                        .map(|v| v.capacity() * 8 + 48)
+                        .map(|g| g.keys.capacity() * 8 + g.stamps.capacity() * 4 + 64)
                         .sum::<usize>()
-                    + e.coarse.capacity() * 8
+                    + e.coarse.capacity() * 16
             })
     }
 }

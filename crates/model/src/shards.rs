@@ -47,8 +47,12 @@
 //! a 4 KB page is sampled exactly when its 2 MB region is, and the 2 MB class
 //! (keys `addr >> 21`, `region_shift = 0`) with the same seed, modulus and
 //! threshold samples that same region: samples nest across page sizes
-//! (REF-model §1.3). The estimate stays unbiased (every key is in the sample with
-//! probability R), with more variance when a region's pages behave alike.
+//! (REF-model §1.3). Every key is in the sample with probability R, but the keys
+//! of a reference's own region are in it for sure, so d_s / R overestimates a
+//! 4 KB distance by up to 511 (1/R − 1), and whole regions enter or leave at
+//! once (`bench model` reports it, "8K, 2 MB regions"). The analysis of sampled
+//! streams does not use this engine: `sampled.rs` samples pages and regions
+//! separately and corrects for the own region.
 //!
 //! **Hash.** MurmurHash3's fmix64 of `(key >> region_shift) ^ seed`, reduced mod
 //! the modulus: with `region_shift = 0` this is the decision of the QEMU plugin

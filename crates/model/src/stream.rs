@@ -378,6 +378,63 @@ pub fn analyze_stream_sampled(
     (result, d.summary, d.cat)
 }
 
+/// A synthetic program for the tests and `hugetune bench model`: one heap-large
+/// block that starts neither on a 2 MB nor on a 4 KB boundary, walked at random
+/// (45 %) and swept (15 %), next to a 16 MiB heap walked at random (30 %) and a
+/// 64 KiB stack (10 %); a marker orders the allocation before the references.
+pub mod synth {
+    use super::StreamSpec;
+    use crate::categorize::{AddressSpace, AllocEvent, AllocOp, AllocVia};
+    use crate::stats::Rng;
+
+    /// The spec and `n` addresses (the marker load first) of the program with a
+    /// block of `block` bytes.
+    pub fn program(n: usize, block: u64, seed: u64) -> (StreamSpec, Vec<u64>) {
+        let markers = 0x9000_0000u64;
+        let heap = (0x100_0000u64, 0x200_0000u64);
+        let stack = (0x7ffe_0000_0000u64, 0x7ffe_0001_0000u64);
+        let start = 0x7f00_0010_0010u64;
+        let block = block.max(1 << 20);
+        let spec = StreamSpec {
+            space: AddressSpace {
+                heap_ranges: vec![heap],
+                stack_ranges: vec![stack],
+                ..Default::default()
+            },
+            events: vec![AllocEvent {
+                seq: 1,
+                op: AllocOp::Alloc {
+                    addr: start,
+                    size: block,
+                    via: AllocVia::Malloc,
+                    site: None,
+                },
+            }],
+            threshold: 128 << 10,
+            markers: (markers, 1 << 20),
+        };
+        let mut r = Rng(seed);
+        let mut refs = Vec::with_capacity(n);
+        refs.push(markers + 1);
+        let mut sweep = 0u64;
+        while refs.len() < n {
+            let u = r.below(100);
+            let a = if u < 45 {
+                start + r.below(block / 64) * 64
+            } else if u < 60 {
+                sweep = (sweep + 64) % block;
+                start + sweep
+            } else if u < 90 {
+                heap.0 + r.below((heap.1 - heap.0) / 64) * 64
+            } else {
+                stack.0 + r.below((stack.1 - stack.0) / 64) * 64
+            };
+            refs.push(a);
+        }
+        (spec, refs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

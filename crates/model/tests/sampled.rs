@@ -5,7 +5,6 @@
 //! their error bars, with the same best mapping; property tests of the
 //! estimator (exact at rate 1, curves monotone, thresholds that fall).
 
-use hugetune_model::categorize::{AddressSpace, AllocEvent, AllocOp, AllocVia};
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
 use hugetune_model::mrc::{mae, synth, tlb_capacities, MissRatioCurve, PageSizeMrcs};
@@ -123,51 +122,9 @@ fn page_size_curves_are_within_sampling_error() {
     }
 }
 
-/// A synthetic program: a 96 MiB heap-large block that does not start on a 2 MB
-/// (nor a 4 KB) boundary, walked at random and swept, next to a 16 MiB heap
-/// walked at random and a small stack; markers order the allocation.
+/// The synthetic program of `stream::synth` with a 96 MiB block.
 fn program(n: usize, seed: u64) -> (StreamSpec, Vec<u64>) {
-    let markers = 0x9000_0000u64;
-    let heap = (0x100_0000u64, 0x200_0000u64);
-    let stack = (0x7ffe_0000_0000u64, 0x7ffe_0001_0000u64);
-    let block = 0x7f00_0010_0010u64;
-    let size = 96u64 << 20;
-    let spec = StreamSpec {
-        space: AddressSpace {
-            heap_ranges: vec![heap],
-            stack_ranges: vec![stack],
-            ..Default::default()
-        },
-        events: vec![AllocEvent {
-            seq: 1,
-            op: AllocOp::Alloc {
-                addr: block,
-                size,
-                via: AllocVia::Malloc,
-                site: None,
-            },
-        }],
-        threshold: 128 << 10,
-        markers: (markers, 1 << 20),
-    };
-    let mut r = synth::Rng(seed);
-    let mut refs = vec![markers + 1];
-    let mut sweep = 0u64;
-    while refs.len() < n {
-        let u = r.below(100);
-        let a = if u < 45 {
-            block + r.below(size / 64) * 64
-        } else if u < 60 {
-            sweep = (sweep + 64) % size;
-            block + sweep
-        } else if u < 90 {
-            heap.0 + r.below((heap.1 - heap.0) / 64) * 64
-        } else {
-            stack.0 + r.below((stack.1 - stack.0) / 64) * 64
-        };
-        refs.push(a);
-    }
-    (spec, refs)
+    hugetune_model::stream::synth::program(n, 96 << 20, seed)
 }
 
 fn zen_like() -> TlbGeometry {

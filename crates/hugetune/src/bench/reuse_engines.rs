@@ -1,7 +1,10 @@
 //! `hugetune bench model`: the reuse-distance engines of the model (docs/reuse.md):
 //! throughput of the exact engine and of the SHARDS filter, SHARDS memory, and
 //! the MAE of SHARDS and StatStack against exact per trace shape, real
-//! `hugetune-work` traces included.
+//! `hugetune-work` traces included; and the analysis end to end (decode,
+//! categorize, resolve, every mapping's engines; one thread) of a complete
+//! stream against the same stream sampled as the QEMU plugin samples it
+//! (docs/model.md §3.1), in input references per second.
 
 use crate::stages;
 use anyhow::{bail, Context, Result};
@@ -41,6 +44,13 @@ pub struct ModelReport {
     /// Heap bytes of one fixed-size SHARDS engine (s_max 8192) after a run.
     pub shards_bytes: usize,
     pub shapes: Vec<ModelShape>,
+    /// The analysis end to end, complete and sampled (input references: those
+    /// of the complete stream in both).
+    #[serde(default)]
+    pub analysis: Vec<ModelTiming>,
+    /// Mappings the analysis timings evaluate.
+    #[serde(default)]
+    pub analysis_mappings: usize,
 }
 
 fn thread_cpu_s() -> f64 {
@@ -97,6 +107,121 @@ fn work_pages(work: &std::path::Path, args: &[&str], dir: &std::path::Path) -> R
     }
     std::fs::remove_file(&file)?;
     Ok(keys)
+}
+
+/// An encoded stream of the synthetic program and how it was sampled.
+struct Encoded {
+    bytes: Vec<u8>,
+    sampling: Option<hugetune_model::stream::StreamSampling>,
+}
+
+/// The synthetic program's stream, complete or as the plugin keeps it at
+/// `rate` (its END counts the regions referenced).
+fn encode(addrs: &[u64], markers: (u64, u64), rate: Option<f64>) -> Result<Encoded> {
+    use hugetune_format::refstream::{RefWriter, SamplingKind, StreamHeader};
+    use hugetune_model::sampled::{Sampling, PAGE_SALT, PAGE_SHIFT, REGION_SHIFT};
+    use hugetune_model::stream::StreamSampling;
+    let s = rate.map(|r| Sampling::with_rate(1, r));
+    let header = match s {
+        None => StreamHeader::complete("bench"),
+        Some(s) => StreamHeader {
+            sampling: SamplingKind::SpatialRate,
+            page_shift: Some(PAGE_SHIFT),
+            region_shift: Some(REGION_SHIFT),
+            page_seed: Some(s.seed ^ PAGE_SALT),
+            hash: Some("fmix64".into()),
+            seed: Some(s.seed),
+            modulus: Some(s.modulus),
+            threshold: Some(s.threshold),
+            ..StreamHeader::complete("bench")
+        },
+    };
+    let mut w = RefWriter::new(Vec::new(), &header)?;
+    let mut regions = std::collections::HashSet::new();
+    for &a in addrs {
+        let marker = a.wrapping_sub(markers.0) < markers.1;
+        if !marker {
+            regions.insert(a >> REGION_SHIFT);
+        }
+        if marker || s.is_none_or(|s| s.capture_keeps(a)) {
+            w.push(a, false)?;
+        }
+    }
+    let bytes = w.finish_with(addrs.len() as u64, s.map(|_| regions.len() as u64))?;
+    Ok(Encoded {
+        bytes,
+        sampling: s.map(|regions| StreamSampling {
+            regions,
+            kind: "spatial-rate",
+            realized: 1.0,
+        }),
+    })
+}
+
+/// `analyze`'s work on an encoded stream, as its stage does it: a first pass
+/// (categories, regions referenced), then every mapping at once. Returns the
+/// mappings evaluated.
+fn analyze_encoded(
+    e: &Encoded,
+    spec: &hugetune_model::stream::StreamSpec,
+    geometry: &hugetune_model::tlb::TlbGeometry,
+) -> Result<usize> {
+    use hugetune_format::refstream::{Event, RefReader};
+    use hugetune_model::sampled::{realized_ratio, REGION_SHIFT};
+    use hugetune_model::stream::{
+        analyze_stream_sampled, present_categories, AnalysisOptions, StreamItem,
+    };
+    let items = || -> Result<Vec<StreamItem>> {
+        let mut r = RefReader::new(&e.bytes[..])?;
+        let mut v = Vec::new();
+        while let Some(x) = r.next_event()? {
+            v.push(match x {
+                Event::Ref(x) => StreamItem::Ref(x.addr),
+                Event::Threshold(t) => StreamItem::Threshold(t),
+            });
+        }
+        Ok(v)
+    };
+    let mut r = RefReader::new(&e.bytes[..])?;
+    let mut addrs = Vec::new();
+    while let Some(x) = r.next_record()? {
+        addrs.push(x.addr);
+    }
+    let mut regions = std::collections::HashSet::new();
+    let (present, _, sites) = present_categories(
+        spec,
+        addrs.iter().copied().inspect(|&a| {
+            if a.wrapping_sub(spec.markers.0) >= spec.markers.1 {
+                regions.insert(a >> REGION_SHIFT);
+            }
+        }),
+    );
+    drop(addrs);
+    let mut sampling = e.sampling;
+    if let Some(s) = sampling.as_mut() {
+        let all = r.totals().and_then(|t| t.regions_seen).unwrap_or(0);
+        let x = regions
+            .iter()
+            .filter(|&&g| s.regions.region_sampled(g))
+            .count() as u64;
+        s.realized = realized_ratio(x, all, s.regions.rate());
+    }
+    let opts = AnalysisOptions {
+        gigantic: true,
+        mthp: vec![16],
+        sites,
+        threads: 1,
+        ..Default::default()
+    };
+    let (result, _, _) = analyze_stream_sampled(
+        spec,
+        geometry,
+        &present,
+        &opts,
+        sampling,
+        items()?.into_iter(),
+    );
+    Ok(result.mappings.len())
 }
 
 pub fn model_figures(quick: bool, runs: usize) -> Result<ModelReport> {
@@ -218,6 +343,40 @@ pub fn model_figures(quick: bool, runs: usize) -> Result<ModelReport> {
                 .collect(),
         });
     }
+    // The analysis end to end: the synthetic program with a 4 GiB block (a 1 GiB
+    // block for --quick), complete and sampled at R = 0.01, on this machine's
+    // TLB geometry.
+    let geometry = hugetune_host::machine::machine(None)?.tlb.geometry;
+    let (an, block) = if quick {
+        (1_000_000, 1u64 << 30)
+    } else {
+        (20_000_000, 4u64 << 30)
+    };
+    let (spec, addrs) = hugetune_model::stream::synth::program(an, block, 7);
+    let mut analysis = Vec::new();
+    let mut analysis_mappings = 0;
+    for (name, rate) in [
+        ("analysis end to end, complete stream", None),
+        ("analysis end to end, sampled R = 0.01", Some(0.01)),
+    ] {
+        let e = encode(&addrs, spec.markers, rate)?;
+        let mut err = None;
+        analysis.push(time_runs(name, an, runs, || {
+            match analyze_encoded(&e, &spec, &geometry) {
+                Ok(m) => {
+                    analysis_mappings = m;
+                    m as u64
+                }
+                Err(x) => {
+                    err = Some(x);
+                    0
+                }
+            }
+        }));
+        if let Some(x) = err {
+            return Err(x);
+        }
+    }
     Ok(ModelReport {
         runs,
         quick,
@@ -225,6 +384,8 @@ pub fn model_figures(quick: bool, runs: usize) -> Result<ModelReport> {
         timings,
         shards_bytes,
         shapes,
+        analysis,
+        analysis_mappings,
     })
 }
 
@@ -282,16 +443,32 @@ pub fn render_model(r: &ModelReport) -> String {
         .map(|p| format!("StatStack 1/{p}"))
         .collect();
     head.extend(periods.iter().map(|s| s.as_str()));
+    let an_rows: Vec<Vec<String>> = r
+        .analysis
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                format!("{:.1} M", t.refs as f64 / 1e6),
+                format!("{:.1} M/s", t.refs_per_s_cpu / 1e6),
+                format!("{:.1} M/s", t.refs_per_s_wall / 1e6),
+            ]
+        })
+        .collect();
     format!(
         "reuse-distance engines: throughput in input references per second (thread CPU time and wall time),\n\
          medians of {} runs; load average before: {}\n{}\n\
          SHARDS fixed-size engine (s_max 8192): {} KB\n\
          accuracy: MAE of the miss-ratio curve against exact over 25 TLB capacities 16..65536\n\
-         (SHARDS 8K and fixed-rate: short distances from time samples; StatStack 1/P: time samples alone)\n{}\n",
+         (SHARDS 8K and fixed-rate: short distances from time samples; StatStack 1/P: time samples alone)\n{}\n\
+         analysis end to end (decode, categorize, resolve, {} mappings' engines; two passes, one thread),\n\
+         in input references of the complete stream per second (docs/model.md §3.1)\n{}\n",
         r.runs,
         r.load_before,
         table(&["engine", "refs", "refs/s (CPU)", "refs/s (wall)"], &rows),
         r.shards_bytes / 1024,
-        table(&head, &acc)
+        table(&head, &acc),
+        r.analysis_mappings,
+        table(&["analysis", "input refs", "refs/s (CPU)", "refs/s (wall)"], &an_rows)
     )
 }
