@@ -384,7 +384,8 @@ impl SampledEngine {
             Layer::Region => match est.units.get(&key) {
                 Some(&(_, u, i)) if u == unit => est.groups.get_mut(&unit).map_or(0, |g| {
                     let t = std::mem::replace(&mut g.stamps[i as usize], now);
-                    g.stamps.iter().filter(|&&x| x > t).count() as u64 - 1
+                    // Its own new stamp is among them.
+                    (g.stamps.iter().filter(|&&x| x > t).count() as u64).saturating_sub(1)
                 }),
                 // The key was first seen from another group (hostile input).
                 _ => 0,
