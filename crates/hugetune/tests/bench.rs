@@ -293,7 +293,10 @@ fn characterize_quick() {
         "plots: one per workload and the randmem curves"
     );
     assert!(html.contains("randmem: kernel-phase time against % random accesses"));
-    assert!(html.contains("class=\"mark spread\""), "the spread is drawn");
+    assert!(
+        html.contains("class=\"mark spread\""),
+        "the spread is drawn"
+    );
 }
 
 #[test]
