@@ -284,6 +284,24 @@ fn widest(lines: &[String], px: f64, bold: bool) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The `<svg>` element's opening (size, font, the chart's title for tooltips
+/// and screen readers) and the drawn title line (`title`: already fitted).
+fn svg_open(s: &mut String, w: f64, h: f64, chart_title: &str, title: &[String]) {
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="{FONT}" font-size="11"><title>{}</title>"#,
+        escape(chart_title)
+    );
+    s.push_str(&text_el(
+        w / 2.0,
+        20.0,
+        title,
+        "middle",
+        14.0,
+        r#" font-weight="bold""#,
+    ));
+}
+
 /// A text element of one or more lines; `y` is the first line's baseline.
 fn text_el(x: f64, y: f64, lines: &[String], anchor: &str, px: f64, attrs: &str) -> String {
     let mut s =
@@ -777,19 +795,7 @@ pub fn render(chart: &Chart, width: u32, height: u32) -> String {
     };
 
     let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="{FONT}" font-size="11"><title>{}</title>"#,
-        escape(&chart.title)
-    );
-    s.push_str(&text_el(
-        w / 2.0,
-        20.0,
-        &title,
-        "middle",
-        14.0,
-        r#" font-weight="bold""#,
-    ));
+    svg_open(&mut s, w, h, &chart.title, &title);
     // Category bands go behind everything.
     let slot_px = (xa.p1 - xa.p0) / ncat.max(1) as f64;
     for m in &chart.marks {
@@ -1158,19 +1164,7 @@ fn render_hbar(chart: &Chart, width: u32) -> String {
         p1: w - right,
     };
     let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="{FONT}" font-size="11"><title>{}</title>"#,
-        escape(&chart.title)
-    );
-    s.push_str(&text_el(
-        w / 2.0,
-        20.0,
-        &title,
-        "middle",
-        14.0,
-        r#" font-weight="bold""#,
-    ));
+    svg_open(&mut s, w, h, &chart.title, &title);
     let row_top: Vec<f64> = row_h
         .iter()
         .scan(top, |y, rh| {
