@@ -301,6 +301,56 @@ fn falling_thresholds_evict_and_rescale() {
     }
 }
 
+/// Mappings analysed side by side on threads give the serial sampled analysis,
+/// threshold falls included.
+#[test]
+fn threaded_sampled_analysis_equals_serial() {
+    let (spec, refs) = program(300_000, 17);
+    let g = zen_like();
+    let (present, _, _) = present_categories(&spec, refs.iter().copied());
+    let m = shards_modulus();
+    let items: Vec<StreamItem> = refs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &a)| {
+            let mut v = vec![StreamItem::Ref(a)];
+            if i == refs.len() / 2 {
+                v.push(StreamItem::Threshold(m / 8));
+            }
+            v
+        })
+        .collect();
+    let run = |threads: usize| {
+        let opts = AnalysisOptions {
+            mthp: vec![16],
+            threads,
+            ..Default::default()
+        };
+        let sampling = StreamSampling {
+            regions: Sampling::new(21, m, m / 2).unwrap(),
+            kind: "spatial-size",
+            realized: 1.1,
+        };
+        analyze_stream_sampled(
+            &spec,
+            &g,
+            &present,
+            &opts,
+            Some(sampling),
+            items.iter().copied(),
+        )
+    };
+    let (serial, s1, _) = run(1);
+    for threads in [3, 16] {
+        let (par, s2, _) = run(threads);
+        assert_eq!(par, serial, "{threads} threads");
+        assert_eq!(s2, s1);
+        for (a, b) in par.mappings.iter().zip(&serial.mappings) {
+            assert_eq!(a.buckets, b.buckets, "{}", a.name);
+        }
+    }
+}
+
 fn shards_modulus() -> u64 {
     hugetune_model::shards::MODULUS
 }
