@@ -39,6 +39,45 @@ fn optimize(db: &Path, work_args: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}\n{err}"))
 }
 
+/// `predicted_speedup` (the chosen plan's, for the measured command, with its
+/// 90 % interval and basis) and `timings` (the stages' wall-clock seconds) in
+/// optimize's JSON; the basis names a complete profile, a sampled one, and an
+/// extrapolation from another input.
+fn check_prediction_and_timings(r: &Value, sampled: bool, extrapolated: bool) {
+    let p = &r["predicted_speedup"];
+    let f = |v: &Value, k: &str| {
+        v[k].as_f64()
+            .unwrap_or_else(|| panic!("predicted_speedup/timings lack {k}: {p} {}", r["timings"]))
+    };
+    let (value, lo, hi) = (f(p, "value"), f(p, "lo"), f(p, "hi"));
+    assert!(value > 0.0 && lo <= value && value <= hi, "{p}");
+    assert_eq!(
+        Some(value),
+        r["chosen_prediction"]["predicted_speedup"].as_f64(),
+        "{p}"
+    );
+    let basis = p["basis"].as_str().unwrap();
+    if sampled {
+        assert!(basis.contains("sampl"), "{basis}");
+    } else {
+        assert!(
+            basis.contains("complete profile") && lo == value && hi == value,
+            "{p}"
+        );
+    }
+    assert_eq!(basis.contains("extrapolation"), extrapolated, "{basis}");
+    let t = &r["timings"];
+    let parts: Vec<f64> = ["profile_s", "analyze_s", "size_s", "validate_s"]
+        .iter()
+        .map(|k| f(t, k))
+        .collect();
+    let (native, total) = (f(t, "native_s"), f(t, "total_s"));
+    assert!(parts.iter().all(|&x| x >= 0.0) && native > 0.0, "{t}");
+    // The native run is part of the profile stage; the stages are disjoint.
+    assert!(native <= parts[0] + 1e-3, "{t}");
+    assert!(total >= parts.iter().sum::<f64>() - 1e-3, "{t}");
+}
+
 fn huge_categories(report: &Value) -> Vec<String> {
     report["plan"]["assignments"]
         .as_array()
@@ -76,6 +115,7 @@ fn optimize_picks_heap_large_for_a_large_heap_buffer() {
         "best mapping {best}"
     );
     assert_eq!(best["pmb"].as_f64(), Some(100.0));
+    check_prediction_and_timings(&r, false, false);
     // The optimized run really had huge pages: the runtime library verified them in
     // its smaps at exit (the run is too short for the outside sampler to be sure).
     assert!(
@@ -88,6 +128,53 @@ fn optimize_picks_heap_large_for_a_large_heap_buffer() {
         "{}",
         r["validation"]
     );
+}
+
+/// A sampled profile: the prediction for the measured command comes with the
+/// sampling's 90 % interval, and the terminal says predicted next to measured.
+#[test]
+fn optimize_on_a_sampled_profile_predicts_with_an_interval() {
+    if hugetune_capture::qemu::find_qemu().is_none() {
+        eprintln!("SKIPPED: qemu-x86_64 is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    let bundle = d.path().join("s.htb");
+    let command = [WORK, "chase", "--size", "8M", "--place", "heap-large"];
+    let sampling = ["--refs", "qemu", "--rate", "0.25"];
+    let args = optimize_args(bundle.to_str().unwrap(), &sampling, &command);
+    let (code, out, err) = hugetune(&db, &args);
+    assert_eq!(code, 0, "optimize failed:\n{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert!(!r["chosen_prediction"].is_null(), "{}", r["plan"]);
+    check_prediction_and_timings(&r, true, false);
+    let p = &r["predicted_speedup"];
+    assert!(p["basis"].as_str().unwrap().contains("90 %"), "{p}");
+    // The terminal: the verdict line and the stages' times.
+    let mut args = optimize_args(bundle.to_str().unwrap(), &sampling, &command);
+    args.retain(|a| *a != "--json");
+    let (code, out, err) = hugetune(&db, &args);
+    assert!(code == 0 || code == 2, "optimize failed:\n{err}");
+    let verdict = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("speedup"))
+        .unwrap_or_else(|| panic!("no verdict line:\n{out}"));
+    assert!(
+        verdict.contains("predicted ")
+            && verdict.contains(", measured ")
+            && verdict.contains("95 % CI"),
+        "{verdict}"
+    );
+    let time = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("time"))
+        .unwrap_or_else(|| panic!("no timings line:\n{out}"));
+    assert!(
+        time.contains("profile ") && time.contains("analysis ") && time.contains("validation "),
+        "{time}"
+    );
+    eprintln!("{verdict}\n{time}");
 }
 
 #[test]
@@ -481,6 +568,7 @@ fn optimize_once_then_the_agent_plans_runs_validates_and_sizes_from_the_database
         "{}",
         r["plan"]
     );
+    check_prediction_and_timings(&r, false, true);
 
     // The online agent: the stored plan, no profiling (no record step), same output.
     let (code, out, err) = hugetune(&db, &with_cmd(&["run"]));

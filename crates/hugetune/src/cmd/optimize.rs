@@ -11,12 +11,13 @@ use hugetune_format::plan::PlanOptions;
 use hugetune_host::machine;
 use hugetune_model::plan;
 use hugetune_model::plan::{Availability, ProgramTraits};
-use hugetune_model::rank::Prediction;
+use hugetune_model::rank::{Prediction, PredictionError};
 use hugetune_render::{bytes, secs};
 use hugetune_store::db::NewRun;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -154,6 +155,99 @@ pub struct Report {
     pub profile_id: i64,
     pub run_id: i64,
     pub db: String,
+    /// What the chosen plan is predicted to do to the measured command.
+    #[serde(default)]
+    pub predicted_speedup: PredictedSpeedup,
+    /// Where the time of this optimize went.
+    #[serde(default)]
+    pub timings: Timings,
+}
+
+/// The chosen plan's predicted speedup for the command that is measured, with
+/// its 90 % interval from the profile's sampling (docs/model.md §3.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictedSpeedup {
+    pub value: f64,
+    pub lo: f64,
+    pub hi: f64,
+    /// Where the figure comes from: the sampling interval, a complete profile
+    /// (lo = hi = value), and whether it is extrapolated from a training input.
+    pub basis: String,
+}
+
+impl Default for PredictedSpeedup {
+    fn default() -> Self {
+        PredictedSpeedup {
+            value: 1.0,
+            lo: 1.0,
+            hi: 1.0,
+            basis: String::new(),
+        }
+    }
+}
+
+/// Wall-clock seconds of each stage of one optimize (`Instant` around each).
+/// `native_s` is the profiled command's uninstrumented run, which `record`
+/// makes after the capture: it lies inside `profile_s`. The other stages are
+/// disjoint; `total_s` also covers the planning and the database.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    pub native_s: f64,
+    /// `record`: the capture, the native runs and the bundle written.
+    pub profile_s: f64,
+    pub analyze_s: f64,
+    /// The record-mode sizing run of the measured command.
+    pub size_s: f64,
+    pub validate_s: f64,
+    pub total_s: f64,
+}
+
+/// `chosen` as the measured command will see it: the sampling interval where
+/// the profile was sampled (`errors`, by label), a point where the counts are
+/// exact, and said to be an extrapolation where the profile was of another
+/// input (`training`).
+pub fn predicted_speedup(
+    chosen: Option<&Prediction>,
+    sampled: bool,
+    errors: &[PredictionError],
+    training: Option<&str>,
+) -> PredictedSpeedup {
+    let Some(p) = chosen else {
+        return PredictedSpeedup {
+            basis: "no plan: the command runs unchanged on 4 KB pages".into(),
+            ..Default::default()
+        };
+    };
+    let value = p.predicted_speedup;
+    let (lo, hi, mut basis) = match errors.iter().find(|e| e.label == p.label) {
+        Some(e) if sampled => (
+            e.speedup_low.min(value),
+            e.speedup_high.max(value),
+            "90 % interval from the profile's sampling".to_string(),
+        ),
+        _ if sampled => (
+            value,
+            value,
+            "sampled profile, but no sampling interval for this combined plan: lo = hi = value"
+                .to_string(),
+        ),
+        _ => (
+            value,
+            value,
+            "complete profile: exact counts, no sampling interval (lo = hi = value)".to_string(),
+        ),
+    };
+    if let Some(t) = training {
+        basis += &format!(
+            "; extrapolation: predicted on the profiled input `{t}`, not on the measured command"
+        );
+    }
+    PredictedSpeedup {
+        value,
+        lo,
+        hi,
+        basis,
+    }
 }
 
 /// A mapping that was both predicted and measured.
@@ -244,6 +338,8 @@ pub fn profiles_dir() -> PathBuf {
 }
 
 pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
+    let start = Instant::now();
+    let mut timings = Timings::default();
     let art = crate::artifacts::find()?;
     let refs = stages::RefOptions {
         rate: o.rate,
@@ -262,6 +358,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             stages::display_cmd(&cmds.driver.as_ref().map_or(vec![], |d| d.argv.clone()))
         ));
     }
+    let t = Instant::now();
     let meta = stages::record(
         &art,
         &cmds.profile_command,
@@ -271,11 +368,15 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         ctx.verbose,
         cmds.profile_driver.as_ref(),
     )?;
+    timings.profile_s = t.elapsed().as_secs_f64();
+    timings.native_s = meta.native.wall_s;
+    let t = Instant::now();
     let an: Analysis = stages::analyze(
         &bundle,
         &machine.tlb.geometry,
         &stages::cost_model_at(&ctx.db_path, &machine)?,
     )?;
+    timings.analyze_s = t.elapsed().as_secs_f64();
     let mut db = ctx.db()?;
     let (profile_id, _, machine_id) =
         stages::store_analysis(&mut db, &an, Some(&bundle), &machine)?;
@@ -285,7 +386,9 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     stages::note(
         "warm-up run in record mode (sizes the hugetlb pages this input needs; not timed)",
     );
+    let t = Instant::now();
     let sizing = stages::sizing_run(&art, &cmds.command, cmds.driver.as_ref())?;
+    timings.size_s = t.elapsed().as_secs_f64();
     let ref_pages = sizing.heap_large_pages;
     let small_pages =
         sizing.heap_small_pages(stages::heap_small_training(&an.result, &an.predictions));
@@ -342,6 +445,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         hugetune_format::plan::plan_text_with(&decision.assignments, an.threshold, &plan_options);
     stages::note(format!("plan: {}", super::decision_text(&decision)));
 
+    let t = Instant::now();
     let validation = stages::validate(
         &art,
         &cmds.command,
@@ -351,6 +455,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         o.runs,
         cmds.driver.as_ref(),
     )?;
+    timings.validate_s = t.elapsed().as_secs_f64();
     let reserved_pages = reserved.as_ref().map_or(0, |r| r.added());
     drop(reserved);
 
@@ -389,7 +494,21 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             measured_median_s: validation.optimized_median_s,
         });
     }
+    let extrapolated = o.profile_command != o.command
+        || o.profile_driver
+            .as_ref()
+            .is_some_and(|d| Some(d) != o.driver.as_ref());
+    let training = stages::display_cmd(&cmds.profile_command);
+    let predicted_speedup = predicted_speedup(
+        decision.prediction.as_ref(),
+        an.result.sampling.is_some(),
+        &an.errors,
+        extrapolated.then_some(training.as_str()),
+    );
+    timings.total_s = start.elapsed().as_secs_f64();
     Ok(Report {
+        predicted_speedup,
+        timings,
         compared,
         command: stages::strings(&o.command),
         profile_command: stages::strings(&o.profile_command),
@@ -427,6 +546,29 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         run_id,
         db: ctx.db_path.display().to_string(),
     })
+}
+
+/// "predicted 1.80x (1.60-2.00x)", or why there is no interval.
+fn predicted_text(p: &PredictedSpeedup) -> String {
+    let extrapolated = p.basis.contains("extrapolation");
+    let how = if p.hi > p.lo {
+        format!("{:.2}-{:.2}x, 90 % sampling interval", p.lo, p.hi)
+    } else if p.basis.starts_with("complete") {
+        "complete profile, no sampling interval".into()
+    } else if p.basis.starts_with("no plan") {
+        "no plan".into()
+    } else {
+        "no sampling interval".into()
+    };
+    format!(
+        "predicted {:.2}x ({how}{})",
+        p.value,
+        if extrapolated {
+            "; extrapolated from the profiled input"
+        } else {
+            ""
+        }
+    )
 }
 
 fn range(v: &[f64]) -> String {
@@ -512,13 +654,24 @@ pub fn render(r: &Report) -> String {
     for c in &v.pool_changes {
         s += &format!("  warning    {c}\n");
     }
-    let predicted = r
-        .chosen_prediction
-        .as_ref()
-        .map_or(1.0, |p| p.predicted_speedup);
     s += &format!(
-        "  speedup    {:.2}x (95 % CI {:.2}..{:.2}x): {} (one-sided Mann-Whitney p = {:.3}); predicted {:.2}x on the profiled input\n",
-        r.speedup, v.speedup_ci.0, v.speedup_ci.1, r.verdict, v.p_gain, predicted
+        "  speedup    {}: {}, measured {:.2}x (95 % CI {:.2}..{:.2}x, one-sided Mann-Whitney p = {:.3})\n",
+        r.verdict,
+        predicted_text(&r.predicted_speedup),
+        r.speedup,
+        v.speedup_ci.0,
+        v.speedup_ci.1,
+        v.p_gain
+    );
+    let t = &r.timings;
+    s += &format!(
+        "  time       profile {} (native run {}), analysis {}, sizing run {}, validation {}; {} in all\n",
+        secs(t.profile_s),
+        secs(t.native_s),
+        secs(t.analyze_s),
+        secs(t.size_s),
+        secs(t.validate_s),
+        secs(t.total_s)
     );
     let rows: Vec<Vec<String>> = r
         .compared
