@@ -249,6 +249,31 @@ impl Journal {
             }
             return r;
         }
+        // Empty entries of dead processes: versions before the dot-name write
+        // created the file, then wrote it; one killed in between left it empty,
+        // and its change was never made (the entry comes first).
+        if let Ok(rd) = std::fs::read_dir(&self.dir) {
+            for de in rd.flatten() {
+                let p = de.path();
+                let empty = std::fs::symlink_metadata(&p)
+                    .is_ok_and(|m| m.is_file() && m.len() == 0 && m.uid() == euid());
+                let owner = de.file_name().to_str().and_then(|n| {
+                    let mut f = n.strip_suffix(".json")?.splitn(3, '-');
+                    Some((
+                        f.next()?.parse::<u32>().ok()?,
+                        f.next()?.parse::<u64>().ok()?,
+                    ))
+                });
+                if let (true, Some((pid, start))) = (empty, owner) {
+                    if !alive(pid, start) && std::fs::remove_file(&p).is_ok() {
+                        r.undone.push(format!(
+                            "removed the empty journal entry {} of hugetune process {pid}, killed before it wrote it (its change was never made)",
+                            p.display()
+                        ));
+                    }
+                }
+            }
+        }
         let (entries, problems) = self.entries();
         r.problems.extend(problems);
         for (file, e) in entries {
@@ -417,6 +442,26 @@ mod tests {
         j.ensure_dir().unwrap();
         // What a writer killed before its rename leaves: ignored, not reported.
         std::fs::write(j.dir.join(".1-2-000001.json.tmp"), b"").unwrap();
+        // What an older version killed between create and write left: removed
+        // by recovery when its process is gone, left alone while it runs.
+        let (dead, start) = dead_process();
+        let old = j.dir.join(format!("{dead}-{start}-000001.json"));
+        std::fs::write(&old, b"").unwrap();
+        let live = j.dir.join(format!(
+            "{}-{}-000009.json",
+            std::process::id(),
+            own_start()
+        ));
+        std::fs::write(&live, b"").unwrap();
+        let r = j.recover();
+        assert!(!old.exists() && live.exists(), "{r:?}");
+        assert!(
+            r.undone
+                .iter()
+                .any(|l| l.contains("killed before it wrote it")),
+            "{r:?}"
+        );
+        std::fs::remove_file(&live).unwrap();
         // Entries recorded while another thread reads the journal: every file it
         // finds is a whole entry.
         std::thread::scope(|sc| {

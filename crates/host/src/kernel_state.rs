@@ -48,13 +48,29 @@ pub fn forward_signals() {
     FORWARD.store(true, Ordering::SeqCst);
 }
 
+/// Whether `sig`'s disposition is SIG_IGN now.
+fn ignored(sig: i32) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one
+    // into `old`, a zeroed sigaction we own.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 /// Start the watcher that restores kernel state when hugetune is interrupted.
 pub fn install_signal_guard() {
     INSTALL.call_once(|| {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH};
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([
-            SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH,
-        ]) else {
+        // A signal ignored when hugetune started stays ignored (`nohup`, a
+        // background job of a script): caught here it would end hugetune, and
+        // the programs it runs or becomes (`run --exec`) would no longer
+        // inherit SIG_IGN.
+        let wanted: Vec<i32> = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH]
+            .into_iter()
+            .filter(|&sig| !ignored(sig))
+            .collect();
+        let Ok(mut signals) = signal_hook::iterator::Signals::new(wanted) else {
             return;
         };
         std::thread::spawn(move || {

@@ -476,3 +476,42 @@ fn progress_bars_on_a_terminal_only() {
         );
     }
 }
+
+/// A signal ignored when hugetune starts (nohup, a script's background job)
+/// stays ignored: for hugetune, for the program `run` starts and for the one
+/// `run --exec` becomes (the suite, run under nohup, saw SIGHUP, SIGINT and
+/// SIGQUIT reset in the exec'd program).
+#[test]
+fn signals_ignored_at_start_stay_ignored() {
+    use std::os::unix::process::CommandExt;
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    for exec in [true, false] {
+        let mut args = vec!["--db", db.to_str().unwrap(), "run"];
+        if exec {
+            args.push("--exec");
+        }
+        args.extend(["--", "sh", "-c", "grep SigIgn /proc/$$/status"]);
+        let mut c = Command::new(HUGETUNE);
+        c.args(&args).env("XDG_CACHE_HOME", d.path().join("cache"));
+        // SAFETY: signal() is async-signal-safe; nothing else runs in the child.
+        unsafe {
+            c.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let o = c.output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let mask = out
+            .trim()
+            .strip_prefix("SigIgn:")
+            .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+            .unwrap_or_else(|| panic!("exec {exec}: {out} {}", String::from_utf8_lossy(&o.stderr)));
+        assert_eq!(
+            mask & 1,
+            1,
+            "exec {exec}: SIGHUP no longer ignored: {mask:x}"
+        );
+    }
+}
