@@ -8,7 +8,7 @@
 //! and the checks of those kernels' results are skipped with a message.
 
 mod common;
-use common::{hugetune, HUGETUNE};
+use common::hugetune;
 
 use serde_json::Value;
 use std::path::Path;
@@ -586,7 +586,7 @@ fn ctrl_c_restores_the_kernel_settings_and_stops_the_server() {
     use std::io::BufRead;
     let d = tempfile::tempdir().unwrap();
     let before = resting();
-    let mut child = Command::new(HUGETUNE)
+    let mut child = common::signalable()
         .arg("--db")
         .arg(d.path().join("h.db"))
         .args([

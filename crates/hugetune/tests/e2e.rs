@@ -449,7 +449,7 @@ fn an_interrupt_restores_the_pool_and_stops_the_program() {
     }
     let before = hugetune_host::kernel_state::resting_pool_size(2048).unwrap();
     let d = tempfile::tempdir().unwrap();
-    let mut child = Command::new(HUGETUNE)
+    let mut child = common::signalable()
         .arg("--db")
         .arg(d.path().join("h.db"))
         .args(["optimize", "--reserve", "--runs", "20", "--profile-cmd"])

@@ -3,10 +3,7 @@
 
 mod common;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
-
-use common::HUGETUNE;
 
 fn run(args: &[&str]) -> (i32, String, String) {
     common::hugetune_at(None, args)
@@ -98,7 +95,7 @@ fn events_session() -> (bool, std::process::Child, u32, std::path::PathBuf) {
         let _l = hugetune_host::kernel_state::lock_kernel_state().unwrap();
         tracefs_mounted()
     };
-    let child = Command::new(HUGETUNE)
+    let child = common::signalable()
         .args(["frag", "--no-scan", "--events", "60s"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

@@ -237,7 +237,7 @@ fn hugetune_run_passes_signals_to_the_program_and_ends_as_it_does() {
         let script = format!(
             "trap 'echo got-{name}; exit 7' {name}; echo ready; while :; do sleep 0.05; done"
         );
-        let mut child = Command::new(HUGETUNE)
+        let mut child = common::signalable()
             .args([
                 "--db",
                 d.path().join("h.db").to_str().unwrap(),

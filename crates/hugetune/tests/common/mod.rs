@@ -22,6 +22,25 @@ pub const WORK: &str = env!("HUGETUNE_BUILT_WORK");
 pub const PLUGIN: &str = env!("HUGETUNE_BUILT_QEMU_PLUGIN");
 pub const THRESHOLD: u64 = 131072;
 
+/// hugetune as a child that a test signals: INT, HUP, QUIT and TERM at their
+/// default disposition, whatever the test runner inherited. hugetune keeps a
+/// signal ignored when it started with it ignored (nohup, a script's
+/// background job), so under `nohup scripts/test.sh` a Ctrl-C sent by a test
+/// would otherwise be ignored, as it should be there.
+pub fn signalable() -> Command {
+    let mut c = Command::new(HUGETUNE);
+    // SAFETY: signal() is async-signal-safe; nothing else runs in the child.
+    unsafe {
+        c.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    c
+}
+
 /// `hugetune [--db DB] ARGS` with this build's runtime library and QEMU plugin:
 /// its exit code (-1 when killed by a signal), stdout and stderr.
 pub fn hugetune_at(db: Option<&Path>, args: &[&str]) -> (i32, String, String) {
