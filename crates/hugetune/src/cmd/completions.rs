@@ -32,7 +32,10 @@ pub fn completions(a: CompletionsArgs) -> Result<i32> {
 /// The pages: the top-level command and every command below it, nested ones
 /// too (`hugetune service install` is hugetune-service-install.1, with its options).
 pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
-    let top = crate::Cli::command();
+    let mut top = crate::Cli::command();
+    // Propagates the global options (--db, --tlb, …) into every command, so
+    // each page lists them too.
+    top.build();
     let mut out = Vec::new();
     let mut page = Vec::new();
     clap_mangen::Man::new(top.clone()).render(&mut page)?;
@@ -47,7 +50,8 @@ fn add_pages(
     bin: &str,
     out: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<()> {
-    for sub in parent.get_subcommands() {
+    // (build() adds a `help` command beside the others: `--help` covers it)
+    for sub in parent.get_subcommands().filter(|s| s.get_name() != "help") {
         let name = format!("{file_stem}-{}", sub.get_name());
         let bin_name = format!("{bin} {}", sub.get_name());
         let cmd = sub.clone().name(name.clone()).bin_name(bin_name.clone());
@@ -102,6 +106,8 @@ mod tests {
         // nested commands have their own page, with their options
         let install = get("hugetune-service-install.1");
         assert!(install.contains("\\-\\-dry\\-run"), "{install}");
+        // the global options on every page
+        assert!(opt.contains("\\-\\-db") && install.contains("\\-\\-db"), "{opt}");
     }
 
     #[test]
