@@ -107,7 +107,10 @@ mod tests {
         let install = get("hugetune-service-install.1");
         assert!(install.contains("\\-\\-dry\\-run"), "{install}");
         // the global options on every page
-        assert!(opt.contains("\\-\\-db") && install.contains("\\-\\-db"), "{opt}");
+        assert!(
+            opt.contains("\\-\\-db") && install.contains("\\-\\-db"),
+            "{opt}"
+        );
     }
 
     #[test]
