@@ -252,9 +252,15 @@ pub fn analyze_sampled(
     };
     let stream_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
     // Two passes over the stream (categories and miss-ratio curves, then the
-    // model), counted in millions of references.
-    const M: u64 = 1_000_000;
-    let bar = crate::progress::Progress::bar("analyzing", 2 * b.meta.refs.div_ceil(M), "M refs");
+    // model), counted in millions of references — in thousands for a stream
+    // under 10 M (a sampled one), whose bar would not move otherwise.
+    let (unit, unit_name) = if b.meta.refs < 10_000_000 {
+        (1_000u64, "K refs")
+    } else {
+        (1_000_000, "M refs")
+    };
+    let bar =
+        crate::progress::Progress::bar("analyzing", 2 * b.meta.refs.div_ceil(unit), unit_name);
     let done = std::cell::Cell::new(0u64);
     // END's totals (regions referenced, references seen) and the final
     // threshold, once a pass has read the stream.
@@ -268,7 +274,7 @@ pub fn analyze_sampled(
             Ok(Some(Event::Ref(x))) => {
                 let n = done.get() + 1;
                 done.set(n);
-                if n % M == 0 {
+                if n % unit == 0 {
                     bar.inc(1);
                 }
                 Some(StreamItem::Ref(x.addr))
