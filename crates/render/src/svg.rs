@@ -284,6 +284,15 @@ fn widest(lines: &[String], px: f64, bold: bool) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The label of category slot i: its name, else its number.
+fn category_label(chart: &Chart, i: usize) -> String {
+    chart
+        .x_categories
+        .get(i)
+        .cloned()
+        .unwrap_or_else(|| i.to_string())
+}
+
 /// The `<svg>` element's opening (size, font, the chart's title for tooltips
 /// and screen readers) and the drawn title line (`title`: already fitted).
 fn svg_open(s: &mut String, w: f64, h: f64, chart_title: &str, title: &[String]) {
@@ -751,11 +760,7 @@ pub fn render(chart: &Chart, width: u32, height: u32) -> String {
     let slot = plot_w / ncat.max(1) as f64;
     let cat_lines: Vec<Vec<String>> = (0..ncat)
         .map(|i| {
-            let label = chart
-                .x_categories
-                .get(i)
-                .cloned()
-                .unwrap_or_else(|| i.to_string());
+            let label = category_label(chart, i);
             wrap(&label, slot * every as f64 - 4.0, 11.0, false)
         })
         .collect();
@@ -1123,11 +1128,7 @@ fn render_hbar(chart: &Chart, width: u32) -> String {
     let cap = w * 0.4;
     let labels: Vec<Vec<String>> = (0..ncat)
         .map(|i| {
-            let name = chart
-                .x_categories
-                .get(i)
-                .cloned()
-                .unwrap_or_else(|| i.to_string());
+            let name = category_label(chart, i);
             let mut lines = wrap(&name, cap, 11.0, false);
             if let Some((_, l, _)) = chosen.iter().find(|c| c.0 == i) {
                 if !l.is_empty() {

@@ -397,10 +397,9 @@ fn count_pages(p: u64) -> String {
     }
 }
 
-pub fn render_model(r: &ModelReport) -> String {
-    let rows: Vec<Vec<String>> = r
-        .timings
-        .iter()
+/// One table row per timing: name, references, M/s on CPU time and on wall time.
+fn timing_rows(ts: &[ModelTiming]) -> Vec<Vec<String>> {
+    ts.iter()
         .map(|t| {
             vec![
                 t.name.clone(),
@@ -409,7 +408,11 @@ pub fn render_model(r: &ModelReport) -> String {
                 format!("{:.1} M/s", t.refs_per_s_wall / 1e6),
             ]
         })
-        .collect();
+        .collect()
+}
+
+pub fn render_model(r: &ModelReport) -> String {
+    let rows = timing_rows(&r.timings);
     let acc: Vec<Vec<String>> = r
         .shapes
         .iter()
@@ -443,18 +446,7 @@ pub fn render_model(r: &ModelReport) -> String {
         .map(|p| format!("StatStack 1/{p}"))
         .collect();
     head.extend(periods.iter().map(|s| s.as_str()));
-    let an_rows: Vec<Vec<String>> = r
-        .analysis
-        .iter()
-        .map(|t| {
-            vec![
-                t.name.clone(),
-                format!("{:.1} M", t.refs as f64 / 1e6),
-                format!("{:.1} M/s", t.refs_per_s_cpu / 1e6),
-                format!("{:.1} M/s", t.refs_per_s_wall / 1e6),
-            ]
-        })
-        .collect();
+    let an_rows = timing_rows(&r.analysis);
     format!(
         "reuse-distance engines: throughput in input references per second (thread CPU time and wall time),\n\
          medians of {} runs; load average before: {}\n{}\n\

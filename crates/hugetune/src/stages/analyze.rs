@@ -261,7 +261,9 @@ pub fn analyze_sampled(
     };
     let bar =
         crate::progress::Progress::bar("analyzing", 2 * b.meta.refs.div_ceil(unit), unit_name);
-    let done = std::cell::Cell::new(0u64);
+    // References left until the bar's next unit (a countdown: no division
+    // per reference).
+    let done = std::cell::Cell::new(unit);
     // END's totals (regions referenced, references seen) and the final
     // threshold, once a pass has read the stream.
     type Ends = (Option<u64>, Option<u64>, Option<u64>);
@@ -272,10 +274,12 @@ pub fn analyze_sampled(
         let (bar, done, ends) = (&bar, &done, &ends);
         Ok(std::iter::from_fn(move || match r.next_event() {
             Ok(Some(Event::Ref(x))) => {
-                let n = done.get() + 1;
-                done.set(n);
-                if n % unit == 0 {
+                let left = done.get() - 1;
+                if left == 0 {
                     bar.inc(1);
+                    done.set(unit);
+                } else {
+                    done.set(left);
                 }
                 Some(StreamItem::Ref(x.addr))
             }
