@@ -23,7 +23,16 @@
  * REF written under the old T and before any REF of the new one, so lowering T (under
  * the global lock) publishes the new T, then drains every thread's buffer (each under
  * its own lock, which appends also take and under which they test the hashes against
- * T again), then writes the record. Lock order: global, then a thread's. */
+ * T again), then writes the record. Lock order: global, then a thread's.
+ *
+ * A reference budget (`max_refs`, fixed-size mode) bounds the references the analysis
+ * will keep: each drained buffer adds its REFs to an estimate of those kept under the
+ * current T; when it passes the budget, T falls until half the page sample is left
+ * (or halves, when the sample holds under two pages) and the estimate scales by the
+ * ratio of the thresholds. T only falls, so the final sample is a fixed-rate sample at
+ * the final T, as with max_pages (docs/model.md §3.1); the stream keeps the REFs
+ * written before each fall (the analysis drops those above the final T), at most
+ * about max_refs per halving. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -60,6 +69,7 @@ struct vthread {
     uint64_t tid;                /* the guest thread's number: 0, 1, ... in creation order */
     _Atomic uint64_t seen;       /* references of this thread (its next seq) */
     uint64_t written;            /* REF records */
+    uint64_t undrained;          /* REF records in buf (the budget's count) */
     pthread_mutex_t lock;        /* fixed-size mode: the buffer, against draining */
     size_t len;
     uint64_t cache[CACHE_SLOTS]; /* page + 1, 0 = empty */
@@ -83,6 +93,8 @@ struct set {
 static struct {
     enum mode mode;
     uint64_t seed, modulus, max_pages;
+    uint64_t max_refs; /* fixed-size: the reference budget, 0 = none */
+    double kept;       /* REFs written that the current T keeps (expected) */
     uint64_t modmask; /* modulus - 1 when a power of two, else 0 */
     _Atomic uint64_t threshold;
     uint64_t mbase, mspan;
@@ -211,6 +223,8 @@ static void drain_locked(struct vthread *t)
         return;
     write_all(t->buf, t->len);
     t->len = 0;
+    g.kept += (double)t->undrained;
+    t->undrained = 0;
     progress_locked(0);
 }
 
@@ -328,12 +342,12 @@ static void heap_pop(struct set *s, uint64_t n)
     s->heap_p[at] = p;
 }
 
-/* Fixed-size: T falls to the largest hash in the set; the pages at or above it
- * leave. Global lock held. */
-static void lower_threshold_locked(void)
+/* T falls to t (< T): the pages at or above it leave the set, the threads' buffers
+ * (written under the old T) go out, then the THRESHOLD record. Global lock held. */
+static void lower_to_locked(uint64_t t)
 {
     struct set *s = &g.set;
-    uint64_t t = s->heap_h[0];
+    uint64_t old = atomic_load(&g.threshold);
     while (s->n > 0 && s->heap_h[0] >= t) {
         set_remove(s, s->heap_p[0]);
         heap_pop(s, s->n);
@@ -345,8 +359,62 @@ static void lower_threshold_locked(void)
         drain_locked(o);
         pthread_mutex_unlock(&o->lock);
     }
+    /* The REFs of the pages and regions that left are dropped by the analysis. */
+    g.kept *= (double)t / (double)old;
     unsigned char rec[HTRS_MAX_REC];
     write_all(rec, htrs_threshold(rec, t));
+}
+
+/* Fixed-size: T falls to the largest hash in the set; the pages at or above it
+ * leave. Global lock held. */
+static void lower_threshold_locked(void)
+{
+    lower_to_locked(g.set.heap_h[0]);
+}
+
+/* Over the reference budget: T falls until at most half the page sample is left
+ * (the largest hashes leave first, as one by one), or halves when fewer than two
+ * pages are sampled. Global lock held. */
+static void over_budget_locked(void)
+{
+    struct set *s = &g.set;
+    uint64_t t = atomic_load(&g.threshold);
+    if (s->n < 2) {
+        lower_to_locked(t > 1 ? t / 2 : 1);
+        return;
+    }
+    /* The heap's top is the largest hash: the hash of the page at position n/2 of
+     * the hashes in decreasing order, found without sorting by popping copies. */
+    uint64_t target = s->n / 2, n = s->n;
+    uint64_t *h = malloc(n * sizeof *h);
+    if (!h) {
+        lower_to_locked(t > 1 ? t / 2 : 1);
+        return;
+    }
+    memcpy(h, s->heap_h, n * sizeof *h);
+    /* Partial heap sort of the copy: pop until target pages would remain. */
+    uint64_t cut = t, m = n;
+    while (m > target) {
+        cut = h[0];
+        while (m > 0 && h[0] >= cut) {
+            h[0] = h[--m];
+            for (uint64_t at = 0;;) {
+                uint64_t l = 2 * at + 1, r = l + 1, big = at;
+                if (l < m && h[l] > h[big])
+                    big = l;
+                if (r < m && h[r] > h[big])
+                    big = r;
+                if (big == at)
+                    break;
+                uint64_t x = h[at];
+                h[at] = h[big];
+                h[big] = x;
+                at = big;
+            }
+        }
+    }
+    free(h);
+    lower_to_locked(cut > 1 ? cut : 1);
 }
 
 /* The page (hash h < T when tested) enters the sample unless it is in it already.
@@ -393,6 +461,7 @@ static void put_ref(struct vthread *t, uint64_t addr, int write, uint64_t seq)
         t->len = htrs_thread_rec(t->buf, t->tid);
     t->len += htrs_ref(t->buf + t->len, &t->st, addr, write, seq);
     t->written++;
+    t->undrained++;
 }
 
 static void full_buffer(struct vthread *t, int locked_own)
@@ -404,6 +473,8 @@ static void full_buffer(struct vthread *t, int locked_own)
     pthread_mutex_lock(&t->lock);
     drain_locked(t);
     pthread_mutex_unlock(&t->lock);
+    while (g.max_refs && g.kept > (double)g.max_refs && atomic_load(&g.threshold) > 1)
+        over_budget_locked();
     pthread_mutex_unlock(&g.lock);
     if (locked_own)
         pthread_mutex_lock(&t->lock);
@@ -564,7 +635,7 @@ static int usage(const char *what, const char *val)
 {
     say("hugetune-qemu: bad argument %s%s%s (arguments: out=FILE "
         "[sampling=rate|size|complete] [rate=R | threshold=T] [modulus=P] [max_pages=S] "
-        "[seed=N] [markers=BASE:SPAN] [progress=FILE]; see qemu-plugin/README.md)",
+        "[max_refs=N] [seed=N] [markers=BASE:SPAN] [progress=FILE]; see qemu-plugin/README.md)",
         what, val ? "=" : "", val ? val : "");
     return -1;
 }
@@ -618,6 +689,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             if (parse_u64(v, &g.max_pages) != 0 || g.max_pages == 0 ||
                 g.max_pages > (1ull << 30))
                 return usage("max_pages", v);
+        } else if (KEY("max_refs")) {
+            if (parse_u64(v, &g.max_refs) != 0 || g.max_refs == 0)
+                return usage("max_refs", v);
         } else if (KEY("seed")) {
             if (parse_u64(v, &g.seed) != 0)
                 return usage("seed", v);
@@ -642,6 +716,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     }
     if (!out || !*out)
         return usage("out", NULL);
+    if (g.max_refs && g.mode != M_SIZE)
+        return usage("max_refs without sampling=size", NULL);
     if (rate > 0 && have_threshold)
         return usage("rate and threshold", NULL);
     if (g.mode == M_COMPLETE) {
@@ -704,6 +780,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
                       PAGE_SHIFT, REGION_SHIFT, g.seed, g.seed ^ PAGE_SALT, g.modulus, threshold);
     if (g.mode == M_SIZE)
         n += snprintf(json + n, sizeof json - (size_t)n, ",\"max_pages\":%" PRIu64, g.max_pages);
+    if (g.max_refs)
+        n += snprintf(json + n, sizeof json - (size_t)n, ",\"max_refs\":%" PRIu64, g.max_refs);
     if (g.mspan)
         n += snprintf(json + n, sizeof json - (size_t)n,
                       ",\"marker_base\":%" PRIu64 ",\"marker_span\":%" PRIu64, g.mbase, g.mspan);

@@ -39,6 +39,11 @@ pub enum Sampling {
     Rate(f64),
     /// SHARDS fixed-size: at most this many sampled pages (starting at rate 1).
     MaxPages(u64),
+    /// Fixed-size with a reference budget as well: the threshold also falls
+    /// (halving the page sample) whenever the references the sample keeps pass
+    /// `max_refs` (qemu-plugin/README.md), so a program's profile costs about the
+    /// same whatever its reference rate.
+    Budget { max_pages: u64, max_refs: u64 },
 }
 
 impl Sampling {
@@ -47,7 +52,7 @@ impl Sampling {
         match self {
             Sampling::Complete => "complete",
             Sampling::Rate(_) => "spatial-rate",
-            Sampling::MaxPages(_) => "spatial-size",
+            Sampling::MaxPages(_) | Sampling::Budget { .. } => "spatial-size",
         }
     }
 
@@ -74,6 +79,23 @@ impl Sampling {
                     "sampling=size".into(),
                     format!("modulus={MODULUS}"),
                     format!("max_pages={s}"),
+                ]
+            }
+            Sampling::Budget {
+                max_pages,
+                max_refs,
+            } => {
+                if max_pages == 0 || max_pages > 1 << 30 {
+                    bail!("--max-pages {max_pages} is not in 1..=2^30");
+                }
+                if max_refs == 0 {
+                    bail!("a reference budget of 0");
+                }
+                vec![
+                    "sampling=size".into(),
+                    format!("modulus={MODULUS}"),
+                    format!("max_pages={max_pages}"),
+                    format!("max_refs={max_refs}"),
                 ]
             }
         })

@@ -60,6 +60,10 @@ pub struct StreamHeader {
     pub threshold: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pages: Option<u64>,
+    /// Fixed-size with a reference budget: the threshold also fell whenever the
+    /// references kept passed this (qemu-plugin/README.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_refs: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,6 +84,7 @@ impl StreamHeader {
             modulus: None,
             threshold: None,
             max_pages: None,
+            max_refs: None,
             period: None,
             command: None,
         }

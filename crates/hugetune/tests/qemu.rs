@@ -128,7 +128,7 @@ fn run(qemu_bin: &Path, dir: &Path, sampling: Sampling, seed: u64, args: &[&str]
         match sampling {
             Sampling::Complete => SamplingKind::Complete,
             Sampling::Rate(_) => SamplingKind::SpatialRate,
-            Sampling::MaxPages(_) => SamplingKind::SpatialSize,
+            Sampling::MaxPages(_) | Sampling::Budget { .. } => SamplingKind::SpatialSize,
         }
     });
     Run {
@@ -398,6 +398,64 @@ fn check_fixed_size(args: &[&str], max_pages: u64) {
 #[test]
 fn fixed_size_randmem_keeps_its_bound() {
     check_fixed_size(&["randmem", "--size", "8M"], 64);
+}
+
+/// A reference budget (`max_refs`): the threshold falls (each time by at least
+/// half the page sample) until the references the final sample keeps are within
+/// a small factor of the budget, where without one it keeps them all; every REF
+/// satisfies the threshold in force, and every reference of the trace to a page
+/// under the final threshold is in the stream (so the analysis can read it as a
+/// fixed-rate sample there).
+#[test]
+fn reference_budget_bounds_what_the_sample_keeps() {
+    let Some(q) = qemu_or_skip() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let seed = 5;
+    let budget = 200_000u64;
+    let args = ["randmem", "--size", "16M", "--iters", "4"];
+    let r = run(
+        &q,
+        d.path(),
+        Sampling::Budget {
+            max_pages: 1 << 20,
+            max_refs: budget,
+        },
+        seed,
+        &args,
+    );
+    assert!(!r.plugin.thresholds.is_empty(), "the threshold never fell");
+    let mut prev = r.plugin.threshold0;
+    for &t in &r.plugin.thresholds {
+        assert!(t < prev, "threshold {t} after {prev}");
+        prev = t;
+    }
+    for (x, &t) in r.plugin.refs.iter().zip(&r.plugin.t_at) {
+        assert!(is_sampled(x.addr >> 12, seed, t), "REF above threshold {t}");
+    }
+    let kept = |refs: &[Ref]| {
+        refs.iter()
+            .filter(|x| is_sampled(x.addr >> 12, seed, prev))
+            .count() as u64
+    };
+    let (in_stream, in_trace) = (kept(&r.plugin.refs), kept(&r.trace.refs));
+    // Every trace reference under the final threshold is in the stream (the
+    // plugin also sees the program's own stack and code data the trace omits).
+    assert!(in_stream >= in_trace, "{in_stream} < {in_trace}");
+    assert!(
+        in_stream <= 4 * budget,
+        "{in_stream} references kept at the final threshold, budget {budget}"
+    );
+    assert!(
+        (r.trace.refs.len() as u64) > 8 * budget,
+        "the run is too small to test the budget"
+    );
+    eprintln!(
+        "{} threshold falls, final R = {:.5}, {in_stream} kept of {} written, {} seen",
+        r.plugin.thresholds.len(),
+        prev as f64 / MODULUS as f64,
+        r.plugin.refs.len(),
+        r.plugin.seen
+    );
 }
 
 #[test]

@@ -126,6 +126,7 @@ fn model_prediction(
         source: RefSource::Qemu,
         rate: None,
         max_pages: None,
+        max_refs: None,
         seed: 0,
     };
     stages::record(&art, &cmd, &bundle, &refs, ctx.tlb.as_deref(), false, None)

@@ -470,6 +470,8 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
             refs: stages::RefSource::Auto,
             rate: None,
             max_pages: None,
+            exact: false,
+            profile_budget: crate::cmd::optimize::DEFAULT_PROFILE_BUDGET,
             driver,
             profile_driver,
         };

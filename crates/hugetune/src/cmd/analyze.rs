@@ -30,6 +30,10 @@ pub struct Args {
     /// Seed of the sampling hash for --rate on a complete bundle
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// A sampled stream: analyse at most about this many references, sampling it
+    /// further (the highest threshold that keeps no more)
+    #[arg(long, value_name = "N", conflicts_with = "exact")]
+    max_refs: Option<u64>,
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
@@ -43,6 +47,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             exact: a.exact,
             rate: a.rate,
             seed: a.seed,
+            max_refs: a.max_refs,
         },
     )?;
     let ids = if a.no_db {

@@ -51,6 +51,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         refs: stages::RefSource::Auto,
         rate: None,
         max_pages: None,
+        exact: false,
+        profile_budget: super::optimize::DEFAULT_PROFILE_BUDGET,
         driver: None,
         profile_driver: None,
     };

@@ -46,6 +46,15 @@ pub struct Args {
     /// Profile a fixed-size sample of at most this many 4 KB pages (qemu)
     #[arg(long, value_name = "S", conflicts_with = "rate")]
     max_pages: Option<u64>,
+    /// Without --rate/--max-pages/--exact, the profile is sampled so that
+    /// profiling plus analysis takes about this many times the native run of the
+    /// profiled command (timed first); the references kept follow from it
+    #[arg(long, value_name = "FACTOR", default_value_t = DEFAULT_PROFILE_BUDGET)]
+    profile_budget: f64,
+    /// Profile every reference and analyze the complete stream exactly (the
+    /// reference; slow on large programs)
+    #[arg(long, conflicts_with_all = ["rate", "max_pages"])]
+    exact: bool,
     /// The command is a server: run this client against it in every run (the
     /// profile, the sizing run, each timed run), stop the server with SIGTERM
     /// when the client ends, and time the client. `{port}` in the command,
@@ -78,6 +87,11 @@ pub struct Options {
     /// Sample them (qemu): `record --rate` / `--max-pages`.
     pub rate: Option<f64>,
     pub max_pages: Option<u64>,
+    /// Every reference, analysed exactly (else sampled within `profile_budget`
+    /// when neither `rate` nor `max_pages` is given).
+    pub exact: bool,
+    /// Profile + analysis within this many native runs of the profiled command.
+    pub profile_budget: f64,
     /// The command is a server driven by this client (`{port}` placeholders
     /// allowed), and by `profile_driver` in the profiled run.
     pub driver: Option<Vec<OsString>>,
@@ -161,6 +175,41 @@ pub struct Report {
     /// Where the time of this optimize went.
     #[serde(default)]
     pub timings: Timings,
+}
+
+/// `--profile-budget`'s default: profile + analysis within 10 native runs
+/// (issue 18).
+pub const DEFAULT_PROFILE_BUDGET: f64 = 10.0;
+
+/// What the emulation costs before any reference is kept: qemu with the
+/// plugin's filter, as a factor of the native run (measured, docs/model.md
+/// §3.2: 1.4–3x on the built-in kernels; compute-bound code is slower).
+const EMULATION_FACTOR: f64 = 3.0;
+/// Seconds per reference the sample keeps: the plugin writing it and the
+/// analysis of every candidate mapping (docs/model.md §3.2).
+const SECONDS_PER_KEPT_REF: f64 = 0.5e-6;
+/// The fewest references kept whatever the budget (error bars stay useful),
+/// and the most (a bundle of a few tens of MB).
+const MIN_KEPT_REFS: u64 = 2_000_000;
+const MAX_KEPT_REFS: u64 = 20_000_000;
+
+/// `optimize`'s automatic sampling: the page bound and the reference budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoSampling {
+    pub max_pages: u64,
+    pub max_refs: u64,
+}
+
+/// The sampling that keeps profiling plus analysis within `factor` native runs
+/// of `native_s`: what is left after the native run and the emulation's own
+/// cost, spent on kept references, within [MIN_KEPT_REFS, MAX_KEPT_REFS].
+pub fn auto_sampling(native_s: f64, factor: f64) -> AutoSampling {
+    let left = (factor - 1.0 - EMULATION_FACTOR).max(0.0) * native_s.max(0.0);
+    let refs = (left / SECONDS_PER_KEPT_REF).clamp(MIN_KEPT_REFS as f64, MAX_KEPT_REFS as f64);
+    AutoSampling {
+        max_pages: stages::DEFAULT_MAX_PAGES,
+        max_refs: refs as u64,
+    }
 }
 
 /// The chosen plan's predicted speedup for the command that is measured, with
@@ -265,6 +314,12 @@ pub struct ProfileReport {
     pub bundle: String,
     pub refs: u64,
     pub ref_source: String,
+    /// How the references were sampled (`complete`, `spatial-rate`,
+    /// `spatial-size`, ...), and the reference budget of the automatic sampling.
+    #[serde(default)]
+    pub ref_sampling: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_refs: Option<u64>,
     pub capture_s: f64,
     pub native_s: f64,
     pub refs_per_category: serde_json::Value,
@@ -279,6 +334,11 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     anyhow::ensure!(
         a.min_gain.is_finite() && (0.0..1.0).contains(&a.min_gain),
         "--min-gain must be in [0, 1)"
+    );
+    anyhow::ensure!(
+        a.profile_budget.is_finite() && a.profile_budget >= 1.0,
+        "--profile-budget {} must be a factor of at least 1 (the native run itself counts)",
+        a.profile_budget
     );
     let split = |s: &Option<String>, what: &str| {
         s.as_deref()
@@ -297,6 +357,8 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         refs: a.refs,
         rate: a.rate,
         max_pages: a.max_pages,
+        exact: a.exact,
+        profile_budget: a.profile_budget,
     };
     let report = execute(ctx, &opts)?;
     if a.json {
@@ -346,6 +408,10 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         max_pages: o.max_pages,
         ..stages::RefOptions::complete(o.refs)?
     };
+    anyhow::ensure!(
+        !(o.exact && (o.rate.is_some() || o.max_pages.is_some())),
+        "--exact profiles every reference: it excludes --rate and --max-pages"
+    );
     let machine = machine::machine(ctx.tlb.as_deref())?;
     let bundle = o
         .bundle
@@ -359,7 +425,32 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         ));
     }
     let t = Instant::now();
-    let meta = stages::record(
+    let mut refs = refs;
+    let mut native = None;
+    let mut budget = None;
+    if !o.exact
+        && o.rate.is_none()
+        && o.max_pages.is_none()
+        && refs.source == stages::RefSource::Qemu
+    {
+        // The sampling follows from the native run: time it first (record
+        // reuses it as the profile's native figure).
+        let n = stages::native_run(&cmds.profile_command, cmds.profile_driver.as_ref())?;
+        let a = auto_sampling(n.wall_s, o.profile_budget);
+        stages::note(format!(
+            "native run {}: profiling within {}x of it ({}), keeping at most {} pages and about {:.1} M references (--profile-budget, --rate, --max-pages or --exact to choose)",
+            secs(n.wall_s),
+            o.profile_budget,
+            secs(n.wall_s * o.profile_budget),
+            a.max_pages,
+            a.max_refs as f64 / 1e6
+        ));
+        refs.max_pages = Some(a.max_pages);
+        refs.max_refs = Some(a.max_refs);
+        native = Some(n);
+        budget = Some(a);
+    }
+    let meta = stages::record_with_native(
         &art,
         &cmds.profile_command,
         &bundle,
@@ -367,16 +458,40 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         ctx.tlb.as_deref(),
         ctx.verbose,
         cmds.profile_driver.as_ref(),
+        native,
     )?;
     timings.profile_s = t.elapsed().as_secs_f64();
     timings.native_s = meta.native.wall_s;
     let t = Instant::now();
-    let an: Analysis = stages::analyze(
+    let an: Analysis = stages::analyze_sampled(
         &bundle,
         &machine.tlb.geometry,
         &stages::cost_model_at(&ctx.db_path, &machine)?,
+        &stages::analysis_options(false),
+        &stages::SampleOptions {
+            exact: o.exact,
+            max_refs: budget.map(|a| a.max_refs),
+            ..Default::default()
+        },
     )?;
     timings.analyze_s = t.elapsed().as_secs_f64();
+    if budget.is_some() {
+        let spent = timings.profile_s + timings.analyze_s;
+        let factor = spent / timings.native_s.max(1e-9);
+        stages::note(format!(
+            "profile and analysis took {} ({factor:.1}x the native run; budget {}x){}",
+            secs(spent),
+            o.profile_budget,
+            if factor > o.profile_budget * 1.1 {
+                format!(
+                    ": over it — emulating the program costs about {:.1}x its native time here whatever the sampling",
+                    (timings.profile_s - timings.native_s) / timings.native_s.max(1e-9)
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
     let mut db = ctx.db()?;
     let (profile_id, _, machine_id) =
         stages::store_analysis(&mut db, &an, Some(&bundle), &machine)?;
@@ -536,6 +651,8 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             bundle: bundle.display().to_string(),
             refs: an.stream.refs,
             ref_source: an.meta.ref_source.clone(),
+            ref_sampling: an.meta.ref_sampling.clone(),
+            max_refs: budget.map(|a| a.max_refs),
             capture_s: an.meta.capture_s,
             native_s,
             refs_per_category: stages::category_map(&an.stream.refs_per_category),

@@ -251,6 +251,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             source: a.refs,
             rate: a.rate,
             max_pages: None,
+            max_refs: None,
             seed: 0,
         };
         stages::record(

@@ -22,6 +22,11 @@ pub struct Args {
     /// (SHARDS fixed-size; qemu only)
     #[arg(long, value_name = "S", conflicts_with = "rate")]
     max_pages: Option<u64>,
+    /// Keep about at most this many references: the page sample halves whenever
+    /// the references it keeps pass N (fixed-size sampling with a budget; qemu
+    /// only; with --max-pages, or 16384 pages)
+    #[arg(long, value_name = "N", conflicts_with = "rate")]
+    max_refs: Option<u64>,
     /// Seed of the page hash of sampling
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -71,6 +76,7 @@ pub fn run(ctx: &Ctx, mut a: Args) -> Result<i32> {
         source: a.refs,
         rate: a.rate,
         max_pages: a.max_pages,
+        max_refs: a.max_refs,
         seed: a.seed,
     };
     let meta = stages::record(

@@ -71,6 +71,42 @@ pub struct SampleOptions {
     pub rate: Option<f64>,
     /// The hash seed of that sampling (a complete stream's).
     pub seed: u64,
+    /// A sampled stream: analyse at most about this many of its references, at
+    /// the highest threshold that keeps no more (`optimize`'s budget).
+    pub max_refs: Option<u64>,
+}
+
+/// Log-linear buckets of a sample key (the smallest of a reference's page and
+/// region hashes): 16 per power of two, exact below 16.
+fn key_bucket(k: u64) -> usize {
+    if k < 16 {
+        return k as usize;
+    }
+    let e = 63 - k.leading_zeros() as usize;
+    16 + (e - 4) * 16 + ((k >> (e - 4)) & 15) as usize
+}
+
+/// The smallest key of bucket `b` (`key_bucket`'s inverse at its lower edge).
+fn bucket_floor(b: usize) -> u64 {
+    if b < 16 {
+        return b as u64;
+    }
+    let e = (b - 16) / 16 + 4;
+    (16 + ((b - 16) % 16) as u64) << (e - 4)
+}
+
+/// The highest threshold (≤ `t`) under which at most `budget` references of
+/// the key histogram `hist` are kept: the floor of the first bucket where the
+/// count passes it.
+fn budget_threshold(hist: &[u64], t: u64, budget: u64) -> u64 {
+    let mut kept = 0u64;
+    for (b, &n) in hist.iter().enumerate() {
+        if kept + n > budget {
+            return bucket_floor(b).clamp(1, t);
+        }
+        kept += n;
+    }
+    t
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -310,11 +346,26 @@ pub fn analyze_sampled(
     let (mbase, mspan) = spec.markers;
     let mut regions = std::collections::HashSet::new();
     let mut last_region = u64::MAX;
+    // With a reference budget: how many references each sample key keeps (a
+    // reference is kept at threshold T iff its key is below T).
+    let keyed = sampling
+        .as_ref()
+        .filter(|_| so.max_refs.is_some())
+        .map(|s| s.regions);
+    let mut keys = vec![0u64; if keyed.is_some() { 16 * 64 } else { 0 }];
     let first = addrs(items()?).inspect(|&a| {
         let g = a >> REGION_SHIFT;
-        if g != last_region && a.wrapping_sub(mbase) >= mspan {
+        let program = a.wrapping_sub(mbase) >= mspan;
+        if g != last_region && program {
             last_region = g;
             regions.insert(g);
+        }
+        if let (Some(s), true) = (&keyed, program) {
+            let k = s
+                .page_hash(a >> PAGE_SHIFT)
+                .min(s.region_hash(g))
+                .min(s.region_hash(g.wrapping_sub(1)));
+            keys[key_bucket(k)] += 1;
         }
     });
     let (present, _, top) = present_categories(&spec, first);
@@ -333,6 +384,26 @@ pub fn analyze_sampled(
         let mut at_end = s.regions;
         if s.kind == "spatial-size" {
             at_end.threshold = final_t.unwrap_or(at_end.threshold).min(at_end.threshold);
+            // Thresholds only fall, so the stream holds every reference to the
+            // pages and regions under the final one since the start: the second
+            // pass reads it as a fixed-rate sample at that threshold (exact
+            // SHARDS, and the references of pages that left are skipped before
+            // the engines instead of counted and evicted).
+            s.regions = at_end;
+        }
+        if let Some(budget) = so.max_refs {
+            let t = budget_threshold(&keys, at_end.threshold, budget);
+            if t < at_end.threshold {
+                note(format!(
+                    "analysing {:.1} M of the stream's references: the sample at R = {:.5} (from {:.5}) to stay within the budget of {:.1} M",
+                    keys[..key_bucket(t)].iter().sum::<u64>() as f64 / 1e6,
+                    t as f64 / at_end.modulus as f64,
+                    at_end.rate(),
+                    budget as f64 / 1e6
+                ));
+                at_end.threshold = t;
+                s.regions = at_end;
+            }
         }
         let sampled = regions
             .iter()
@@ -745,4 +816,48 @@ pub fn learn_from(
         ));
     }
     Ok(Some(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_buckets_are_ordered_and_their_floors_invert_them() {
+        let mut last = 0;
+        for k in 0..100_000u64 {
+            assert!(key_bucket(k) >= last, "{k}");
+            last = key_bucket(k);
+        }
+        for k in (0..100_000u64).chain([(1 << 24) - 1, 1 << 24, u64::MAX]) {
+            let b = key_bucket(k);
+            assert!(b < 16 * 64, "{k}");
+            assert!(bucket_floor(b) <= k, "{k}: floor {}", bucket_floor(b));
+            assert_eq!(key_bucket(bucket_floor(b)), b, "{k}");
+            // A bucket is at most 1/16 of its floor wide: thresholds are fine.
+            assert!(k - bucket_floor(b) <= bucket_floor(b) / 16 + 1, "{k}");
+        }
+    }
+
+    #[test]
+    fn the_budget_threshold_keeps_no_more_than_the_budget() {
+        // Keys uniform in [0, 2^20), one reference each.
+        let mut hist = vec![0u64; 16 * 64];
+        for k in 0..1u64 << 20 {
+            hist[key_bucket(k)] += 1;
+        }
+        for budget in [1u64, 100, 1000, 65_536, 500_000, 1 << 20, 1 << 22] {
+            let t = budget_threshold(&hist, 1 << 20, budget);
+            let kept = t.min(1 << 20); // keys below t
+            assert!(kept <= budget.max(1), "budget {budget}: t {t}");
+            // Within a bucket's width of the budget (1/16), or all of them.
+            assert!(
+                kept as f64 >= budget.min(1 << 20) as f64 * 15.0 / 16.0 - 16.0,
+                "budget {budget}: only {kept}"
+            );
+        }
+        // Never above the stream's own threshold, never 0.
+        assert_eq!(budget_threshold(&hist, 1000, 1 << 30), 1000);
+        assert_eq!(budget_threshold(&hist, 1 << 20, 0), 1);
+    }
 }

@@ -57,6 +57,10 @@ pub struct RefOptions {
     /// SHARDS fixed-size sampling with at most this many 4 KB pages, 2 MB
     /// regions at the same rate (qemu only).
     pub max_pages: Option<u64>,
+    /// Fixed-size sampling with a reference budget too: the sample halves
+    /// whenever the references it keeps pass this (qemu only; `optimize`'s
+    /// automatic sampling). `max_pages` defaults to [`DEFAULT_MAX_PAGES`].
+    pub max_refs: Option<u64>,
     /// The page hash's seed.
     pub seed: u64,
 }
@@ -68,6 +72,7 @@ impl RefOptions {
             source: RefSource::Valgrind,
             rate: None,
             max_pages: None,
+            max_refs: None,
             seed: 0,
         }
     }
@@ -104,6 +109,21 @@ impl RefOptions {
     pub fn resolve(&self, art: &Artifacts) -> Result<Source> {
         let sampling = match (self.rate, self.max_pages) {
             (Some(_), Some(_)) => bail!("--rate and --max-pages exclude each other"),
+            (Some(_), None) if self.max_refs.is_some() => {
+                bail!("a reference budget needs fixed-size sampling, not --rate")
+            }
+            (None, s) if self.max_refs.is_some() => {
+                let max_pages = s.unwrap_or(DEFAULT_MAX_PAGES);
+                match self.max_refs {
+                    Some(0) => bail!("a reference budget of 0 references"),
+                    _ if max_pages == 0 => bail!("--max-pages must be at least 1"),
+                    Some(max_refs) => Sampling::Budget {
+                        max_pages,
+                        max_refs,
+                    },
+                    None => unreachable!("checked by the guard"),
+                }
+            }
             (Some(r), None) => {
                 if !(r > 0.0 && r <= 1.0) {
                     bail!("--rate {r} is not in (0, 1]");
@@ -189,6 +209,10 @@ impl RefOptions {
     }
 }
 
+/// The page bound of fixed-size sampling when only a reference budget is given
+/// (the plugin's own default).
+pub const DEFAULT_MAX_PAGES: u64 = 16384;
+
 /// Profiles `argv`: references from `refs` with the runtime library in record
 /// mode, plus one uninstrumented run for its time and faults. Writes the bundle
 /// to `out`.
@@ -200,6 +224,31 @@ pub fn record(
     tlb_override: Option<&Path>,
     show_output: bool,
     driver: Option<&Driver>,
+) -> Result<ProfileMeta> {
+    record_with_native(
+        art,
+        argv,
+        out,
+        refs,
+        tlb_override,
+        show_output,
+        driver,
+        None,
+    )
+}
+
+/// [`record`] with the uninstrumented run already made (`native`: `optimize`
+/// times the command before it chooses the sampling).
+#[allow(clippy::too_many_arguments)]
+pub fn record_with_native(
+    art: &Artifacts,
+    argv: &[OsString],
+    out: &Path,
+    refs: &RefOptions,
+    tlb_override: Option<&Path>,
+    show_output: bool,
+    driver: Option<&Driver>,
+    native: Option<RunStats>,
 ) -> Result<ProfileMeta> {
     let program = program_of(argv)?;
     let source = refs.resolve(art)?;
@@ -229,6 +278,10 @@ pub fn record(
                 Sampling::Rate(r) => format!("4 KB pages and 2 MB regions sampled at R = {r}"),
                 Sampling::MaxPages(s) =>
                     format!("4 KB pages and 2 MB regions sampled, fixed-size: at most {s} pages"),
+                Sampling::Budget { max_pages, max_refs } => format!(
+                    "4 KB pages and 2 MB regions sampled: at most {max_pages} pages and about {:.1} M references kept",
+                    *max_refs as f64 / 1e6
+                ),
             }
         )),
     }
@@ -279,7 +332,10 @@ pub fn record(
             c.elapsed.as_secs_f64()
         ));
     }
-    let native = native_run(argv, driver)?;
+    let native = match native {
+        Some(n) => n,
+        None => native_run(argv, driver)?,
+    };
     let meta = ProfileMeta {
         format: profile::FORMAT.into(),
         version: profile::META_VERSION,
@@ -324,7 +380,7 @@ pub fn session_why(r: &RunStats) -> String {
 
 /// The uninstrumented time of a command: the median of three runs when it is short
 /// (short runs are noisy), one run otherwise.
-fn native_run(argv: &[OsString], driver: Option<&Driver>) -> Result<RunStats> {
+pub fn native_run(argv: &[OsString], driver: Option<&Driver>) -> Result<RunStats> {
     let mut spec = RunSpec::new(argv.to_vec());
     spec.stdout = Output::Null;
     spec.driver = driver.cloned();
