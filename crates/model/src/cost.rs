@@ -28,8 +28,25 @@ pub struct CostModel {
     /// interpolated by folio size between the listed ones of the same mechanism
     /// (mTHP between 4 KB and THP 2 MB; hugetlb 1 GB scaled from 2 MB by size).
     pub fault_ns: Vec<(Backing, f64)>,
+    /// Walk overlap (docs/model.md §4, "Overlap"): the latency of the memory
+    /// access a walk precedes (ns), and the most walks that proceed at once.
+    #[serde(default = "default_memory_ns")]
+    pub memory_ns: f64,
+    #[serde(default = "default_walk_concurrency")]
+    pub walk_concurrency: f64,
     /// Where the constants come from.
     pub source: String,
+}
+
+/// A DRAM access that the walk precedes; fitted with [`default_walk_concurrency`]
+/// on the ranking runs of 2026-11-25 (docs/model.md §4).
+fn default_memory_ns() -> f64 {
+    100.0
+}
+
+/// Walks that overlap at most (page walkers busy at once), same fit.
+fn default_walk_concurrency() -> f64 {
+    3.0
 }
 
 const KIB: f64 = 1024.0;
@@ -62,6 +79,8 @@ impl Default for CostModel {
                 (Backing::Thp2m, 201_000.0),
                 (Backing::Hugetlb2m, 92_000.0),
             ],
+            memory_ns: default_memory_ns(),
+            walk_concurrency: default_walk_concurrency(),
             source: "defaults measured on an AMD EPYC (Zen 5) KVM guest, see docs/model.md".into(),
         }
     }
@@ -150,9 +169,13 @@ impl CostModel {
             .iter()
             .copied()
             .chain(self.fault_ns.iter().map(|&(_, v)| v))
+            .chain([self.memory_ns])
             .chain(curves);
         if all.clone().any(|v| !v.is_finite() || v < 0.0) {
             return Err("cost model constants must be finite and non-negative".into());
+        }
+        if !(self.walk_concurrency.is_finite() && self.walk_concurrency >= 1.0) {
+            return Err("walk_concurrency must be a finite number of walks, at least 1".into());
         }
         for c in &self.walk_curve {
             if c.is_empty() || c.windows(2).any(|w| w[0].0 >= w[1].0) || c[0].0 <= 0.0 {

@@ -141,9 +141,71 @@ struct Variant {
     site_backing: Option<Backing>,
 }
 
-fn miss_time(m: &MappingResult, cost: &CostModel, v: &Variant) -> f64 {
-    // Leaf page-table entries the mapping populates, per leaf size: what the walks
-    // fetch (an mTHP folio is mapped by one 4 KB entry per 4 KB).
+/// How much the program's page walks overlap (docs/model.md §4, "Overlap").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WalkOverlap {
+    /// Walks in flight at once on average: 1 for a dependent chain, up to the
+    /// cost model's `walk_concurrency`. Every walk's cost is divided by it.
+    pub factor: f64,
+    /// Native time per 4 KB walk, faults and L2 hits taken out (ns).
+    pub ns_per_walk: f64,
+    /// What one walk and the access after it cost in series (ns).
+    pub serial_ns: f64,
+}
+
+/// The overlap of the all-small mapping's walks in the native run: a walk and
+/// the memory access it precedes cost `serial_ns` in series (the calibrated walk
+/// plus the memory latency); when the native run spends less than that per walk,
+/// walks were in flight together, `serial_ns / ns_per_walk` of them, at most the
+/// cost model's `walk_concurrency`. The calibrated walk costs come from a
+/// dependent chase, where the factor is 1.
+pub fn walk_overlap(result: &AnalysisResult, cost: &CostModel, native_seconds: f64) -> WalkOverlap {
+    let base = result.all_small();
+    let none = Variant {
+        assignments: vec![],
+        site_backing: None,
+    };
+    let (walks, walk_ns) = walk_parts(base, cost);
+    let other = miss_time(base, cost, &none, 1.0) - walk_ns;
+    let serial = if walks > 0 {
+        walk_ns / walks as f64 + cost.memory_ns
+    } else {
+        0.0
+    };
+    let per_walk = if walks > 0 {
+        ((native_seconds * 1e9 - other) / walks as f64).max(0.0)
+    } else {
+        f64::INFINITY
+    };
+    let factor = if walks == 0 || !per_walk.is_finite() || !serial.is_finite() {
+        1.0
+    } else if per_walk <= 0.0 {
+        cost.walk_concurrency
+    } else {
+        (serial / per_walk).clamp(1.0, cost.walk_concurrency.max(1.0))
+    };
+    WalkOverlap {
+        factor,
+        ns_per_walk: per_walk,
+        serial_ns: serial,
+    }
+}
+
+/// A mapping's walks and their serial cost (ns).
+fn walk_parts(m: &MappingResult, cost: &CostModel) -> (u64, f64) {
+    let entries = leaf_entries(m);
+    let walk_ns = PageSize::ALL.map(|s| cost.walk(s, entries[s.index()]));
+    let (mut n, mut t) = (0u64, 0.0);
+    for x in &m.cells {
+        n += x.stats.walks;
+        t += x.stats.walks as f64 * walk_ns[x.backing.leaf().index()];
+    }
+    (n, t)
+}
+
+/// Leaf page-table entries the mapping populates, per leaf size: what the walks
+/// fetch (an mTHP folio is mapped by one 4 KB entry per 4 KB).
+fn leaf_entries(m: &MappingResult) -> [u64; 3] {
     let mut entries = [0u64; 3];
     for x in &m.cells {
         let per_folio = match x.backing.leaf() {
@@ -152,7 +214,13 @@ fn miss_time(m: &MappingResult, cost: &CostModel, v: &Variant) -> f64 {
         };
         entries[x.backing.leaf().index()] += x.stats.faults * per_folio;
     }
-    let walk_ns = PageSize::ALL.map(|s| cost.walk(s, entries[s.index()]));
+    entries
+}
+
+/// Eq. 2 with every walk's cost divided by `overlap` (walks in flight at once).
+fn miss_time(m: &MappingResult, cost: &CostModel, v: &Variant, overlap: f64) -> f64 {
+    let entries = leaf_entries(m);
+    let walk_ns = PageSize::ALL.map(|s| cost.walk(s, entries[s.index()]) / overlap);
     let mut t = 0.0;
     for x in &m.cells {
         let s = &x.stats;
@@ -209,11 +277,12 @@ pub fn predictions(
         assignments: vec![],
         site_backing: None,
     };
-    let base_time = miss_time(result.all_small(), cost, &none);
+    let overlap = walk_overlap(result, cost, native_seconds).factor;
+    let base_time = miss_time(result.all_small(), cost, &none, overlap);
     let mut out = Vec::new();
     for m in &result.mappings {
         for v in variants(m) {
-            let mt = miss_time(m, cost, &v);
+            let mt = miss_time(m, cost, &v, overlap);
             let assignments = v.assignments.clone();
             let saving = base_time - mt;
             let (mut hugetlb, mut hugetlb_1g, mut thp) = (0, 0, 0);

@@ -1,0 +1,90 @@
+//! The walk overlap (docs/model.md §4, "Overlap"): the native run's time per
+//! walk against a walk and its access in series decides how many walks were in
+//! flight at once, within [1, walk_concurrency], and every walk's cost is
+//! divided by it; faults are not.
+
+use hugetune_model::cost::CostModel;
+use hugetune_model::page::PageSize::{P1g, P2m, P4k};
+use hugetune_model::rank::{self, walk_overlap};
+use hugetune_model::stream::{analyze_stream, present_categories, AnalysisOptions};
+use hugetune_model::tlb::{TlbArray, TlbGeometry, TlbLevel};
+
+fn zen_like() -> TlbGeometry {
+    TlbGeometry {
+        levels: vec![
+            TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
+            TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 2048, 0)], None),
+        ],
+        source: "test".into(),
+    }
+}
+
+#[test]
+fn overlap_follows_the_native_time_per_walk() {
+    let (spec, refs) = hugetune_model::stream::synth::program(600_000, 96 << 20, 3);
+    let g = zen_like();
+    let (present, _, _) = present_categories(&spec, refs.iter().copied());
+    let opts = AnalysisOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    let (r, _, _) = analyze_stream(&spec, &g, &present, &opts, refs.iter().copied());
+    let cost = CostModel::default();
+    let walks = r.all_small().total().walks;
+    assert!(
+        walks > 10_000,
+        "the program must miss the TLB: {walks} walks"
+    );
+    // A long native run: more time per walk than a walk and its access in
+    // series take, so no overlap.
+    let slow = walk_overlap(&r, &cost, 100.0);
+    assert_eq!(slow.factor, 1.0, "{slow:?}");
+    assert!(slow.serial_ns > cost.memory_ns, "{slow:?}");
+    // The native time that leaves half the serial time per walk: two walks at once.
+    let other_s = {
+        let p = rank::predictions(&r, &cost, 100.0);
+        let base = p
+            .iter()
+            .find(|p| p.base && p.assignments.is_empty())
+            .unwrap();
+        base.miss_time_ns / 1e9 - walks as f64 * (slow.serial_ns - cost.memory_ns) / 1e9
+    };
+    let half = other_s + walks as f64 * slow.serial_ns / 2.0 / 1e9;
+    let two = walk_overlap(&r, &cost, half);
+    assert!((two.factor - 2.0).abs() < 1e-6, "{two:?}");
+    // Faster still: capped at the walk concurrency.
+    let fast = walk_overlap(&r, &cost, other_s + walks as f64 * 1e-9);
+    assert_eq!(fast.factor, cost.walk_concurrency, "{fast:?}");
+    // The savings: the best mapping's saving shrinks with the overlap, but not
+    // below what its faults alone save, and the ranking of the mappings by
+    // saving stays sorted.
+    let s1 = rank::predictions(&r, &cost, 100.0);
+    let s2 = rank::predictions(&r, &cost, half);
+    let best = &s1[0];
+    let same = s2.iter().find(|p| p.label == best.label).unwrap();
+    assert!(
+        same.saving_ns < best.saving_ns,
+        "{} vs {}",
+        same.saving_ns,
+        best.saving_ns
+    );
+    assert!(
+        same.saving_ns > best.saving_ns / 2.0 - 1.0,
+        "{} vs {}",
+        same.saving_ns,
+        best.saving_ns
+    );
+    assert!(s2.windows(2).all(|w| w[0].saving_ns >= w[1].saving_ns));
+    // A concurrency of 1 turns the overlap off.
+    let serial = CostModel {
+        walk_concurrency: 1.0,
+        ..CostModel::default()
+    };
+    assert_eq!(walk_overlap(&r, &serial, half).factor, 1.0);
+    assert!(CostModel {
+        walk_concurrency: 0.5,
+        ..CostModel::default()
+    }
+    .validate()
+    .is_err());
+}
