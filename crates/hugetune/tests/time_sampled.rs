@@ -77,6 +77,10 @@ fn analyze(db: &Path, bundle: &Path) -> Value {
     let args = ["analyze", "--json", "--no-db", bundle.to_str().unwrap()];
     let (code, out, err) = hugetune(db, &args);
     assert_eq!(code, 0, "{args:?}: {out}\n{err}");
+    // The analysis' throughput, for docs/model.md §3.2.
+    for l in err.lines().filter(|l| l.contains("samples/s")) {
+        eprintln!("{}", l.chars().take(110).collect::<String>());
+    }
     serde_json::from_str(&out).unwrap()
 }
 
