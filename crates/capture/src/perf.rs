@@ -475,6 +475,22 @@ pub struct RecordOptions {
     pub keep_data_in: Option<PathBuf>,
 }
 
+/// The fixed period `hugetune record --refs perf` samples at: one memory
+/// operation in 4 999 (prime, so that it does not beat with a loop's length).
+/// The analysis needs a fixed period to know how many references a sample
+/// stands for (docs/model.md §3.2); perf's default frequency mode varies it.
+pub const MODEL_PERIOD: u64 = 4_999;
+
+impl RecordOptions {
+    /// Recording for the model: a fixed period ([`MODEL_PERIOD`]).
+    pub fn for_model() -> Self {
+        RecordOptions {
+            period: Some(MODEL_PERIOD),
+            ..Default::default()
+        }
+    }
+}
+
 impl PerfPlan {
     /// `perf record` (or `perf mem record`) arguments, without the perf prefix,
     /// up to and including `--`.

@@ -99,7 +99,7 @@ impl Mapping {
         self.huge.iter().map(|&(c, _)| c).collect()
     }
 
-    fn resolution(&self) -> PerCategory<Option<Backing>> {
+    pub(crate) fn resolution(&self) -> PerCategory<Option<Backing>> {
         let mut m = [None; 5];
         for &(c, b) in &self.huge {
             m[c.index()] = Some(b);
@@ -305,11 +305,11 @@ impl MappingResult {
 
 /// Per backing, per TLB level: the engine, key shift and entries of its array.
 #[derive(Debug, Clone, Copy)]
-struct Route {
-    engine: usize,
-    shift: u32,
-    entries: u64,
-    array: usize,
+pub(crate) struct Route {
+    pub(crate) engine: usize,
+    pub(crate) shift: u32,
+    pub(crate) entries: u64,
+    pub(crate) array: usize,
 }
 
 struct MappingState {
@@ -381,7 +381,7 @@ pub struct Analyzer {
 
 /// The backing a reference to `addr` in `obj` lands on when the object's category
 /// has resolution `res`, with the placement space and address it has there.
-fn resolve(
+pub(crate) fn resolve(
     obj: &ObjectInfo,
     seg: Option<&StaticSegment>,
     addr: u64,
@@ -428,55 +428,64 @@ fn resolve(
     }
 }
 
+/// `routes[backing][level]` of mapping `m` and how many engines they use: two
+/// arrays share an engine when they see the same translations with the same
+/// keys for every backing the mapping uses (shared with `timesampled.rs`).
+pub(crate) fn routes_of(m: &Mapping, geometry: &TlbGeometry) -> (Vec<Vec<Option<Route>>>, usize) {
+    let mut used = vec![Backing::Base4k];
+    let huge = m.huge.iter().map(|&(_, b)| b);
+    for b in huge.chain(m.sites.iter().map(|&(_, b)| b)) {
+        used.push(b);
+        if b == Backing::Hugetlb1g {
+            used.push(Backing::Hugetlb2m);
+        }
+    }
+    // Two arrays share an engine when they see the same translations with the
+    // same keys for every backing this mapping uses (e.g. AMD's L1 and L2
+    // without 1 GB pages): one reuse stack answers both capacities.
+    let mut signatures: Vec<Vec<Option<u32>>> = Vec::new();
+    let mut routes = vec![vec![None; geometry.levels.len()]; BACKINGS];
+    for (li, level) in geometry.levels.iter().enumerate() {
+        for (ai, array) in level.arrays.iter().enumerate() {
+            let sig: Vec<Option<u32>> = used
+                .iter()
+                .map(|b| {
+                    level
+                        .slot(b.leaf(), b.folio_shift())
+                        .filter(|s| s.array == ai)
+                        .map(|s| s.shift)
+                })
+                .collect();
+            if sig.iter().all(Option::is_none) {
+                continue;
+            }
+            let engine = match signatures.iter().position(|s| *s == sig) {
+                Some(e) => e,
+                None => {
+                    signatures.push(sig.clone());
+                    signatures.len() - 1
+                }
+            };
+            for (b, shift) in used.iter().zip(&sig) {
+                if let Some(shift) = *shift {
+                    routes[b.index()][li] = Some(Route {
+                        engine,
+                        shift,
+                        entries: array.entries,
+                        array: ai,
+                    });
+                }
+            }
+        }
+    }
+    let n = signatures.len();
+    (routes, n)
+}
+
 impl MappingState {
     fn new(m: Mapping, geometry: &TlbGeometry, simulate: bool, sampled: bool) -> Self {
         let res = m.resolution();
-        let mut used = vec![Backing::Base4k];
-        let huge = m.huge.iter().map(|&(_, b)| b);
-        for b in huge.chain(m.sites.iter().map(|&(_, b)| b)) {
-            used.push(b);
-            if b == Backing::Hugetlb1g {
-                used.push(Backing::Hugetlb2m);
-            }
-        }
-        // Two arrays share an engine when they see the same translations with the
-        // same keys for every backing this mapping uses (e.g. AMD's L1 and L2
-        // without 1 GB pages): one reuse stack answers both capacities.
-        let mut signatures: Vec<Vec<Option<u32>>> = Vec::new();
-        let mut routes = vec![vec![None; geometry.levels.len()]; BACKINGS];
-        for (li, level) in geometry.levels.iter().enumerate() {
-            for (ai, array) in level.arrays.iter().enumerate() {
-                let sig: Vec<Option<u32>> = used
-                    .iter()
-                    .map(|b| {
-                        level
-                            .slot(b.leaf(), b.folio_shift())
-                            .filter(|s| s.array == ai)
-                            .map(|s| s.shift)
-                    })
-                    .collect();
-                if sig.iter().all(Option::is_none) {
-                    continue;
-                }
-                let engine = match signatures.iter().position(|s| *s == sig) {
-                    Some(e) => e,
-                    None => {
-                        signatures.push(sig.clone());
-                        signatures.len() - 1
-                    }
-                };
-                for (b, shift) in used.iter().zip(&sig) {
-                    if let Some(shift) = *shift {
-                        routes[b.index()][li] = Some(Route {
-                            engine,
-                            shift,
-                            entries: array.entries,
-                            array: ai,
-                        });
-                    }
-                }
-            }
-        }
+        let (routes, n) = routes_of(&m, geometry);
         let fault_engine = (0..BACKINGS)
             .map(|bi| {
                 let b = Backing::all()[bi];
@@ -487,7 +496,6 @@ impl MappingState {
                     .map(|r| r.engine)
             })
             .collect();
-        let n = signatures.len();
         MappingState {
             res,
             sites: m.sites.clone(),

@@ -19,6 +19,7 @@ pub mod sizing;
 pub mod stats;
 pub mod statstack;
 pub mod stream;
+pub mod timesampled;
 pub mod tlb;
 
 pub use analysis::{analyze, AnalysisInput, AnalysisResult, MappingResult};

@@ -27,7 +27,8 @@
 //! on the sampled address reports. This model assumes a watchpoint per pending
 //! sample (hardware has four debug registers; RDX multiplexes them).
 //!
-//! Not done: a samples-only variant (no watchpoints: reuse times inferred from
+//! Samples without watchpoints (what perf gives) are analysed in `timesampled.rs`
+//! under the independent reference model instead. Not done here: reuse times inferred from
 //! the gaps between consecutive samples of the same page, deconvolving the
 //! 1/period thinning). The gap distribution is a geometric compound of reuse
 //! times, and inverting it (r_n from g_n − (1−p) Σ r_m g_{n−m}, divided by

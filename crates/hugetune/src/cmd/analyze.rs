@@ -105,7 +105,13 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
             "fails: huge pages cannot help much"
         }
     );
-    if let Some(x) = &an.result.sampling {
+    if let Some(x) = an.result.sampling.as_ref().filter(|x| x.kind == "time") {
+        println!(
+            "sampled    time : one reference in {} (perf), {} samples; TLB misses under the independent reference model (docs/model.md §3.2)",
+            x.modulus,
+            hugetune_render::count(x.refs_sampled as f64)
+        );
+    } else if let Some(x) = &an.result.sampling {
         println!(
             "sampled    {} : 4 KB pages and 2 MB regions at R = {:.4} (regions' realized rate {:.2}× that), {} of the references in the sample, {} regions",
             x.kind,

@@ -118,7 +118,7 @@ pub struct SiteSummary {
     pub allocations: u64,
 }
 
-fn sites(cat: &Categorizer, modules: &[String]) -> Vec<SiteSummary> {
+pub(super) fn sites(cat: &Categorizer, modules: &[String]) -> Vec<SiteSummary> {
     let mut acc: Vec<SiteSummary> = Vec::new();
     for o in cat.objects() {
         let Some(s) = o.site else { continue };
@@ -178,8 +178,9 @@ fn stream_sampling(
         Ok(())
     };
     match h.sampling {
+        // Analysed by time_sampled.rs before this is asked.
         SamplingKind::Time => bail!(
-            "bundle {}: its references are time-sampled (source {}); reuse distances of time samples need a StatStack-style estimator, which this analysis does not have yet — record with --refs qemu or --refs valgrind",
+            "bundle {}: its references are time-sampled (source {})",
             path.display(),
             h.source
         ),
@@ -204,7 +205,10 @@ fn stream_sampling(
                 );
             }
             let (Some(seed), Some(m), Some(t)) = (h.seed, h.modulus, h.threshold) else {
-                bail!("bundle {}: the stream's sampling parameters are missing", path.display());
+                bail!(
+                    "bundle {}: the stream's sampling parameters are missing",
+                    path.display()
+                );
             };
             if h.page_shift != Some(PAGE_SHIFT)
                 || h.region_shift != Some(REGION_SHIFT)
@@ -270,6 +274,9 @@ pub fn analyze_sampled(
     };
     let mut sampling = {
         let r = RefReader::new(&refs[..]).context("reading the reference stream")?;
+        if r.header().sampling == SamplingKind::Time {
+            return super::time_sampled::analyze(path, b, geometry, cost, opts, so);
+        }
         stream_sampling(path, r.header(), so)?
     };
     if sampling.is_some() && opts.simulate {
@@ -525,7 +532,7 @@ pub fn analyze_sampled(
 }
 
 /// A site prediction's label before its modules are named.
-fn unnamed_site_label(p: &Prediction) -> String {
+pub(super) fn unnamed_site_label(p: &Prediction) -> String {
     let sites: Vec<_> = p
         .sites
         .iter()

@@ -14,6 +14,7 @@ mod apply;
 mod fleet;
 mod plan;
 mod record;
+mod time_sampled;
 mod validate;
 
 pub use analyze::*;
@@ -228,14 +229,14 @@ mod tests {
             RefSource::Valgrind
         };
         assert_eq!(auto, want);
-        for s in [RefSource::Qemu, RefSource::Valgrind] {
+        for s in [RefSource::Qemu, RefSource::Valgrind, RefSource::Perf] {
             let o = RefOptions::complete(s).unwrap();
             assert_eq!((o.source, o.rate, o.max_pages), (s, None, None));
         }
-        for s in [RefSource::Perf, RefSource::Damon] {
-            let e = RefOptions::complete(s).unwrap_err().to_string();
-            assert!(e.contains("every reference"), "{e}");
-        }
+        let e = RefOptions::complete(RefSource::Damon)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs references"), "{e}");
     }
 
     #[test]

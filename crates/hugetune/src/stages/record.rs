@@ -77,9 +77,10 @@ impl RefOptions {
         }
     }
 
-    /// Every reference, for the model: `Auto` is QEMU's plugin where
-    /// qemu-x86_64 is installed (fast), else valgrind lackey. Sampled and
-    /// region sources are refused: the analysis needs the complete stream.
+    /// References for the model: `Auto` is QEMU's plugin where qemu-x86_64 is
+    /// installed (fast, every reference), else valgrind lackey; `Perf` is the
+    /// PMU's time samples (docs/model.md §3.2). DAMON's regions are refused:
+    /// the analysis needs references.
     pub fn complete(source: RefSource) -> Result<Self> {
         let source = match source {
             RefSource::Auto => {
@@ -93,10 +94,9 @@ impl RefOptions {
                     RefSource::Valgrind
                 }
             }
-            s @ (RefSource::Qemu | RefSource::Valgrind) => s,
-            RefSource::Perf | RefSource::Damon => bail!(
-                "--refs {}: the model needs every reference (qemu or valgrind); perf samples in time and DAMON sees regions",
-                if source == RefSource::Perf { "perf" } else { "damon" }
+            s @ (RefSource::Qemu | RefSource::Valgrind | RefSource::Perf) => s,
+            RefSource::Damon => bail!(
+                "--refs damon: the model needs references (qemu, valgrind or perf); DAMON sees regions"
             ),
         };
         Ok(RefOptions {
@@ -154,7 +154,7 @@ impl RefOptions {
                 };
                 return Ok(Source::Perf {
                     plan,
-                    opts: perf::RecordOptions::default(),
+                    opts: perf::RecordOptions::for_model(),
                 });
             }
             RefSource::Damon => {
@@ -182,7 +182,7 @@ impl RefOptions {
                         note("the PMU samples data addresses: recording with perf (time-sampled)");
                         return Ok(Source::Perf {
                             plan,
-                            opts: perf::RecordOptions::default(),
+                            opts: perf::RecordOptions::for_model(),
                         });
                     }
                     (RefSource::Qemu, _) => true,
@@ -262,9 +262,10 @@ pub fn record_with_native(
             display_cmd(argv)
         )),
         Source::Perf { plan, .. } => note(format!(
-            "profiling `{}` with perf ({:?}; time-sampled: the model cannot analyze this yet)",
+            "profiling `{}` with perf ({:?}; time-sampled: one reference in {}, analysed under the independent reference model)",
             display_cmd(argv),
-            plan.mechanism
+            plan.mechanism,
+            perf::MODEL_PERIOD
         )),
         Source::Damon { .. } => note(format!(
             "monitoring `{}` with DAMON (region access frequencies; no references for the model)",
