@@ -368,12 +368,20 @@ fn scan_stream(path: &Path, markers: Option<(u64, u64)>) -> Result<Scan> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut r = RefReader::new(std::io::BufReader::with_capacity(1 << 20, f))?;
     let shift = r.header().page_shift.unwrap_or(12);
-    let mut pages = std::collections::HashSet::new();
+    // Most references go to the page of the one before: only a change of page
+    // is looked up (a complete stream has hundreds of millions of references,
+    // and a SipHash insert each took longer than the capture itself).
+    let mut pages = rustc_hash::FxHashSet::default();
+    let mut last = u64::MAX;
     while let Some(x) = r.next_record()? {
         if markers.is_some_and(|(b, s)| x.addr.wrapping_sub(b) < s) {
             continue;
         }
-        pages.insert(x.addr >> shift);
+        let p = x.addr >> shift;
+        if p != last {
+            last = p;
+            pages.insert(p);
+        }
     }
     let totals = r
         .totals()
@@ -392,6 +400,12 @@ pub fn compress(raw: &Path, out: &Path) -> Result<()> {
     let output =
         std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
     let mut enc = zstd::stream::Encoder::new(std::io::BufWriter::new(output), 3)?;
+    // Every core compresses (zstd's own workers): writing a complete stream
+    // must not take longer than capturing it.
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    if workers > 1 {
+        enc.multithread(workers)?;
+    }
     std::io::copy(&mut std::io::BufReader::new(input), &mut enc)?;
     enc.finish()?;
     Ok(())
