@@ -155,7 +155,7 @@ fn partition(extents: &[Extent], t_ms: u64) -> BTreeMap<u64, (u64, Option<Catego
         .filter(|e| e.end > e.start && e.live_at(t_ms))
         .collect();
     // Paint the highest rank first, the lowest last (it wins).
-    live.sort_by(|a, b| b.rank.cmp(&a.rank));
+    live.sort_by_key(|e| std::cmp::Reverse(e.rank));
     let mut map: BTreeMap<u64, (u64, Option<Category>)> = BTreeMap::new();
     for e in live {
         paint(&mut map, e.start, e.end, e.category);
