@@ -99,6 +99,9 @@ pub struct DamonOptions {
     pub snapshot_every_aggrs: u32,
     /// Stop monitoring after this long even if the process still runs.
     pub max_duration: Option<Duration>,
+    /// Keep the process's /proc/PID/maps with the snapshots (when it changed):
+    /// what categorizes the regions of a process without an allocation log.
+    pub capture_maps: bool,
 }
 
 impl Default for DamonOptions {
@@ -108,11 +111,26 @@ impl Default for DamonOptions {
             attrs: DamonAttrs::default(),
             snapshot_every_aggrs: 5,
             max_duration: None,
+            capture_maps: false,
         }
     }
 }
 
+/// Environment variable naming another DAMON admin directory than
+/// [`DAMON_ADMIN`] (a fake tree, for tests of the whole command line).
+pub const ROOT_ENV: &str = "HUGETUNE_DAMON_ROOT";
+
 impl DamonOptions {
+    /// The defaults, at the admin directory `$HUGETUNE_DAMON_ROOT` names if set.
+    pub fn from_env() -> Self {
+        DamonOptions {
+            root: std::env::var_os(ROOT_ENV)
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| PathBuf::from(DAMON_ADMIN), PathBuf::from),
+            ..Default::default()
+        }
+    }
+
     pub fn snapshot_every(&self) -> Duration {
         Duration::from_micros(self.attrs.aggr_us * u64::from(self.snapshot_every_aggrs.max(1)))
     }
@@ -156,6 +174,11 @@ pub struct DamonSnapshot {
     pub summary: SnapshotSummary,
     /// Sorted by start address.
     pub regions: Vec<DamonRegion>,
+    /// The process's /proc/PID/maps read right after the regions, where
+    /// `capture_maps` asked for it and it differs from the previous snapshot's
+    /// (absent: unchanged, or not asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maps: Option<String>,
 }
 
 impl DamonSnapshot {
@@ -175,6 +198,7 @@ impl DamonSnapshot {
             t_ms,
             summary,
             regions,
+            maps: None,
         }
     }
 }
@@ -494,7 +518,8 @@ impl DamonSession {
         mut alive: impl FnMut() -> bool,
     ) -> Result<Vec<DamonSnapshot>> {
         let every = opts.snapshot_every();
-        let mut snaps = Vec::new();
+        let mut snaps: Vec<DamonSnapshot> = Vec::new();
+        let mut last_maps: Option<String> = None;
         let mut next = Instant::now() + every;
         loop {
             loop {
@@ -514,7 +539,18 @@ impl DamonSession {
                 return Ok(snaps);
             }
             match self.snapshot() {
-                Ok(s) => snaps.push(s),
+                Ok(mut s) => {
+                    if opts.capture_maps {
+                        // Read-only, and gone with the process: then kept as it was.
+                        if let Ok(m) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) {
+                            if last_maps.as_deref() != Some(m.as_str()) {
+                                s.maps = Some(m.clone());
+                                last_maps = Some(m);
+                            }
+                        }
+                    }
+                    snaps.push(s)
+                }
                 // The process exited between the check and the snapshot.
                 Err(_) if !alive() || !self.is_running() => return Ok(snaps),
                 Err(e) => return Err(e),
@@ -559,8 +595,23 @@ pub fn pid_alive(pid: u32) -> bool {
 /// Monitors a running process (not necessarily our child) until it exits or
 /// `opts.max_duration` passes.
 pub fn record_pid(pid: u32, opts: &DamonOptions) -> Result<DamonCapture> {
+    record_pid_until(pid, opts, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`record_pid`] that also ends when `stop` is set (Ctrl-C): the snapshots
+/// taken so far are kept. The process is only read (its maps, DAMON's
+/// accessed-bit sampling): it runs on whatever happens here.
+pub fn record_pid_until(
+    pid: u32,
+    opts: &DamonOptions,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<DamonCapture> {
+    use std::sync::atomic::Ordering;
+    if !pid_alive(pid) {
+        bail!("no running process {pid} to monitor");
+    }
     let session = DamonSession::start(pid, opts)?;
-    let snaps = session.record(opts, || pid_alive(pid))?;
+    let snaps = session.record(opts, || !stop.load(Ordering::SeqCst) && pid_alive(pid))?;
     Ok(session.finish(snaps, opts))
 }
 

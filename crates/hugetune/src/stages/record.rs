@@ -73,8 +73,8 @@ impl RefOptions {
     }
 
     /// Every reference, for the model: `Auto` is QEMU's plugin where
-    /// qemu-x86_64 is installed (fast), else valgrind lackey. Sampled and
-    /// region sources are refused: the analysis needs the complete stream.
+    /// qemu-x86_64 is installed (fast), else valgrind lackey. DAMON is taken
+    /// as asked (a frequency estimate, damon_plan.rs); perf is refused.
     pub fn complete(source: RefSource) -> Result<Self> {
         let source = match source {
             RefSource::Auto => {
@@ -88,10 +88,10 @@ impl RefOptions {
                     RefSource::Valgrind
                 }
             }
-            s @ (RefSource::Qemu | RefSource::Valgrind) => s,
-            RefSource::Perf | RefSource::Damon => bail!(
-                "--refs {}: the model needs every reference (qemu or valgrind); perf samples in time and DAMON sees regions",
-                if source == RefSource::Perf { "perf" } else { "damon" }
+            // DAMON: no references; analyze makes a frequency estimate of it.
+            s @ (RefSource::Qemu | RefSource::Valgrind | RefSource::Damon) => s,
+            RefSource::Perf => bail!(
+                "--refs perf: the model needs every reference (qemu or valgrind); perf samples in time"
             ),
         };
         Ok(RefOptions {
@@ -140,7 +140,7 @@ impl RefOptions {
             RefSource::Damon => {
                 sampling_is_qemus("DAMON monitors regions, not references")?;
                 return Ok(Source::Damon {
-                    opts: DamonOptions::default(),
+                    opts: DamonOptions::from_env(),
                 });
             }
             RefSource::Auto => {
@@ -218,7 +218,7 @@ pub fn record(
             plan.mechanism
         )),
         Source::Damon { .. } => note(format!(
-            "monitoring `{}` with DAMON (region access frequencies; no references for the model)",
+            "monitoring `{}` with DAMON (region access frequencies: analyze makes a frequency estimate, not a TLB model)",
             display_cmd(argv)
         )),
         Source::Qemu { sampling, .. } => note(format!(
