@@ -20,6 +20,14 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
+/// One test at a time: each DAMON session takes the kernel-state lock, and a
+/// short process could end while its monitor waits for another test's.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn put(root: &Path, rel: &str, value: &str) {
     let p = root.join(rel);
     fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -243,6 +251,7 @@ fn categories(v: &Value) -> Vec<String> {
 /// that it is a frequency estimate. With nothing accessed, no plan.
 #[test]
 fn a_damon_bundle_from_the_fake_sysfs_yields_a_plan() {
+    let _serial = serial();
     let t = fake_tree();
     let root = t.path();
     let d = tempfile::tempdir().unwrap();
@@ -336,6 +345,7 @@ fn start(cmd: &[String]) -> Running {
 /// sources are refused with -p.
 #[test]
 fn record_p_monitors_a_running_process_and_plans_for_it() {
+    let _serial = serial();
     let t = fake_tree();
     let root = t.path();
     let d = tempfile::tempdir().unwrap();
@@ -406,13 +416,14 @@ fn record_p_monitors_a_running_process_and_plans_for_it() {
 /// one that keeps running, which is left running.
 #[test]
 fn exit_and_ctrl_c_end_monitoring_early_with_a_bundle() {
+    let _serial = serial();
     let t = fake_tree();
     let root = t.path();
     let d = tempfile::tempdir().unwrap();
     let db = d.path().join("h.db");
 
-    // About 1.5 s of randmem, monitored for up to 60 s.
-    let p = start(&randmem(50));
+    // About 3 s of randmem, monitored for up to 60 s.
+    let p = start(&randmem(100));
     let pid = p.0.id();
     // Reap it when it ends, as its parent.
     let mut child = p;
@@ -488,6 +499,7 @@ fn exit_and_ctrl_c_end_monitoring_early_with_a_bundle() {
 /// say it is a frequency estimate.
 #[test]
 fn optimize_refs_damon_end_to_end() {
+    let _serial = serial();
     let t = fake_tree();
     let root = t.path();
     let d = tempfile::tempdir().unwrap();
@@ -548,6 +560,7 @@ fn optimize_refs_damon_end_to_end() {
 /// (no vaddr operations, someone else's kdamond running, not root).
 #[test]
 fn real_damon_where_available() {
+    let _serial = serial();
     let root = Path::new(hugetune_capture::damon::DAMON_ADMIN);
     if let Err(why) = hugetune_capture::damon::available(root) {
         eprintln!("skipped: the real DAMON cannot monitor a process here: {why}");
