@@ -468,7 +468,18 @@ impl DamonSession {
     /// Configures and turns on a kdamond for `pid` (see the module comment).
     pub fn start(pid: u32, opts: &DamonOptions) -> Result<DamonSession> {
         opts.attrs.validate()?;
-        let lock = lock_kernel_state()?;
+        Self::start_locked(pid, opts, lock_kernel_state()?)
+    }
+
+    /// [`DamonSession::start`] under a kernel-state lock the caller took
+    /// (before starting the process, so that none of its run goes unmonitored
+    /// while another hugetune holds the lock).
+    pub fn start_locked(
+        pid: u32,
+        opts: &DamonOptions,
+        lock: KernelStateLock,
+    ) -> Result<DamonSession> {
+        opts.attrs.validate()?;
         available(&opts.root).map_err(|e| anyhow!("DAMON unavailable: {e}"))?;
         let kds = opts.root.join("kdamonds");
         let nr_path = kds.join("nr_kdamonds");
@@ -619,6 +630,11 @@ pub fn record_pid_until(
 /// waits for it unmonitored) and returns the capture and its exit status. The
 /// child is killed if monitoring cannot start or fails.
 pub fn record_command(mut cmd: Command, opts: &DamonOptions) -> Result<(DamonCapture, ExitStatus)> {
+    opts.attrs.validate()?;
+    // The lock first: a command started before it would run unmonitored for
+    // as long as another hugetune holds it.
+    let lock = lock_kernel_state()?;
+    available(&opts.root).map_err(|e| anyhow!("DAMON unavailable: {e}"))?;
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {:?}", cmd.get_program()))?;
@@ -628,7 +644,7 @@ pub fn record_command(mut cmd: Command, opts: &DamonOptions) -> Result<(DamonCap
         let _ = child.kill();
         let _ = child.wait();
     };
-    let session = match DamonSession::start(pid, opts) {
+    let session = match DamonSession::start_locked(pid, opts, lock) {
         Ok(s) => s,
         Err(e) => {
             stop(&mut child);
@@ -1014,6 +1030,42 @@ mod tests {
         let e = format!("{:#}", DamonCapture::from_json(&other).unwrap_err());
         assert!(e.contains("hugetune-damon/9"), "{e}");
         assert!(DamonCapture::from_json("{}").is_err());
+    }
+
+    /// With `capture_maps`, the process's maps come with the first snapshot
+    /// and again only when they change; a stop flag ends `record_pid_until`.
+    #[test]
+    fn maps_are_kept_when_they_change_and_a_stop_flag_ends_recording() {
+        let t = fake_tree(0, "vaddr");
+        let r = t.path();
+        region(r, 0, 0x10000, 0x20000, 3, 2);
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let mut o = opts(r);
+        o.attrs.sample_us = 1_000;
+        o.attrs.aggr_us = 2_000;
+        o.snapshot_every_aggrs = 5;
+        o.capture_maps = true;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let cap = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                std::thread::sleep(Duration::from_millis(80));
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            record_pid_until(pid, &o, &stop).unwrap()
+        });
+        assert!(pid_alive(pid), "the process was left running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(cap.snapshots.len() >= 3, "{}", cap.snapshots.len());
+        let first = cap.snapshots[0].maps.as_deref().unwrap();
+        assert!(first.contains("sleep"), "{first}");
+        assert!(cap.snapshots[1..].iter().all(|s| s.maps.is_none()));
+        assert_eq!(get(r, "kdamonds/nr_kdamonds"), "0");
+        let json = serde_json::to_string(&cap).unwrap();
+        assert_eq!(DamonCapture::from_json(&json).unwrap(), cap);
+        let e = format!("{:#}", record_pid_until(pid, &o, &stop).unwrap_err());
+        assert!(e.contains("no running process"), "{e}");
     }
 
     #[test]

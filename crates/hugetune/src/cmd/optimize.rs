@@ -570,7 +570,10 @@ fn predicted_text(p: &PredictedSpeedup) -> String {
     let how = if p.hi > p.lo {
         format!("{:.2}-{:.2}x, 90 % sampling interval", p.lo, p.hi)
     } else if p.basis.starts_with(hugetune_model::frequency::BASIS) {
-        format!("{}, a lower bound", hugetune_model::frequency::BASIS)
+        format!(
+            "{}, from lower bounds on walks and faults",
+            hugetune_model::frequency::BASIS
+        )
     } else if p.basis.starts_with("complete") {
         "complete profile, no sampling interval".into()
     } else if p.basis.starts_with("no plan") {

@@ -225,7 +225,7 @@ pub fn analyze_damon(
     };
     if cap.snapshots.is_empty() {
         bail!(
-            "bundle {}: DAMON took no snapshot (the process ran {:.1} s, a snapshot is taken every {} ms): monitor a longer run",
+            "bundle {}: DAMON took no snapshot (it monitored the process for {:.1} s, a snapshot is taken every {} ms): monitor a longer run",
             path.display(),
             cap.duration_ms as f64 / 1e3,
             cap.snapshot_every_ms
