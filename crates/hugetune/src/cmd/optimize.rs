@@ -36,7 +36,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     bundle: Option<PathBuf>,
     /// Reference source of the profile: auto (qemu where installed, else
-    /// valgrind), qemu or valgrind
+    /// valgrind), qemu or valgrind; damon monitors the native run instead (a
+    /// frequency estimate, not a TLB model)
     #[arg(long, value_enum, default_value = "auto")]
     refs: stages::RefSource,
     /// Profile a sample: 4 KB pages and 2 MB regions at this rate (qemu); the
