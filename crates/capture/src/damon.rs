@@ -99,6 +99,9 @@ pub struct DamonOptions {
     pub snapshot_every_aggrs: u32,
     /// Stop monitoring after this long even if the process still runs.
     pub max_duration: Option<Duration>,
+    /// Keep the process's /proc/PID/maps with the snapshots (when it changed):
+    /// what categorizes the regions of a process without an allocation log.
+    pub capture_maps: bool,
 }
 
 impl Default for DamonOptions {
@@ -108,11 +111,26 @@ impl Default for DamonOptions {
             attrs: DamonAttrs::default(),
             snapshot_every_aggrs: 5,
             max_duration: None,
+            capture_maps: false,
         }
     }
 }
 
+/// Environment variable naming another DAMON admin directory than
+/// [`DAMON_ADMIN`] (a fake tree, for tests of the whole command line).
+pub const ROOT_ENV: &str = "HUGETUNE_DAMON_ROOT";
+
 impl DamonOptions {
+    /// The defaults, at the admin directory `$HUGETUNE_DAMON_ROOT` names if set.
+    pub fn from_env() -> Self {
+        DamonOptions {
+            root: std::env::var_os(ROOT_ENV)
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| PathBuf::from(DAMON_ADMIN), PathBuf::from),
+            ..Default::default()
+        }
+    }
+
     pub fn snapshot_every(&self) -> Duration {
         Duration::from_micros(self.attrs.aggr_us * u64::from(self.snapshot_every_aggrs.max(1)))
     }
@@ -156,6 +174,11 @@ pub struct DamonSnapshot {
     pub summary: SnapshotSummary,
     /// Sorted by start address.
     pub regions: Vec<DamonRegion>,
+    /// The process's /proc/PID/maps read right after the regions, where
+    /// `capture_maps` asked for it and it differs from the previous snapshot's
+    /// (absent: unchanged, or not asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maps: Option<String>,
 }
 
 impl DamonSnapshot {
@@ -175,6 +198,7 @@ impl DamonSnapshot {
             t_ms,
             summary,
             regions,
+            maps: None,
         }
     }
 }
@@ -444,7 +468,18 @@ impl DamonSession {
     /// Configures and turns on a kdamond for `pid` (see the module comment).
     pub fn start(pid: u32, opts: &DamonOptions) -> Result<DamonSession> {
         opts.attrs.validate()?;
-        let lock = lock_kernel_state()?;
+        Self::start_locked(pid, opts, lock_kernel_state()?)
+    }
+
+    /// [`DamonSession::start`] under a kernel-state lock the caller took
+    /// (before starting the process, so that none of its run goes unmonitored
+    /// while another hugetune holds the lock).
+    pub fn start_locked(
+        pid: u32,
+        opts: &DamonOptions,
+        lock: KernelStateLock,
+    ) -> Result<DamonSession> {
+        opts.attrs.validate()?;
         available(&opts.root).map_err(|e| anyhow!("DAMON unavailable: {e}"))?;
         let kds = opts.root.join("kdamonds");
         let nr_path = kds.join("nr_kdamonds");
@@ -494,7 +529,8 @@ impl DamonSession {
         mut alive: impl FnMut() -> bool,
     ) -> Result<Vec<DamonSnapshot>> {
         let every = opts.snapshot_every();
-        let mut snaps = Vec::new();
+        let mut snaps: Vec<DamonSnapshot> = Vec::new();
+        let mut last_maps: Option<String> = None;
         let mut next = Instant::now() + every;
         loop {
             loop {
@@ -514,7 +550,18 @@ impl DamonSession {
                 return Ok(snaps);
             }
             match self.snapshot() {
-                Ok(s) => snaps.push(s),
+                Ok(mut s) => {
+                    if opts.capture_maps {
+                        // Read-only, and gone with the process: then kept as it was.
+                        if let Ok(m) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) {
+                            if last_maps.as_deref() != Some(m.as_str()) {
+                                s.maps = Some(m.clone());
+                                last_maps = Some(m);
+                            }
+                        }
+                    }
+                    snaps.push(s)
+                }
                 // The process exited between the check and the snapshot.
                 Err(_) if !alive() || !self.is_running() => return Ok(snaps),
                 Err(e) => return Err(e),
@@ -559,8 +606,23 @@ pub fn pid_alive(pid: u32) -> bool {
 /// Monitors a running process (not necessarily our child) until it exits or
 /// `opts.max_duration` passes.
 pub fn record_pid(pid: u32, opts: &DamonOptions) -> Result<DamonCapture> {
+    record_pid_until(pid, opts, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`record_pid`] that also ends when `stop` is set (Ctrl-C): the snapshots
+/// taken so far are kept. The process is only read (its maps, DAMON's
+/// accessed-bit sampling): it runs on whatever happens here.
+pub fn record_pid_until(
+    pid: u32,
+    opts: &DamonOptions,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<DamonCapture> {
+    use std::sync::atomic::Ordering;
+    if !pid_alive(pid) {
+        bail!("no running process {pid} to monitor");
+    }
     let session = DamonSession::start(pid, opts)?;
-    let snaps = session.record(opts, || pid_alive(pid))?;
+    let snaps = session.record(opts, || !stop.load(Ordering::SeqCst) && pid_alive(pid))?;
     Ok(session.finish(snaps, opts))
 }
 
@@ -568,6 +630,11 @@ pub fn record_pid(pid: u32, opts: &DamonOptions) -> Result<DamonCapture> {
 /// waits for it unmonitored) and returns the capture and its exit status. The
 /// child is killed if monitoring cannot start or fails.
 pub fn record_command(mut cmd: Command, opts: &DamonOptions) -> Result<(DamonCapture, ExitStatus)> {
+    opts.attrs.validate()?;
+    // The lock first: a command started before it would run unmonitored for
+    // as long as another hugetune holds it.
+    let lock = lock_kernel_state()?;
+    available(&opts.root).map_err(|e| anyhow!("DAMON unavailable: {e}"))?;
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {:?}", cmd.get_program()))?;
@@ -577,7 +644,7 @@ pub fn record_command(mut cmd: Command, opts: &DamonOptions) -> Result<(DamonCap
         let _ = child.kill();
         let _ = child.wait();
     };
-    let session = match DamonSession::start(pid, opts) {
+    let session = match DamonSession::start_locked(pid, opts, lock) {
         Ok(s) => s,
         Err(e) => {
             stop(&mut child);
@@ -963,6 +1030,42 @@ mod tests {
         let e = format!("{:#}", DamonCapture::from_json(&other).unwrap_err());
         assert!(e.contains("hugetune-damon/9"), "{e}");
         assert!(DamonCapture::from_json("{}").is_err());
+    }
+
+    /// With `capture_maps`, the process's maps come with the first snapshot
+    /// and again only when they change; a stop flag ends `record_pid_until`.
+    #[test]
+    fn maps_are_kept_when_they_change_and_a_stop_flag_ends_recording() {
+        let t = fake_tree(0, "vaddr");
+        let r = t.path();
+        region(r, 0, 0x10000, 0x20000, 3, 2);
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let mut o = opts(r);
+        o.attrs.sample_us = 1_000;
+        o.attrs.aggr_us = 2_000;
+        o.snapshot_every_aggrs = 5;
+        o.capture_maps = true;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let cap = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                std::thread::sleep(Duration::from_millis(80));
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            record_pid_until(pid, &o, &stop).unwrap()
+        });
+        assert!(pid_alive(pid), "the process was left running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(cap.snapshots.len() >= 3, "{}", cap.snapshots.len());
+        let first = cap.snapshots[0].maps.as_deref().unwrap();
+        assert!(first.contains("sleep"), "{first}");
+        assert!(cap.snapshots[1..].iter().all(|s| s.maps.is_none()));
+        assert_eq!(get(r, "kdamonds/nr_kdamonds"), "0");
+        let json = serde_json::to_string(&cap).unwrap();
+        assert_eq!(DamonCapture::from_json(&json).unwrap(), cap);
+        let e = format!("{:#}", record_pid_until(pid, &o, &stop).unwrap_err());
+        assert!(e.contains("no running process"), "{e}");
     }
 
     #[test]

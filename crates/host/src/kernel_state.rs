@@ -37,6 +37,26 @@ fn restorers() -> std::sync::MutexGuard<'static, Vec<(u64, Restorer)>> {
 
 /// Set by `forward_signals`: signals go to the tracked children, hugetune waits.
 static FORWARD: AtomicBool = AtomicBool::new(false);
+/// Set by `sigint_sets`: the next SIGINT sets this flag instead of interrupting.
+static SIGINT_FLAG: Mutex<Option<std::sync::Arc<AtomicBool>>> = Mutex::new(None);
+
+/// While the guard lives, the first SIGINT (Ctrl-C) sets `flag` instead of
+/// interrupting hugetune: for work that Ctrl-C ends early and that still
+/// finishes properly (`record -p` writes what it monitored). Further SIGINTs,
+/// and every other signal, interrupt as usual.
+pub fn sigint_sets(flag: std::sync::Arc<AtomicBool>) -> SigintGuard {
+    install_signal_guard();
+    *SIGINT_FLAG.lock().unwrap_or_else(|p| p.into_inner()) = Some(flag);
+    SigintGuard(())
+}
+
+pub struct SigintGuard(());
+
+impl Drop for SigintGuard {
+    fn drop(&mut self) {
+        *SIGINT_FLAG.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
 
 /// For a wrapper that must behave as the program it runs (`hugetune run` under
 /// a service manager): from now on SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGUSR1,
@@ -95,6 +115,13 @@ pub fn install_signal_guard() {
                 }
                 if sig == SIGWINCH {
                     continue; // its default is to be ignored
+                }
+                if sig == SIGINT {
+                    let flag = SIGINT_FLAG.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    if let Some(f) = flag {
+                        f.store(true, Ordering::SeqCst);
+                        continue;
+                    }
                 }
                 INTERRUPTED.store(true, Ordering::SeqCst);
                 // A child being started now is tracked (and stopped) before we go

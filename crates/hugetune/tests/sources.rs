@@ -81,9 +81,10 @@ fn damon_records_where_it_can_and_leaves_the_kernel_as_it_was() {
             assert_eq!(m["ref_source"], "damon");
             let s = hugetune_format::bundle::read(&out).unwrap();
             assert!(hugetune_format::bundle::section(&s, "damon").is_ok());
+            // Too short a run for a snapshot (one every 500 ms) is refused
+            // by name; a longer one is a frequency estimate (tests/damon.rs).
             let (code, err) = analyze(d.path(), &out);
-            assert_ne!(code, 0);
-            assert!(err.contains("DAMON region access frequencies"), "{err}");
+            assert!(code == 0 || err.contains("DAMON took no snapshot"), "{err}");
         }
     }
     assert_eq!(std::fs::read_to_string(&nr).ok(), before);

@@ -8,6 +8,7 @@ pub mod analysis;
 pub mod categorize;
 pub mod category;
 pub mod cost;
+pub mod frequency;
 pub mod mrc;
 pub mod page;
 pub mod plan;

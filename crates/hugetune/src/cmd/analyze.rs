@@ -73,6 +73,24 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
 }
 
 pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
+    if let Some(f) = &an.frequency {
+        for l in stages::frequency_lines(
+            &an.meta.command,
+            an.meta.native.wall_s,
+            &an.result.geometry.source,
+            &an.significance,
+            f,
+        ) {
+            println!("{l}");
+        }
+        println!(
+            "\npredicted ({}; walks and faults are lower bounds)",
+            f.basis
+        );
+        println!("{}", super::predictions_table(&an.predictions));
+        println!("costs      {}", an.cost.source);
+        return;
+    }
     let s = &an.stream;
     println!(
         "profile    {} ({} references from {}, native run {:.3} s)",

@@ -36,7 +36,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     bundle: Option<PathBuf>,
     /// Reference source of the profile: auto (qemu where installed, else
-    /// valgrind), qemu, valgrind, or perf (the PMU's time samples; docs/model.md §3.2)
+    /// valgrind), qemu, valgrind, perf (the PMU's time samples; docs/model.md
+    /// §3.2), or damon: DAMON monitors the native run instead (a frequency
+    /// estimate, not a TLB model)
     #[arg(long, value_enum, default_value = "auto")]
     refs: stages::RefSource,
     /// Profile a sample: 4 KB pages and 2 MB regions at this rate (qemu); the
@@ -175,6 +177,10 @@ pub struct Report {
     /// Where the time of this optimize went.
     #[serde(default)]
     pub timings: Timings,
+    /// `--refs damon`: the frequency estimate the predictions come from (not
+    /// a TLB model; lower bounds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency: Option<hugetune_model::frequency::FrequencyResult>,
 }
 
 /// `--profile-budget`'s default: profile + analysis within 10 native runs
@@ -183,10 +189,10 @@ pub const DEFAULT_PROFILE_BUDGET: f64 = 10.0;
 
 /// What the emulation costs before any reference is kept: qemu with the
 /// plugin's filter, as a factor of the native run (measured, docs/model.md
-/// §3.2: 1.4–3x on the built-in kernels; compute-bound code is slower).
+/// §3.3: 1.4–3x on the built-in kernels; compute-bound code is slower).
 const EMULATION_FACTOR: f64 = 3.0;
 /// Seconds per reference the sample keeps: the plugin writing it and the
-/// analysis of every candidate mapping (docs/model.md §3.2).
+/// analysis of every candidate mapping (docs/model.md §3.3).
 const SECONDS_PER_KEPT_REF: f64 = 0.5e-6;
 /// The fewest references kept whatever the budget (error bars stay useful),
 /// and the most (a bundle of a few tens of MB).
@@ -614,14 +620,26 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             .as_ref()
             .is_some_and(|d| Some(d) != o.driver.as_ref());
     let training = stages::display_cmd(&cmds.profile_command);
-    let predicted_speedup = predicted_speedup(
+    let mut predicted_speedup = predicted_speedup(
         decision.prediction.as_ref(),
         an.result.sampling.is_some(),
         &an.errors,
         extrapolated.then_some(training.as_str()),
     );
+    if let (Some(f), Some(_)) = (&an.frequency, &decision.prediction) {
+        predicted_speedup.basis = format!(
+            "{}: DAMON region access frequencies, walks and faults lower bounds, no interval{}",
+            f.basis,
+            if extrapolated {
+                format!("; extrapolation from the profiled input `{training}`")
+            } else {
+                String::new()
+            }
+        );
+    }
     timings.total_s = start.elapsed().as_secs_f64();
     Ok(Report {
+        frequency: an.frequency.clone(),
         predicted_speedup,
         timings,
         compared,
@@ -670,6 +688,11 @@ fn predicted_text(p: &PredictedSpeedup) -> String {
     let extrapolated = p.basis.contains("extrapolation");
     let how = if p.hi > p.lo {
         format!("{:.2}-{:.2}x, 90 % sampling interval", p.lo, p.hi)
+    } else if p.basis.starts_with(hugetune_model::frequency::BASIS) {
+        format!(
+            "{}, from lower bounds on walks and faults",
+            hugetune_model::frequency::BASIS
+        )
     } else if p.basis.starts_with("complete") {
         "complete profile, no sampling interval".into()
     } else if p.basis.starts_with("no plan") {
@@ -694,11 +717,9 @@ fn range(v: &[f64]) -> String {
     format!("{:.3}–{:.3} s", lo, hi)
 }
 
-pub fn render(r: &Report) -> String {
-    let mut s = String::new();
-    let same = r.command == r.profile_command;
-    s += &format!("\ncommand      {}\n", r.command.join(" "));
-    s += &format!(
+/// The profile and significance lines of a profile with references.
+fn profile_lines(r: &Report, same: bool) -> String {
+    let mut s = format!(
         "profile      {}{}: {} references ({}) in {:.1} s; native {}\n",
         r.profile_command.join(" "),
         if same { "" } else { " (training input)" },
@@ -714,8 +735,33 @@ pub fn render(r: &Report) -> String {
         hugetune_render::count(sig.faults_per_s),
         if sig.passes { "passes" } else { "fails" }
     );
+    s
+}
+
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let same = r.command == r.profile_command;
+    s += &format!("\ncommand      {}\n", r.command.join(" "));
+    if let Some(f) = &r.frequency {
+        for l in stages::frequency_lines(
+            &r.profile_command,
+            r.profile.capture_s,
+            &r.profile.tlb.source,
+            &r.significance,
+            f,
+        ) {
+            s += &format!("{l}\n");
+        }
+    } else {
+        s += &profile_lines(r, same);
+    }
     s += &format!(
-        "\npredicted ranking (on the profiled input; hugetlb pages sized for this input: heap-large needs {})\n",
+        "\npredicted ranking (on the profiled input{}; hugetlb pages sized for this input: heap-large needs {})\n",
+        if r.frequency.is_some() {
+            ", a frequency estimate, not a TLB model: walks and faults are lower bounds"
+        } else {
+            ""
+        },
         r.reference_heap_large_pages
     );
     s += &super::predictions_table(&r.predicted);

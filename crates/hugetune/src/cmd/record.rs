@@ -30,8 +30,16 @@ pub struct Args {
     /// Seed of the page hash of sampling
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Monitor this running process (not started by hugetune, left running)
+    /// with DAMON instead of profiling a command: --refs damon only
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with_all = ["command", "rate", "max_pages"])]
+    pid: Option<u32>,
+    /// How long to monitor the process of -p, in seconds (Ctrl-C or its exit
+    /// end it earlier; the bundle is written either way)
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, requires = "pid")]
+    duration: f64,
     /// The command to profile
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "pid")]
     command: Vec<OsString>,
 }
 
@@ -69,7 +77,45 @@ pub fn bundle_path(output: &Path, command: &[OsString]) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// `record -p PID`: DAMON on a running process.
+fn run_pid(ctx: &Ctx, a: &Args, pid: u32) -> Result<i32> {
+    match a.refs {
+        RefSource::Damon | RefSource::Auto => {}
+        other => bail!(
+            "-p {pid}: a running process can only be monitored with DAMON (--refs damon); --refs {} starts the program itself",
+            format!("{other:?}").to_lowercase()
+        ),
+    }
+    if !(a.duration.is_finite() && a.duration > 0.0) {
+        bail!(
+            "--duration {} is not a positive number of seconds",
+            a.duration
+        );
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| vec![p.into_os_string()])
+        .unwrap_or_default();
+    let output = bundle_path(&a.output, &exe)?;
+    let meta = stages::record_running(
+        pid,
+        &output,
+        std::time::Duration::from_secs_f64(a.duration),
+        ctx.tlb.as_deref(),
+    )?;
+    println!(
+        "wrote {} (DAMON region access frequencies of pid {pid}, `{}`, {:.1} s); next: hugetune analyze {}",
+        output.display(),
+        meta.command.join(" "),
+        meta.capture_s,
+        output.display()
+    );
+    Ok(0)
+}
+
 pub fn run(ctx: &Ctx, mut a: Args) -> Result<i32> {
+    if let Some(pid) = a.pid {
+        return run_pid(ctx, &a, pid);
+    }
     a.output = bundle_path(&a.output, &a.command)?;
     let art = crate::artifacts::find()?;
     let refs = RefOptions {
@@ -88,7 +134,7 @@ pub fn run(ctx: &Ctx, mut a: Args) -> Result<i32> {
         ctx.verbose,
         None,
     )?;
-    let next = if meta.ref_source == "damon" || meta.ref_sampling == "time" {
+    let next = if meta.ref_sampling == "time" {
         String::new()
     } else {
         format!("; next: hugetune analyze {}", a.output.display())

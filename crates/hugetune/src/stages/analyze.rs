@@ -59,6 +59,10 @@ pub struct Analysis {
     /// empty when the counts are exact.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<PredictionError>,
+    /// DAMON bundles: the frequency estimate the predictions come from (not a
+    /// TLB model; its walks and faults are lower bounds; damon_plan.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency: Option<hugetune_model::frequency::FrequencyResult>,
 }
 
 /// How `analyze` treats the stream's sampling.
@@ -259,6 +263,9 @@ pub fn analyze_sampled(
     so: &SampleOptions,
 ) -> Result<Analysis> {
     let b = profile::read(path)?;
+    if b.refs.is_none() {
+        return super::analyze_damon(path, b, geometry, cost);
+    }
     for x in &b.extra {
         note(format!(
             "bundle section '{}' ({}) is kept for other tools; the model does not use it",
@@ -268,7 +275,7 @@ pub fn analyze_sampled(
     }
     let Some(refs) = &b.refs else {
         bail!(
-            "bundle {}: it holds DAMON region access frequencies, not memory references; the model needs a reference stream (record with --refs qemu or --refs valgrind)",
+            "bundle {}: no reference stream (record with --refs qemu or --refs valgrind)",
             path.display()
         );
     };
@@ -522,6 +529,7 @@ pub fn analyze_sampled(
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
         },
+        frequency: None,
         mrc: mrcs
             .curves()
             .into_iter()

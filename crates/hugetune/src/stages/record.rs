@@ -79,8 +79,8 @@ impl RefOptions {
 
     /// References for the model: `Auto` is QEMU's plugin where qemu-x86_64 is
     /// installed (fast, every reference), else valgrind lackey; `Perf` is the
-    /// PMU's time samples (docs/model.md §3.2). DAMON's regions are refused:
-    /// the analysis needs references.
+    /// PMU's time samples (docs/model.md §3.2); DAMON is taken as asked (a
+    /// frequency estimate, damon_plan.rs).
     pub fn complete(source: RefSource) -> Result<Self> {
         let source = match source {
             RefSource::Auto => {
@@ -94,10 +94,7 @@ impl RefOptions {
                     RefSource::Valgrind
                 }
             }
-            s @ (RefSource::Qemu | RefSource::Valgrind | RefSource::Perf) => s,
-            RefSource::Damon => bail!(
-                "--refs damon: the model needs references (qemu, valgrind or perf); DAMON sees regions"
-            ),
+            s @ (RefSource::Qemu | RefSource::Valgrind | RefSource::Perf | RefSource::Damon) => s,
         };
         Ok(RefOptions {
             source,
@@ -160,7 +157,7 @@ impl RefOptions {
             RefSource::Damon => {
                 sampling_is_qemus("DAMON monitors regions, not references")?;
                 return Ok(Source::Damon {
-                    opts: DamonOptions::default(),
+                    opts: DamonOptions::from_env(),
                 });
             }
             RefSource::Auto => {
@@ -268,7 +265,7 @@ pub fn record_with_native(
             perf::MODEL_PERIOD
         )),
         Source::Damon { .. } => note(format!(
-            "monitoring `{}` with DAMON (region access frequencies; no references for the model)",
+            "monitoring `{}` with DAMON (region access frequencies: analyze makes a frequency estimate, not a TLB model)",
             display_cmd(argv)
         )),
         Source::Qemu { sampling, .. } => note(format!(

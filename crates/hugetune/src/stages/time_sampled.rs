@@ -216,5 +216,6 @@ pub fn analyze(
         },
         mrc: mrc.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         errors,
+        frequency: None,
     })
 }
