@@ -17,7 +17,8 @@
  * the role hugetune asked for (HUGETUNE_FOLLOW):
  *   record: under `$HUGETUNE_FOLLOW_QEMU -plugin $HUGETUNE_FOLLOW_PLUGIN`
  *           (%p expanded to the pid, so each rank writes its own stream),
- *           the library in record mode inside the guest (-E);
+ *           the library in record mode inside the guest (-E); without
+ *           HUGETUNE_FOLLOW_QEMU natively in record mode (a sizing run);
  *   apply:  natively with HUGETUNE_MODE=apply (the plan, the summary).
  * With HUGETUNE_FOLLOW_PROGRAM set (an absolute path), only that executable
  * takes the role; any other keeps following (an unknown wrapper in between).
@@ -181,8 +182,8 @@ static void reexec_qemu(execve_fn ex, const char *exe, int argc, char **argv, ch
     const char *qemu = ht_getenv("HUGETUNE_FOLLOW_QEMU");
     const char *plugin = ht_getenv("HUGETUNE_FOLLOW_PLUGIN");
     char why[512];
-    if (!qemu || !*qemu || !plugin || !*plugin) {
-        event("error", exe, NULL, "HUGETUNE_FOLLOW=record needs HUGETUNE_FOLLOW_QEMU and HUGETUNE_FOLLOW_PLUGIN");
+    if (!plugin || !*plugin) {
+        event("error", exe, NULL, "HUGETUNE_FOLLOW_QEMU needs HUGETUNE_FOLLOW_PLUGIN");
         return;
     }
     char pl[HT_PATH_MAX * 2];
@@ -233,26 +234,25 @@ static void reexec_qemu(execve_fn ex, const char *exe, int argc, char **argv, ch
     event("error", exe, NULL, cat2(why, sizeof why, "cannot start qemu: ", ht_errno_name(err, en)));
 }
 
-/* Runs the program again, natively, with HUGETUNE_MODE=apply. */
-static void reexec_apply(execve_fn ex, const char *exe, int argc, char **argv, char **envp)
+/* Runs the program again, natively, in its role's mode. */
+static void reexec_native(execve_fn ex, const char *exe, char **argv, char **envp)
 {
-    (void)argc;
     size_t nenv = 0;
     while (envp[nenv])
         nenv++;
     char *ne[nenv + 2];
     size_t e = 0;
-    static char mode_apply[] = "HUGETUNE_MODE=apply";
+    static char mode_apply[] = "HUGETUNE_MODE=apply", mode_record[] = "HUGETUNE_MODE=record";
     for (size_t i = 0; i < nenv; i++)
         if (!is_follow_only(envp[i]))
             ne[e++] = envp[i];
-    ne[e++] = mode_apply;
+    ne[e++] = g_role == HT_APPLY ? mode_apply : mode_record;
     ne[e] = NULL;
     event("program", exe, argv, NULL);
     ex(exe, argv, ne);
     int err = errno;
     char en[24], why[128];
-    event("error", exe, NULL, cat2(why, sizeof why, "cannot re-execute in apply mode: ", ht_errno_name(err, en)));
+    event("error", exe, NULL, cat2(why, sizeof why, "cannot re-execute in its mode: ", ht_errno_name(err, en)));
 }
 
 void ht_follow_start(int argc, char **argv, char **envp, void *real_execve)
@@ -270,10 +270,11 @@ void ht_follow_start(int argc, char **argv, char **envp, void *real_execve)
         return;
     }
     ht_tls.guard++;
-    if (g_role == HT_RECORD)
+    const char *qemu = ht_getenv("HUGETUNE_FOLLOW_QEMU");
+    if (g_role == HT_RECORD && qemu && *qemu)
         reexec_qemu((execve_fn)real_execve, exe, argc, argv, envp);
     else
-        reexec_apply((execve_fn)real_execve, exe, argc, argv, envp);
+        reexec_native((execve_fn)real_execve, exe, argv, envp);
     ht_tls.guard--;
     /* Still here: it runs natively and inert; the error says why. */
 }
