@@ -48,6 +48,10 @@
 
 int ht_follow;
 static int g_role; /* HT_RECORD or HT_APPLY: what the real program does */
+/* Copied at set-up: a launcher may clear its environment (env -i) before the
+ * exec that must be reported. */
+static char g_log[HT_PATH_MAX];
+static char g_preload[HT_PATH_MAX]; /* our LD_PRELOAD entry (the library's path) */
 
 /* Known launchers, by the basename of their executable (after symlinks:
  * /bin/sh is dash, mpirun is orterun). */
@@ -87,8 +91,8 @@ int ht_follow_is_launcher(const char *path)
 
 static void event(const char *kind, const char *path, char *const argv[], const char *why)
 {
-    const char *log = ht_getenv("HUGETUNE_FOLLOW_LOG");
-    if (!log || !*log)
+    const char *log = g_log;
+    if (!*log)
         return;
     char line[8192];
     struct ht_buf b;
@@ -152,6 +156,17 @@ void ht_follow_setup(void)
         ht_warn("HUGETUNE_MODE=follow needs HUGETUNE_FOLLOW=record or apply; inert: ", r ? r : "(unset)");
         return;
     }
+    const char *log = ht_getenv("HUGETUNE_FOLLOW_LOG");
+    size_t n = log ? strlen(log) : 0;
+    if (n < sizeof g_log && log)
+        memcpy(g_log, log, n + 1);
+    const char *pre = ht_getenv("LD_PRELOAD");
+    size_t k = 0;
+    while (pre && pre[k] && pre[k] != ' ' && pre[k] != ':' && k + 1 < sizeof g_preload) {
+        g_preload[k] = pre[k];
+        k++;
+    }
+    g_preload[k] = 0;
     ht_follow = 1;
 }
 
@@ -335,15 +350,8 @@ void ht_follow_exec(const char *path, char *const argv[], char *const envp[])
         ht_sys_close((int)fd);
     }
     /* Our own LD_PRELOAD entry (the library's path) must survive the exec. */
-    const char *pre = ht_getenv("LD_PRELOAD");
-    char first[HT_PATH_MAX];
-    size_t k = 0;
-    while (pre && pre[k] && pre[k] != ' ' && pre[k] != ':' && k + 1 < sizeof first) {
-        first[k] = pre[k];
-        k++;
-    }
-    first[k] = 0;
-    if (!env_has(envp, "HUGETUNE_MODE", "follow") || !env_has(envp, "LD_PRELOAD", k ? first : NULL))
+    if (!env_has(envp, "HUGETUNE_MODE", "follow") ||
+        !env_has(envp, "LD_PRELOAD", *g_preload ? g_preload : NULL))
         event("error", path, NULL,
               cat2(why, sizeof why, "started with an environment without LD_PRELOAD or HUGETUNE_MODE=follow "
                                     "(env -i, or a launcher that clears the environment), so it cannot be followed: ",

@@ -443,6 +443,16 @@ pub fn record(
     };
     let (log_path, log) = traced_image(dir, traced_refs, argv, None)
         .context("matching the allocation log to the references")?;
+    if traced_refs.is_some() {
+        let exe = argv[0].to_string_lossy();
+        let images = root_images(dir, Some(log.header.pid))?;
+        let largest = images
+            .iter()
+            .map(|(_, l)| largest_block(l))
+            .max()
+            .unwrap_or(0);
+        unknown_wrapper(dir, &exe, largest, &[log.header.pid])?;
+    }
     if log.header.marker_span == 0 {
         bail!("the allocation log has no markers: references cannot be aligned with allocations");
     }
@@ -655,30 +665,8 @@ fn record_followed(
         .context("no followed program")?;
     ranks[k].analysed = true;
     let pid = ranks[k].pid;
-    // An unknown wrapper: what ran under qemu handed out no large block, but a
-    // process it started (natively: qemu does not follow exec) did.
-    let threshold = 128 << 10;
-    if ranks[k].largest_block < threshold {
-        let traced: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
-        if let Some((_, l)) = all_logs(dir)
-            .into_iter()
-            .filter(|(_, l)| !traced.contains(&l.header.pid) && largest_block(l) >= threshold)
-            .max_by_key(|(_, l)| largest_block(l))
-        {
-            let exe = l
-                .modules
-                .first()
-                .map_or("a child process".to_string(), |m| format!("`{}`", m.path));
-            bail!(
-                "`{program}` ran under qemu but allocated no large block, while {exe} (pid {}), which it started and qemu did not follow, allocated {} bytes: `{}` looks like a launcher hugetune does not know. Name it in HUGETUNE_LAUNCHERS (colon-separated executable names) to follow it (docs/launchers.md)",
-                l.header.pid,
-                largest_block(&l),
-                Path::new(&program)
-                    .file_name()
-                    .map_or(program.clone(), |n| n.to_string_lossy().into_owned())
-            );
-        }
-    }
+    let traced: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
+    unknown_wrapper(dir, &program, ranks[k].largest_block, &traced)?;
     let raw = dir.join(format!("refs.{pid}.raw"));
     let refs_path = dir.join("refs.zst");
     qemu::compress(&raw, &refs_path)?;
@@ -724,6 +712,33 @@ fn record_followed(
         )],
         followed_program: Some(program),
     })
+}
+
+/// An unknown wrapper: what ran under the reference source (`program`, pids
+/// `traced`) handed out no large block (none of heap-large's 128 KiB, or under
+/// a quarter of the other's), but another program it started, which the
+/// source did not follow (qemu and valgrind do not follow exec), did: the
+/// profile would be the wrapper's. An error naming the way to follow it.
+fn unknown_wrapper(dir: &Path, program: &str, largest: u64, traced: &[u32]) -> Result<()> {
+    const LARGE: u64 = 128 << 10; // glibc's mmap threshold: heap-large
+    let bar = LARGE.max(largest.saturating_mul(4));
+    let Some((_, l)) = all_logs(dir)
+        .into_iter()
+        .filter(|(_, l)| {
+            !traced.contains(&l.header.pid) && l.header.exec_gen > 0 && largest_block(l) >= bar
+        })
+        .max_by_key(|(_, l)| largest_block(l))
+    else {
+        return Ok(());
+    };
+    let name = Path::new(program)
+        .file_name()
+        .map_or(program.to_string(), |n| n.to_string_lossy().into_owned());
+    bail!(
+        "`{program}` ran under the reference source and its largest block was {largest} bytes, while a program it started (pid {}), which the source did not follow, allocated {} bytes: `{name}` looks like a launcher hugetune does not know, and this profile would be the launcher's. Name it in HUGETUNE_LAUNCHERS (colon-separated executable names, e.g. HUGETUNE_LAUNCHERS={name}) to follow it into the program (docs/launchers.md)",
+        l.header.pid,
+        largest_block(&l),
+    )
 }
 
 /// Every readable allocation log in `dir`.

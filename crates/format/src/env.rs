@@ -57,6 +57,10 @@ pub fn follow_env(
     env.push(("HUGETUNE_MODE".into(), "follow".into()));
     env.push(("HUGETUNE_FOLLOW".into(), role.into()));
     env.push(("HUGETUNE_FOLLOW_LOG".into(), log.display().to_string()));
+    // The user's own launchers, for the library's decisions too.
+    if let Ok(l) = std::env::var("HUGETUNE_LAUNCHERS") {
+        env.push(("HUGETUNE_LAUNCHERS".into(), l));
+    }
     for (k, v) in extra {
         env.push(((*k).to_string(), v.clone()));
     }
