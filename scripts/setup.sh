@@ -22,6 +22,10 @@
 # writes (crates/hugetune/tests/service.rs); it starts nothing where it is not PID 1.
 # postgresql: the store's tests and the fleet tests run against a throw-away
 # cluster of their own (scripts/pg.sh), as well as SQLite.
+# openmpi-bin + libopenmpi-dev (mpirun, mpicc): the launcher tests build a small
+# MPI program and follow `mpirun -np 2` into its ranks
+# (crates/hugetune/tests/launchers.rs, docs/launchers.md); util-linux (taskset)
+# and coreutils (env, nice, timeout) are the other launchers they follow.
 #
 #   scripts/setup.sh            everything above (the test suite's set-up)
 #   scripts/setup.sh --demo     only what `hugetune demo` needs (scripts/demo.sh):
@@ -45,7 +49,7 @@ else
   packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
     libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
     chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin systemd
-    postgresql)
+    postgresql openmpi-bin libopenmpi-dev util-linux)
 fi
 if [ "$list" = 1 ]; then
   printf '%s\n' "${packages[@]}"

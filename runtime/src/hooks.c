@@ -687,6 +687,46 @@ HT_API __attribute__((noreturn)) void _Exit(int status)
     exit_via(&next__Exit, "_Exit", status);
 }
 
+
+/* Follow mode (follow.c): a launcher's exec is reported before it happens, with
+ * the file searched in PATH as execvp does (the caller's PATH, as glibc's). */
+static SLOW void follow_exec(const char *file, int search, char *const argv[], char *const envp[])
+{
+    if (!file)
+        return;
+    if (!search || strchr(file, '/') || !*file) {
+        ht_follow_exec(file, argv, envp);
+        return;
+    }
+    const char *path = ht_getenv("PATH");
+    if (!path || !*path)
+        path = "/bin:/usr/bin";
+    char buf[HT_PATH_MAX];
+    for (const char *d = path;;) {
+        const char *e = strchr(d, ':');
+        size_t n = e ? (size_t)(e - d) : strlen(d);
+        struct ht_buf b;
+        hb_init(&b, buf, sizeof buf);
+        hb_putn(&b, n ? d : ".", n ? n : 1);
+        hb_putc(&b, '/');
+        hb_puts(&b, file);
+        if (!b.trunc && access(buf, X_OK) == 0) {
+            ht_follow_exec(buf, argv, envp);
+            return;
+        }
+        if (!e)
+            break;
+        d = e + 1;
+    }
+    ht_follow_exec(file, argv, envp);
+}
+
+#define FOLLOW(file, search, argv, envp)                                       \
+    do {                                                                       \
+        if (HT_UNLIKELY(ht_follow))                                            \
+            follow_exec(file, search, argv, envp);                             \
+    } while (0)
+
 struct exec_ctx {
     int active;
     unsigned gen;
@@ -737,8 +777,10 @@ static SLOW int execve_slow(execve_t f, const char *path, char *const argv[], ch
 HT_API int execve(const char *path, char *const argv[], char *const envp[])
 {
     NEXT(execve_t, execve);
-    if (HT_LIKELY(inert()))
+    if (HT_LIKELY(inert())) {
+        FOLLOW(path, 0, argv, envp);
         return f_execve(path, argv, envp);
+    }
     return execve_slow(f_execve, path, argv, envp, RA());
 }
 
@@ -746,6 +788,7 @@ HT_API int execv(const char *path, char *const argv[])
 {
     if (HT_LIKELY(inert())) {
         NEXT(execv_t, execv);
+        FOLLOW(path, 0, argv, environ);
         return f_execv(path, argv);
     }
     NEXT(execve_t, execve);
@@ -756,8 +799,10 @@ HT_API int execv(const char *path, char *const argv[])
 HT_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
     NEXT(execve_t, execvpe);
-    if (HT_LIKELY(inert()))
+    if (HT_LIKELY(inert())) {
+        FOLLOW(file, 1, argv, envp);
         return f_execvpe(file, argv, envp);
+    }
     return execve_slow(f_execvpe, file, argv, envp, RA());
 }
 
@@ -765,6 +810,7 @@ HT_API int execvp(const char *file, char *const argv[])
 {
     if (HT_LIKELY(inert())) {
         NEXT(execv_t, execvp);
+        FOLLOW(file, 1, argv, environ);
         return f_execvp(file, argv);
     }
     NEXT(execve_t, execvpe);
@@ -790,8 +836,10 @@ HT_API int execl(const char *path, const char *arg, ...)
     ARGV_FROM_VA(arg, ap, argv, n)
     va_end(ap);
     NEXT(execve_t, execve);
-    if (HT_LIKELY(inert()))
+    if (HT_LIKELY(inert())) {
+        FOLLOW(path, 0, argv, environ);
         return f_execve(path, argv, environ);
+    }
     return execve_slow(f_execve, path, argv, environ, RA());
 }
 
@@ -802,8 +850,10 @@ HT_API int execle(const char *path, const char *arg, ...)
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
     NEXT(execve_t, execve);
-    if (HT_LIKELY(inert()))
+    if (HT_LIKELY(inert())) {
+        FOLLOW(path, 0, argv, envp);
         return f_execve(path, argv, envp);
+    }
     return execve_slow(f_execve, path, argv, envp, RA());
 }
 
@@ -813,21 +863,25 @@ HT_API int execlp(const char *file, const char *arg, ...)
     ARGV_FROM_VA(arg, ap, argv, n)
     va_end(ap);
     NEXT(execve_t, execvpe);
-    if (HT_LIKELY(inert()))
+    if (HT_LIKELY(inert())) {
+        FOLLOW(file, 1, argv, environ);
         return f_execvpe(file, argv, environ);
+    }
     return execve_slow(f_execvpe, file, argv, environ, RA());
 }
 
 HT_API int fexecve(int fd, char *const argv[], char *const envp[])
 {
     NEXT(fexecve_t, fexecve);
-    if (HT_LIKELY(inert()))
-        return f_fexecve(fd, argv, envp);
     char path[32];
     struct ht_buf b;
     hb_init(&b, path, sizeof path);
     hb_puts(&b, "/proc/self/fd/");
     hb_i64(&b, fd);
+    if (HT_LIKELY(inert())) {
+        FOLLOW(path, 0, argv, envp);
+        return f_fexecve(fd, argv, envp);
+    }
     struct exec_ctx c;
     char *const *env = exec_begin(&c, path, envp, RA());
     int r = f_fexecve(fd, argv, env);
@@ -838,8 +892,10 @@ HT_API int fexecve(int fd, char *const argv[], char *const envp[])
 HT_API int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
 {
     NEXT(execveat_t, execveat);
-    if (HT_LIKELY(inert()))
+    if (HT_LIKELY(inert())) {
+        FOLLOW(path, 0, argv, envp);
         return f_execveat(dirfd, path, argv, envp, flags);
+    }
     struct exec_ctx c;
     char *const *env = exec_begin(&c, path, envp, RA());
     int r = f_execveat(dirfd, path, argv, env, flags);

@@ -95,6 +95,18 @@ long ht_create_beside(const char *path, char *tmp, size_t cap);
  * tunables. */
 int ht_secure_exec(void);
 
+/* ---- follow mode (follow.c; docs/launchers.md) ---- */
+/* 1 in a process started with HUGETUNE_MODE=follow (a launcher): the state
+ * stays HT_INERT, the exec hooks report what the launcher starts. */
+extern int ht_follow;
+void ht_follow_setup(void); /* init: HUGETUNE_FOLLOW read */
+/* Constructor: a launcher stays; the real program re-executes itself in its
+ * role (returns only if it cannot). real_execve: the next execve. */
+void ht_follow_start(int argc, char **argv, char **envp, void *real_execve);
+/* A launcher's exec of `path` (resolved): what cannot be followed is logged. */
+void ht_follow_exec(const char *path, char *const argv[], char *const envp[]);
+int ht_follow_is_launcher(const char *path);
+
 /* ---- per-thread state (thread.c) ---- */
 enum ht_phase { HT_PH_NONE = 0, HT_PH_ACQUIRING, HT_PH_ACTIVE, HT_PH_NOSLOT, HT_PH_EXITED };
 

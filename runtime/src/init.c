@@ -248,9 +248,15 @@ void ht_init_slow(void)
         mode = HT_RECORD;
     else if (m && strcmp(m, "apply") == 0)
         mode = HT_APPLY;
+    else if (m && strcmp(m, "follow") == 0)
+        ht_follow_setup(); /* a launcher: inert, its execs watched (follow.c) */
     else if (m && *m && strcmp(m, "off") != 0 && strcmp(m, "inert") != 0)
-        ht_warn("unknown HUGETUNE_MODE ignored (record, apply or off): ", m);
+        ht_warn("unknown HUGETUNE_MODE ignored (record, apply, follow or off): ", m);
     if (mode == HT_INERT) {
+        if (ht_follow) {
+            long n = ht_sys_readlink("/proc/self/exe", ht_cfg.exe_path, sizeof ht_cfg.exe_path - 1);
+            ht_cfg.exe_path[n > 0 ? n : 0] = 0;
+        }
         atomic_store_explicit(&ht_state, HT_INERT, memory_order_release);
         ht_tls.guard--;
         HT_SYSCALL(SYS_rt_sigprocmask, SIG_SETMASK, &sigs, NULL, 8);
@@ -304,12 +310,17 @@ void ht_init_slow(void)
 
 __attribute__((constructor)) static void ht_ctor(int argc, char **argv, char **envp)
 {
-    (void)argc;
-    (void)argv;
     g_ctor_envp = envp;
     ht_next_resolve(); /* in a calm context, if no hook ran yet */
     if (ht_state_get() == HT_UNINIT)
         ht_init_slow();
+    if (ht_follow) {
+        ht_tls.guard++; /* dlsym's allocations are the library's own */
+        void *ex = dlsym(RTLD_NEXT, "execve");
+        ht_tls.guard--;
+        ht_follow_start(argc, argv, envp, ex);
+        return;
+    }
     int s = ht_state_get();
     if (s != HT_RECORD && s != HT_APPLY)
         return;

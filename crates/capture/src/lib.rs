@@ -15,6 +15,7 @@ pub mod damon;
 pub mod elf;
 pub mod inputs;
 pub mod lackey;
+pub mod launcher;
 pub mod perf;
 pub mod qemu;
 pub mod record;

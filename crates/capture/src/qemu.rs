@@ -131,7 +131,8 @@ pub struct Progress {
     pub threshold: u64,
 }
 
-fn read_progress(path: &Path) -> Option<Progress> {
+/// Reads the plugin's progress file (`None` while it has none).
+pub fn read_progress(path: &Path) -> Option<Progress> {
     let text = std::fs::read_to_string(path).ok()?;
     let v: Vec<u64> = text
         .split_whitespace()
@@ -192,6 +193,30 @@ pub struct QemuSpec<'a> {
     pub driver: Option<&'a crate::session::Driver>,
 }
 
+/// qemu's `-plugin` value: the plugin, its output stream `out`, the sampling,
+/// the marker area and the progress file (paths may hold the runtime
+/// library's `%p`, which it expands for a followed program: formats.md §1.1).
+pub fn plugin_option(spec: &QemuSpec<'_>, out: &Path, progress: &Path) -> Result<OsString> {
+    no_comma("the plugin path", spec.plugin.as_os_str())?;
+    no_comma("the output path", out.as_os_str())?;
+    no_comma("the scratch directory", progress.as_os_str())?;
+    let mut plugin = OsString::from("file=");
+    plugin.push(spec.plugin);
+    plugin.push(",out=");
+    plugin.push(out);
+    for a in spec.sampling.plugin_args()? {
+        plugin.push(",");
+        plugin.push(a);
+    }
+    plugin.push(format!(",seed={}", spec.seed));
+    if spec.markers {
+        plugin.push(format!(",markers={MARKER_ADDR:#x}:{MARKER_SPAN}"));
+    }
+    plugin.push(",progress=");
+    plugin.push(progress);
+    Ok(plugin)
+}
+
 /// The qemu command line for a capture (without running it).
 pub fn command(spec: &QemuSpec<'_>) -> Result<Command> {
     let Some(first) = spec.argv.first() else {
@@ -216,23 +241,7 @@ pub fn command(spec: &QemuSpec<'_>) -> Result<Command> {
             program.display()
         );
     }
-    no_comma("the plugin path", spec.plugin.as_os_str())?;
-    no_comma("the output path", spec.out.as_os_str())?;
-    no_comma("the scratch directory", spec.scratch.as_os_str())?;
-    let mut plugin = OsString::from("file=");
-    plugin.push(spec.plugin);
-    plugin.push(",out=");
-    plugin.push(spec.out);
-    for a in spec.sampling.plugin_args()? {
-        plugin.push(",");
-        plugin.push(a);
-    }
-    plugin.push(format!(",seed={}", spec.seed));
-    if spec.markers {
-        plugin.push(format!(",markers={MARKER_ADDR:#x}:{MARKER_SPAN}"));
-    }
-    plugin.push(",progress=");
-    plugin.push(spec.scratch.join("qemu-progress"));
+    let plugin = plugin_option(spec, spec.out, &spec.scratch.join("qemu-progress"))?;
 
     let mut cmd = Command::new(spec.qemu);
     cmd.arg("-plugin").arg(plugin);
@@ -270,58 +279,13 @@ pub fn capture(
     cmd.stdin(Stdio::null())
         .stdout(stdout)
         .stderr(Stdio::piped());
-    let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", spec.qemu.display()))?;
-    let _tracked = hugetune_host::kernel_state::track_child(child.id());
-    let driver = spec.driver.map(|d| crate::session::start(d, child.id()));
-    // stderr is the program's and qemu's (and the plugin's): pass it on, keep the end.
-    let mut err = child.stderr.take().context("qemu's stderr")?;
-    let reader = std::thread::spawn(move || {
-        let mut tail: Vec<u8> = Vec::new();
-        let mut buf = [0u8; 8192];
-        let mut stderr = std::io::stderr();
-        loop {
-            match err.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    use std::io::Write;
-                    let _ = stderr.write_all(&buf[..n]);
-                    tail.extend_from_slice(&buf[..n]);
-                    if tail.len() > 1 << 16 {
-                        tail.drain(..tail.len() - (1 << 15));
-                    }
-                }
-            }
-        }
-        tail
-    });
-    let progress_path = spec.scratch.join("qemu-progress");
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-        if let Some(p) = read_progress(&progress_path) {
-            progress(p, start.elapsed());
-        }
-    };
-    let elapsed = start.elapsed();
-    let driver = driver.map(|d| d.finish());
-    if let Some(e) = driver.as_ref().and_then(|d| d.error.as_ref()) {
-        bail!("the server's session under qemu failed: {e}");
-    }
-    let tail = reader.join().unwrap_or_default();
-    let messages: Vec<String> = String::from_utf8_lossy(&tail)
-        .lines()
-        .rev()
-        .take(20)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .map(str::to_string)
-        .collect();
+    let (status, elapsed, messages, driver) = supervise(
+        &mut cmd,
+        &spec.qemu.display().to_string(),
+        spec.driver,
+        || read_progress(&spec.scratch.join("qemu-progress")),
+        &mut progress,
+    )?;
     // A program that died (or failed) under qemu is reported in its own terms,
     // before its cut-short stream could be blamed.
     if !status.success() {
@@ -356,15 +320,89 @@ pub fn capture(
     })
 }
 
-struct Scan {
-    header: StreamHeader,
-    totals: Totals,
-    pages: u64,
-    threshold: Option<u64>,
+/// What [`supervise`] returns: the exit status, the run's time, the end of
+/// its stderr (by line), what the driver did.
+pub type Supervised = (
+    ExitStatus,
+    Duration,
+    Vec<String>,
+    Option<crate::session::DriverOutcome>,
+);
+
+/// Runs `cmd` (stderr piped through to ours, its end kept), calling
+/// `progress` with `read()` about four times a second; a driver's failure is
+/// an error. The child is tracked so that an interrupt stops it.
+pub fn supervise(
+    cmd: &mut Command,
+    what: &str,
+    driver: Option<&crate::session::Driver>,
+    read: impl Fn() -> Option<Progress>,
+    progress: &mut dyn FnMut(Progress, Duration),
+) -> Result<Supervised> {
+    cmd.stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("starting {what}"))?;
+    let _tracked = hugetune_host::kernel_state::track_child(child.id());
+    let driver = driver.map(|d| crate::session::start(d, child.id()));
+    // stderr is the program's and qemu's (and the plugin's): pass it on, keep the end.
+    let mut err = child.stderr.take().context("qemu's stderr")?;
+    let reader = std::thread::spawn(move || {
+        let mut tail: Vec<u8> = Vec::new();
+        let mut buf = [0u8; 8192];
+        let mut stderr = std::io::stderr();
+        loop {
+            match err.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    use std::io::Write;
+                    let _ = stderr.write_all(&buf[..n]);
+                    tail.extend_from_slice(&buf[..n]);
+                    if tail.len() > 1 << 16 {
+                        tail.drain(..tail.len() - (1 << 15));
+                    }
+                }
+            }
+        }
+        tail
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        if let Some(p) = read() {
+            progress(p, start.elapsed());
+        }
+    };
+    let elapsed = start.elapsed();
+    let driver = driver.map(|d| d.finish());
+    if let Some(e) = driver.as_ref().and_then(|d| d.error.as_ref()) {
+        bail!("the server's session under qemu failed: {e}");
+    }
+    let tail = reader.join().unwrap_or_default();
+    let messages: Vec<String> = String::from_utf8_lossy(&tail)
+        .lines()
+        .rev()
+        .take(20)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .map(str::to_string)
+        .collect();
+    Ok((status, elapsed, messages, driver))
+}
+
+/// A reference stream read to its end.
+pub struct Scan {
+    pub header: StreamHeader,
+    pub totals: Totals,
+    /// Distinct pages (markers excluded).
+    pub pages: u64,
+    pub threshold: Option<u64>,
 }
 
 /// Reads a stream to its end (checking it) and counts its distinct pages.
-fn scan_stream(path: &Path, markers: Option<(u64, u64)>) -> Result<Scan> {
+pub fn scan_stream(path: &Path, markers: Option<(u64, u64)>) -> Result<Scan> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut r = RefReader::new(std::io::BufReader::with_capacity(1 << 20, f))?;
     let shift = r.header().page_shift.unwrap_or(12);

@@ -3,6 +3,7 @@
 
 use crate::damon::{self, DamonOptions};
 use crate::lackey::{self, LackeyRun};
+use crate::launcher;
 use crate::perf::{self, PerfPlan};
 use crate::qemu::{self, QemuRun, Sampling};
 use anyhow::{bail, Context, Result};
@@ -20,9 +21,12 @@ pub struct Recorded {
     pub log: AllocLog,
     pub capture: Capture,
     pub summary: Option<serde_json::Value>,
-    /// Bundle sections the source adds (docs/formats.md §7): `perf`, `damon`
-    /// (zstd-compressed JSON).
+    /// Bundle sections the source adds (docs/formats.md §7): `perf`, `damon`,
+    /// `launch` (zstd-compressed JSON).
     pub extra: Vec<(String, Vec<u8>)>,
+    /// The program a launcher started (its executable, as the runtime library
+    /// saw it), when the command was a launcher (docs/launchers.md).
+    pub followed_program: Option<String>,
 }
 
 /// What the reference source reported.
@@ -70,7 +74,7 @@ pub enum Source {
 /// The logs of the process the session started, one per image, oldest first (the
 /// root is the logged process that is not a child of another logged one; it may
 /// have exec'd: a launcher such as valgrind's, `sh -c`, or a wrapper script).
-fn root_images(dir: &Path) -> Result<Vec<(PathBuf, AllocLog)>> {
+fn root_images(dir: &Path, only_pid: Option<u32>) -> Result<Vec<(PathBuf, AllocLog)>> {
     let mut logs = Vec::new();
     for e in std::fs::read_dir(dir)?.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
@@ -89,7 +93,10 @@ fn root_images(dir: &Path) -> Result<Vec<(PathBuf, AllocLog)>> {
     let pids: Vec<u32> = parsed.iter().map(|(_, l)| l.header.pid).collect();
     let Some((pid, ppid)) = parsed
         .iter()
-        .find(|(_, l)| !pids.contains(&l.header.ppid))
+        .find(|(_, l)| match only_pid {
+            Some(p) => l.header.pid == p,
+            None => !pids.contains(&l.header.ppid),
+        })
         .map(|(_, l)| (l.header.pid, l.header.ppid))
     else {
         bail!(
@@ -131,8 +138,13 @@ fn marker_refs(refs: &Path, images: &[(PathBuf, AllocLog)]) -> Result<Vec<u64>> 
 /// the process ran untraced (valgrind and qemu do not follow exec here), so a
 /// traced image that is not the last one is an error: its allocations would be
 /// matched with another program's references.
-fn traced_image(dir: &Path, refs: Option<&Path>, argv: &[OsString]) -> Result<(PathBuf, AllocLog)> {
-    let mut images = root_images(dir)?;
+fn traced_image(
+    dir: &Path,
+    refs: Option<&Path>,
+    argv: &[OsString],
+    only_pid: Option<u32>,
+) -> Result<(PathBuf, AllocLog)> {
+    let mut images = root_images(dir, only_pid)?;
     let Some(refs) = refs else {
         // No references (DAMON): the program is the last image.
         return Ok(images
@@ -283,6 +295,9 @@ pub fn record(
     if driver.is_some() && !matches!(source, Source::Qemu { .. }) {
         bail!("a server with a driver is profiled under qemu only (--refs qemu)");
     }
+    if let Some(launcher) = launcher::launcher_of(argv) {
+        return record_followed(source, &launcher, &env, argv, dir, stdout, driver, progress);
+    }
     let capture = match source {
         Source::Valgrind => {
             let run: LackeyRun =
@@ -426,8 +441,18 @@ pub fn record(
         Source::Perf { .. } | Source::Damon { .. } => None,
         _ => Some(refs_path.as_path()),
     };
-    let (log_path, log) = traced_image(dir, traced_refs, argv)
+    let (log_path, log) = traced_image(dir, traced_refs, argv, None)
         .context("matching the allocation log to the references")?;
+    if traced_refs.is_some() {
+        let exe = argv[0].to_string_lossy();
+        let images = root_images(dir, Some(log.header.pid))?;
+        let largest = images
+            .iter()
+            .map(|(_, l)| largest_block(l))
+            .max()
+            .unwrap_or(0);
+        unknown_wrapper(dir, &exe, largest, &[log.header.pid])?;
+    }
     if log.header.marker_span == 0 {
         bail!("the allocation log has no markers: references cannot be aligned with allocations");
     }
@@ -438,14 +463,7 @@ pub fn record(
             qemu::MARKER_ADDR
         );
     }
-    // The image's summary: `%p` is `<pid>.x<g>` for an exec'd image (formats.md §1).
-    let pid_part = match log.header.exec_gen {
-        0 => log.header.pid.to_string(),
-        g => format!("{}.x{g}", log.header.pid),
-    };
-    let summary = std::fs::read_to_string(dir.join(format!("summary.{pid_part}.json")))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+    let summary = image_summary(dir, &log);
     Ok(Recorded {
         refs_path: has_refs.then_some(refs_path),
         log_path,
@@ -453,5 +471,286 @@ pub fn record(
         capture,
         summary,
         extra,
+        followed_program: None,
     })
+}
+
+/// An image's runtime summary: `%p` is `<pid>.x<g>` for an exec'd image
+/// (formats.md §1).
+fn image_summary(dir: &Path, log: &AllocLog) -> Option<serde_json::Value> {
+    let pid_part = match log.header.exec_gen {
+        0 => log.header.pid.to_string(),
+        g => format!("{}.x{g}", log.header.pid),
+    };
+    std::fs::read_to_string(dir.join(format!("summary.{pid_part}.json")))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// The largest block a log's malloc family handed out.
+fn largest_block(log: &AllocLog) -> u64 {
+    log.records
+        .iter()
+        .filter(|r| r.kind.is_malloc_alloc())
+        .map(|r| r.size)
+        .max()
+        .unwrap_or(0)
+}
+
+/// One followed process of the program: its stream and what it saw.
+#[derive(serde::Serialize)]
+struct Rank {
+    pid: u32,
+    path: String,
+    argv: Vec<String>,
+    refs_seen: u64,
+    refs_written: u64,
+    pages: u64,
+    largest_block: u64,
+    analysed: bool,
+}
+
+/// A launcher's command (docs/launchers.md): the launcher runs natively with
+/// the runtime library in follow mode, which re-executes every real program it
+/// starts (each MPI rank) under qemu with the plugin writing
+/// `refs.<pid>.raw`, and the library in record mode writing `alloc.<pid>.log`.
+/// The bundle holds the rank with the most references (ranks of one program
+/// run the same code: the plan, per category and site, serves them all) and a
+/// `launch` section with every rank's figures.
+#[allow(clippy::too_many_arguments)]
+fn record_followed(
+    source: &Source,
+    launcher: &Path,
+    env: &[(String, String)],
+    argv: &[OsString],
+    dir: &Path,
+    stdout: Stdio,
+    driver: Option<&crate::session::Driver>,
+    progress: ProgressFn<'_>,
+) -> Result<Recorded> {
+    let what = argv
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let Source::Qemu {
+        qemu: qemu_bin,
+        plugin,
+        sampling,
+        seed,
+    } = source
+    else {
+        bail!(
+            "`{}` is a launcher: hugetune follows it into the program it starts under qemu only (--refs qemu; docs/launchers.md)",
+            launcher.display()
+        );
+    };
+    let spec = qemu::QemuSpec {
+        qemu: qemu_bin,
+        plugin,
+        argv,
+        guest_env: env,
+        out: &dir.join("refs.%p.raw"),
+        sampling: *sampling,
+        seed: *seed,
+        markers: true,
+        scratch: dir,
+        driver,
+    };
+    let plugin_opt = qemu::plugin_option(&spec, spec.out, &dir.join("qemu-progress.%p"))?;
+    let follow_log = dir.join("follow.log");
+    let mut role_env = env.to_vec();
+    role_env.push((
+        "HUGETUNE_MARKER_ADDR".into(),
+        format!("{:#x}", qemu::MARKER_ADDR),
+    ));
+    let env = hugetune_format::env::follow_env(
+        role_env,
+        "record",
+        &follow_log,
+        &[
+            ("HUGETUNE_FOLLOW_QEMU", qemu_bin.display().to_string()),
+            (
+                "HUGETUNE_FOLLOW_PLUGIN",
+                plugin_opt.to_string_lossy().into_owned(),
+            ),
+        ],
+    );
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(stdout);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("HUGETUNE_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    // Progress: the ranks' progress files summed.
+    let read = || {
+        let mut sum = qemu::Progress::default();
+        let mut any = false;
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with("qemu-progress.")
+            {
+                if let Some(p) = qemu::read_progress(&e.path()) {
+                    sum.refs_seen += p.refs_seen;
+                    sum.refs_written += p.refs_written;
+                    sum.pages += p.pages;
+                    any = true;
+                }
+            }
+        }
+        any.then_some(sum)
+    };
+    let (status, elapsed, messages, _) = qemu::supervise(
+        &mut cmd,
+        &launcher.display().to_string(),
+        driver,
+        read,
+        &mut |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),
+    )?;
+    let events = launcher::read_follow_log(&follow_log)?;
+    let followed = launcher::check_followed(&events, &what)?;
+    if !status.success() {
+        bail!(
+            "{}",
+            command_failed("its launcher (the program under qemu)", status, &messages)
+        );
+    }
+    // Every rank's stream and log.
+    let mut ranks = Vec::new();
+    for p in &followed.programs {
+        let raw = dir.join(format!("refs.{}.raw", p.pid));
+        let path = p.path.clone().unwrap_or_default();
+        if !raw.exists() {
+            bail!(
+                "the program `{path}` (pid {}) left no reference stream: qemu did not run it to its end",
+                p.pid
+            );
+        }
+        let scan = qemu::scan_stream(&raw, Some((qemu::MARKER_ADDR, qemu::MARKER_SPAN)))
+            .with_context(|| format!("the reference stream of `{path}` (pid {})", p.pid))?;
+        let log = root_images(dir, Some(p.pid)).with_context(|| {
+            format!(
+                "`{path}` (pid {}) ran under qemu without the runtime library (statically linked?)",
+                p.pid
+            )
+        })?;
+        ranks.push(Rank {
+            pid: p.pid,
+            path,
+            argv: p.argv.clone(),
+            refs_seen: scan.totals.refs_seen,
+            refs_written: scan.totals.refs_written,
+            pages: scan.pages,
+            largest_block: log.iter().map(|(_, l)| largest_block(l)).max().unwrap_or(0),
+            analysed: false,
+        });
+    }
+    // The program: the executable with the most references over its ranks;
+    // its busiest rank is analysed.
+    let mut by_path: std::collections::BTreeMap<&str, u64> = Default::default();
+    for r in &ranks {
+        *by_path.entry(r.path.as_str()).or_default() += r.refs_seen;
+    }
+    let program = by_path
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(p, _)| p.to_string())
+        .context("no followed program")?;
+    let k = (0..ranks.len())
+        .filter(|&i| ranks[i].path == program)
+        .max_by_key(|&i| (ranks[i].refs_written, std::cmp::Reverse(ranks[i].pid)))
+        .context("no followed program")?;
+    ranks[k].analysed = true;
+    let pid = ranks[k].pid;
+    let traced: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
+    unknown_wrapper(dir, &program, ranks[k].largest_block, &traced)?;
+    let raw = dir.join(format!("refs.{pid}.raw"));
+    let refs_path = dir.join("refs.zst");
+    qemu::compress(&raw, &refs_path)?;
+    let (log_path, log) = traced_image(dir, Some(&refs_path), argv, Some(pid))
+        .context("matching the allocation log to the references")?;
+    if log.header.marker_base != qemu::MARKER_ADDR {
+        bail!(
+            "the runtime library mapped its marker area at {:#x}, not at {:#x} where the qemu plugin keeps every reference (see the summary's errors)",
+            log.header.marker_base,
+            qemu::MARKER_ADDR
+        );
+    }
+    let summary = image_summary(dir, &log);
+    let r = &ranks[k];
+    let capture = Capture {
+        source: "qemu",
+        sampling: sampling.name(),
+        refs_written: r.refs_written,
+        refs_seen: r.refs_seen,
+        instructions: 0,
+        pages: r.pages,
+        elapsed,
+    };
+    let launch = serde_json::json!({
+        "command": argv.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
+        "launchers": followed.launchers.iter().filter_map(|e| e.path.clone()).collect::<Vec<_>>(),
+        "execs": followed.execs,
+        "program": program,
+        "ranks": ranks,
+    });
+    for r in &ranks {
+        let _ = std::fs::remove_file(dir.join(format!("refs.{}.raw", r.pid)));
+    }
+    Ok(Recorded {
+        refs_path: Some(refs_path),
+        log_path,
+        log,
+        capture,
+        summary,
+        extra: vec![(
+            "launch".to_string(),
+            zstd::encode_all(&serde_json::to_vec(&launch)?[..], 3)?,
+        )],
+        followed_program: Some(program),
+    })
+}
+
+/// An unknown wrapper: what ran under the reference source (`program`, pids
+/// `traced`) handed out no large block (none of heap-large's 128 KiB, or under
+/// a quarter of the other's), but another program it started, which the
+/// source did not follow (qemu and valgrind do not follow exec), did: the
+/// profile would be the wrapper's. An error naming the way to follow it.
+fn unknown_wrapper(dir: &Path, program: &str, largest: u64, traced: &[u32]) -> Result<()> {
+    const LARGE: u64 = 128 << 10; // glibc's mmap threshold: heap-large
+    let bar = LARGE.max(largest.saturating_mul(4));
+    let Some((_, l)) = all_logs(dir)
+        .into_iter()
+        .filter(|(_, l)| {
+            !traced.contains(&l.header.pid) && l.header.exec_gen > 0 && largest_block(l) >= bar
+        })
+        .max_by_key(|(_, l)| largest_block(l))
+    else {
+        return Ok(());
+    };
+    let name = Path::new(program)
+        .file_name()
+        .map_or(program.to_string(), |n| n.to_string_lossy().into_owned());
+    bail!(
+        "`{program}` ran under the reference source and its largest block was {largest} bytes, while a program it started (pid {}), which the source did not follow, allocated {} bytes: `{name}` looks like a launcher hugetune does not know, and this profile would be the launcher's. Name it in HUGETUNE_LAUNCHERS (colon-separated executable names, e.g. HUGETUNE_LAUNCHERS={name}) to follow it into the program (docs/launchers.md)",
+        l.header.pid,
+        largest_block(&l),
+    )
+}
+
+/// Every readable allocation log in `dir`.
+fn all_logs(dir: &Path) -> Vec<(PathBuf, AllocLog)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with("alloc.") && n.ends_with(".log") {
+            if let Ok(l) = AllocLog::read(&e.path()) {
+                out.push((e.path(), l));
+            }
+        }
+    }
+    out
 }

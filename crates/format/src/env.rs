@@ -39,6 +39,34 @@ pub fn record_env(r: &RecordEnv<'_>) -> Vec<(String, String)> {
     env
 }
 
+/// A launcher's environment (docs/launchers.md): `role_env` (what
+/// `record_env` or `apply_env` gives the program) with the runtime library in
+/// follow mode, `role` (`record` or `apply`) for the program it starts, the
+/// follow log at `log`, and `extra` (the qemu command for a profile,
+/// `HUGETUNE_FOLLOW_PROGRAM` for a plan).
+pub fn follow_env(
+    role_env: Vec<(String, String)>,
+    role: &str,
+    log: &Path,
+    extra: &[(&str, String)],
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = role_env
+        .into_iter()
+        .filter(|(k, _)| k != "HUGETUNE_MODE")
+        .collect();
+    env.push(("HUGETUNE_MODE".into(), "follow".into()));
+    env.push(("HUGETUNE_FOLLOW".into(), role.into()));
+    env.push(("HUGETUNE_FOLLOW_LOG".into(), log.display().to_string()));
+    // The user's own launchers, for the library's decisions too.
+    if let Ok(l) = std::env::var("HUGETUNE_LAUNCHERS") {
+        env.push(("HUGETUNE_LAUNCHERS".into(), l));
+    }
+    for (k, v) in extra {
+        env.push(((*k).to_string(), v.clone()));
+    }
+    env
+}
+
 /// Environment for a run with `plan` applied; `plan` is the plan file's path.
 pub fn apply_env(
     lib: &Path,

@@ -501,7 +501,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let mut db = ctx.db()?;
     let (profile_id, _, machine_id) =
         stages::store_analysis(&mut db, &an, Some(&bundle), &machine)?;
-    let program = stages::program_of(&o.command)?;
+    let program = meta.program.clone(); // the program a launcher started, if any
     let program_id = db.upsert_program(&program.path, program.build_id.as_deref())?;
 
     stages::note(

@@ -267,6 +267,10 @@ pub fn analyze_sampled(
         return super::analyze_damon(path, b, geometry, cost);
     }
     for x in &b.extra {
+        if x.name == "launch" {
+            note(hugetune_capture::launcher::describe_launch(&x.data)?);
+            continue;
+        }
         note(format!(
             "bundle section '{}' ({}) is kept for other tools; the model does not use it",
             x.name,

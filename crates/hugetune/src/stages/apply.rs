@@ -7,6 +7,7 @@
 use super::{display_cmd, note, strings, Stored};
 use crate::artifacts::Artifacts;
 use anyhow::Result;
+use hugetune_capture::launcher;
 use hugetune_capture::runner::{self, Output, RunSpec};
 use hugetune_format::env;
 use hugetune_format::plan::{self, PlanOptions};
@@ -44,6 +45,16 @@ pub fn applied_spec(
     let summary = dir.path().join("summary.%p.json");
     let mut spec = RunSpec::new(argv.to_vec());
     spec.env = env::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
+    // A launcher stays inert and the program it starts (every rank) takes the
+    // plan: the runtime library's follow mode (docs/launchers.md). Only the
+    // program the arguments name, when they name one.
+    if launcher::launcher_of(argv).is_some() {
+        let mut extra = Vec::new();
+        if let Ok(p) = super::program_of(argv) {
+            extra.push(("HUGETUNE_FOLLOW_PROGRAM", p.path));
+        }
+        spec.env = env::follow_env(spec.env, "apply", &dir.path().join("follow.log"), &extra);
+    }
     spec.stdout = stdout;
     Ok(Applied { dir, spec })
 }

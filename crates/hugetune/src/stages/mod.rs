@@ -5,7 +5,7 @@
 //! the libraries (docs/architecture.md).
 
 use anyhow::{bail, Context, Result};
-use hugetune_capture::elf;
+use hugetune_capture::{elf, launcher};
 use hugetune_format::profile::Program;
 use std::ffi::OsString;
 
@@ -88,8 +88,27 @@ pub fn split_command(s: &str) -> Result<Vec<OsString>> {
     Ok(out)
 }
 
+/// The program `argv` runs: its executable and build-id. A launcher's
+/// command (`bash -c`, `mpirun -np 2`, …) is the program it starts, read from
+/// its arguments (docs/launchers.md); `record` confirms it with what ran.
 pub fn program_of(argv: &[OsString]) -> Result<Program> {
-    let first = argv.first().context("empty command")?;
+    let guessed;
+    let argv = if launcher::launcher_of(argv).is_some() {
+        guessed = launcher::guess_program(argv).with_context(|| {
+            format!(
+                "`{}` is a launcher whose arguments do not say which program it starts; profile the program directly, or run the launcher on it in a form hugetune reads (`bash -c 'PROGRAM ARGS'`; docs/launchers.md)",
+                display_cmd(argv)
+            )
+        })?;
+        &guessed[..]
+    } else {
+        argv
+    };
+    program_at(argv.first().context("empty command")?)
+}
+
+/// The identity of the executable `first` names (resolved like execvp).
+pub fn program_at(first: &std::ffi::OsStr) -> Result<Program> {
     let path = elf::resolve_program(first)
         .with_context(|| format!("cannot find the program '{}'", first.to_string_lossy()))?;
     let build_id = elf::build_id(&path).unwrap_or(None);

@@ -63,6 +63,11 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -
         summary: None,
         markers: false,
     });
+    if hugetune_capture::launcher::launcher_of(argv).is_some() {
+        // The launcher's own processes are not the program (docs/launchers.md).
+        let follow_log = dir.path().join("follow.log");
+        spec.env = env::follow_env(std::mem::take(&mut spec.env), "record", &follow_log, &[]);
+    }
     spec.driver = driver.cloned();
     let bar = crate::progress::Progress::spinner("sizing run");
     let stats = runner::run(&spec)?;
@@ -82,6 +87,9 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -
     // One log per process and image: children forked by the program add their own
     // peaks (they run at the same time as the parent in the worst case).
     for e in std::fs::read_dir(dir.path())?.flatten() {
+        if !e.file_name().to_string_lossy().starts_with("alloc.") {
+            continue;
+        }
         let l = AllocLog::read(&e.path())?;
         let inputs = inputs_from_log(&l);
         let mut c = Categorizer::new(inputs.space, inputs.threshold);

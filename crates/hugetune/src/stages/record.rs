@@ -247,7 +247,12 @@ pub fn record_with_native(
     driver: Option<&Driver>,
     native: Option<RunStats>,
 ) -> Result<ProfileMeta> {
-    let program = program_of(argv)?;
+    // A launcher's program is confirmed by what ran (below).
+    let guessed = if hugetune_capture::launcher::launcher_of(argv).is_some() {
+        program_of(argv).ok()
+    } else {
+        Some(program_of(argv)?)
+    };
     let source = refs.resolve(art)?;
     let dir = tempfile::Builder::new()
         .prefix("hugetune-record.")
@@ -307,6 +312,27 @@ pub fn record_with_native(
         },
     )?;
     drop(bar);
+    let program = match (&rec.followed_program, guessed) {
+        (Some(ran), g) => {
+            let p = super::program_at(std::ffi::OsStr::new(ran))?;
+            match g {
+                Some(g) if g.path == p.path => {
+                    note(format!("followed the launcher into `{}`", p.path))
+                }
+                g => note(format!(
+                    "`{}` ran `{}`, which its arguments do not name{}: this is `{}`'s profile, but `run` and `plan` look the program up from the command's arguments and will not find it; give them `{}` directly",
+                    display_cmd(argv),
+                    p.path,
+                    g.map_or(String::new(), |g| format!(" (they suggest `{}`)", g.path)),
+                    p.path,
+                    p.path
+                )),
+            }
+            p
+        }
+        (None, Some(g)) => g,
+        (None, None) => program_of(argv)?,
+    };
     let c = &rec.capture;
     if c.source == "damon" {
         note(format!(
