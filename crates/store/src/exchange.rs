@@ -171,6 +171,7 @@ const TABLES: &[Table] = &[
             "lost",
             "carried",
             "created",
+            "lifts",
         ],
         refs: &[("directive_id", "directives"), ("machine_id", "machines")],
         soft_refs: &[],

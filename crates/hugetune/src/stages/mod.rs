@@ -14,6 +14,7 @@ mod apply;
 mod fleet;
 mod plan;
 mod record;
+pub mod start_cache;
 mod validate;
 
 pub use analyze::*;
