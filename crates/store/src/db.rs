@@ -665,7 +665,7 @@ impl Db {
     /// exist; hugetune's tables are created or migrated in it.
     pub fn connect(url: &str) -> Result<Db> {
         let shown = redact(url);
-        let (url_rest, tls) = TlsSettings::from_url(url).with_context(|| format!("{shown}"))?;
+        let (url_rest, tls) = TlsSettings::from_url(url).with_context(|| shown.clone())?;
         let mut cfg: postgres::Config = url_rest
             .parse()
             .with_context(|| format!("{shown} is not a PostgreSQL URL"))?;
@@ -689,11 +689,18 @@ impl Db {
             cfg.options("-c lock_timeout=30s");
         }
         let name = cfg.get_dbname().unwrap_or("(the user's)").to_string();
+        // A Unix socket never speaks TLS: `prefer` there needs no connector
+        // (building one loads the system's CAs: a tenth of a second).
+        let tcp = cfg
+            .get_hosts()
+            .iter()
+            .any(|h| matches!(h, postgres::config::Host::Tcp(_)));
         let client = match tls.mode {
             SslMode::Disable => {
                 cfg.ssl_mode(postgres::config::SslMode::Disable);
                 cfg.connect(postgres::NoTls)
             }
+            SslMode::Prefer if !tcp => cfg.connect(postgres::NoTls),
             mode => {
                 cfg.ssl_mode(if mode == SslMode::Prefer {
                     postgres::config::SslMode::Prefer
@@ -1754,6 +1761,40 @@ pub(crate) mod tests {
     use crate::testing::engine_tests;
     use serde_json::json;
 
+    #[test]
+    fn tls_settings_are_taken_out_of_the_url() {
+        let (rest, t) = TlsSettings::from_url(
+            "postgresql://u@db.example:5432/h?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(rest, "postgresql://u@db.example:5432/h?application_name=x");
+        assert_eq!(t.mode, SslMode::VerifyFull);
+        assert_eq!(t.root_cert.as_deref(), Some(Path::new("/etc/ca.pem")));
+        let (rest, t) = TlsSettings::from_url("postgresql://u@h/d?sslmode=disable").unwrap();
+        assert_eq!(
+            (rest.as_str(), t.mode),
+            ("postgresql://u@h/d", SslMode::Disable)
+        );
+        let (_, t) = TlsSettings::from_url("postgresql://u@h/d").unwrap();
+        assert_eq!(t.mode, SslMode::Prefer);
+        let e = TlsSettings::from_url("postgresql://u@h/d?sslmode=always").unwrap_err();
+        assert!(e.to_string().contains("verify-full"), "{e}");
+        // A password stays hidden with TLS settings in the URL.
+        let shown = hide_password(Path::new("postgresql://u:pw@h/d?sslmode=require"));
+        assert!(
+            !shown.to_string_lossy().contains("pw"),
+            "{}",
+            shown.display()
+        );
+        let e = Db::connect("postgresql://u@h/d?sslmode=verify-ca&sslrootcert=/nonexistent/ca.pem")
+            .err()
+            .unwrap();
+        assert!(
+            format!("{e:#}").contains("sslrootcert /nonexistent/ca.pem"),
+            "{e:#}"
+        );
+    }
+
     pub(crate) fn directive(name: &str, saving: f64) -> NewDirective {
         NewDirective {
             mapping: name.into(),
@@ -1895,6 +1936,120 @@ pub(crate) mod tests {
     }
 
     engine_tests! {
+        fn every_write_to_a_programs_plans_moves_its_generation(fresh) {
+            let mut db = fresh();
+            let h = as_host(&mut db, "h1", 64);
+            let p = db.upsert_program("/bin/g", Some("g1")).unwrap();
+            let other = db.upsert_program("/bin/o", Some("o1")).unwrap();
+            let g = |db: &Db, id| db.program_generation(id).unwrap().unwrap();
+            let (g0, o0) = (g(&db, p), g(&db, other));
+            let prof = db
+                .insert_profile(p, Some(h.machine_id), &["g".into()], None, &json!({}),
+                    &[directive("a", 1.0), directive("b", 2.0)])
+                .unwrap();
+            let g1 = g(&db, p);
+            assert!(g1 > g0);
+            // A validation (from any host) moves it; one of another program not.
+            db.record_validation(prof, "a", 0.5, true).unwrap();
+            let g2 = g(&db, p);
+            assert!(g2 > g1);
+            assert_eq!(g(&db, other), o0);
+            // The check `run`'s start-up cache makes: generation and registration.
+            assert_eq!(db.plan_generation(p, h.machine_id, h.class_id).unwrap(), Some((g2, true)));
+            assert_eq!(db.plan_generation(p, h.machine_id, Some(-1)).unwrap(), Some((g2, false)));
+            // An import that adds a validation, and a removal, move it too.
+            let doc = db.export().unwrap();
+            let mut b = fresh();
+            as_host(&mut b, "h2", 64);
+            b.import(&doc).unwrap();
+            let bp = b.find_program("/bin/g", Some("g1")).unwrap().unwrap();
+            let bprof = b.plan_source(bp, &["g".into()]).unwrap();
+            let PlanSource::Class(bprof) = bprof else { panic!("{bprof:?}") };
+            let before = g(&b, bp);
+            b.record_validation(bprof.id, "b", 1.0, false).unwrap();
+            let after = g(&b, bp);
+            assert!(after > before);
+            b.remove("profile", bprof.id).unwrap();
+            assert!(g(&b, bp) > after);
+            assert_eq!(db.plan_generation(999_999, h.machine_id, h.class_id).unwrap(), None);
+        }
+
+        fn a_revalidation_without_loss_lifts_the_bar_for_every_host(fresh) {
+            let mut db = fresh();
+            let a = as_host(&mut db, "host-a", 64);
+            let p = db.upsert_program("/bin/r", Some("r1")).unwrap();
+            let prof = db
+                .insert_profile(p, Some(a.machine_id), &["r".into()], None, &json!({}),
+                    &[directive("m", 1.0)])
+                .unwrap();
+            db.record_validation(prof, "m", 0.8, false).unwrap();
+            as_host(&mut db, "host-b", 64);
+            db.record_validation(prof, "m", 0.0, true).unwrap();
+            assert_eq!(db.lost_mappings(p).unwrap(), ["m"]);
+            // An ordinary validation by a third host does not lift B's bar.
+            as_host(&mut db, "host-c", 64);
+            db.record_validation(prof, "m", 1.0, false).unwrap();
+            assert_eq!(db.lost_mappings(p).unwrap(), ["m"]);
+            // A revalidation that lost keeps it barred.
+            db.record_revalidation(prof, "m", 0.0, true).unwrap();
+            assert_eq!(db.lost_mappings(p).unwrap(), ["m"]);
+            // One that measured no loss lifts it, for every host.
+            db.record_revalidation(prof, "m", 0.9, false).unwrap();
+            assert!(db.lost_mappings(p).unwrap().is_empty());
+            let d = &db.directives(prof).unwrap()[0];
+            assert!(!d.lost);
+            assert_eq!(d.validations, 5);
+            // The hosts' confidences stay what they measured.
+            let hosts = db.directive_hosts(db.directives_by_id(prof).unwrap()[0].0).unwrap();
+            assert_eq!(hosts.len(), 3);
+            assert!(hosts.iter().all(|h| !h.lost));
+            assert_eq!(hosts[1].confidence, 0.0);
+            // It survives an export and import (the `lifts` column travels).
+            let mut other = fresh();
+            other.import(&db.export().unwrap()).unwrap();
+            let op = other.find_program("/bin/r", Some("r1")).unwrap().unwrap();
+            as_host(&mut other, "host-a", 64);
+            assert!(other.lost_mappings(op).unwrap().is_empty());
+            // A later loss anywhere bars it again.
+            as_host(&mut db, "host-b", 64);
+            db.record_validation(prof, "m", 0.0, true).unwrap();
+            assert_eq!(db.lost_mappings(p).unwrap(), ["m"]);
+        }
+
+        fn bundles_are_kept_in_pieces_of_any_number(fresh) {
+            let db = fresh();
+            let dir = tempfile::tempdir().unwrap();
+            let p = db.upsert_program("/bin/c", Some("c1")).unwrap();
+            // 10 000 bytes in pieces of 999: eleven rows, the last one short.
+            let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+            let file = dir.path().join("b.htb");
+            std::fs::write(&file, &bytes).unwrap();
+            let prof = db.insert_profile_for_test(p);
+            assert_eq!(db.put_bundle_in_chunks(prof, &file, 1 << 20, 999).unwrap(), Kept::Stored);
+            assert_eq!(db.put_bundle_in_chunks(prof, &file, 1 << 20, 999).unwrap(), Kept::Already);
+            let rows = db.query_sql("SELECT count(*) FROM bundle_chunks", &[]).unwrap()[0].int(0).unwrap();
+            assert_eq!(rows, 11);
+            let mut out = Vec::new();
+            assert!(db.bundle_to(prof, &mut out).unwrap());
+            assert_eq!(out, bytes);
+            // Exactly a multiple of the piece: no empty last row.
+            let exact = dir.path().join("e.htb");
+            std::fs::write(&exact, &bytes[..9_990]).unwrap();
+            let prof2 = db.insert_profile_for_test(p);
+            db.put_bundle_in_chunks(prof2, &exact, 1 << 20, 999).unwrap();
+            assert_eq!(db.bundle_bytes(prof2).unwrap().unwrap(), &bytes[..9_990]);
+            // A missing piece is an error, not a shorter bundle.
+            db.execute_sql("DELETE FROM bundle_chunks WHERE seq = 3", &[]).unwrap();
+            let e = db.bundle_bytes(prof).unwrap_err().to_string();
+            assert!(e.contains("incomplete"), "{e}");
+            // Removing the profile removes its pieces.
+            db.remove("profile", prof2).unwrap();
+            db.remove("profile", prof).unwrap();
+            let rows = db.query_sql("SELECT count(*) FROM bundle_chunks", &[]).unwrap()[0].int(0).unwrap();
+            assert_eq!(rows, 0);
+            assert!(db.put_bundle_in_chunks(prof2, &file, 1 << 20, 0).is_err());
+        }
+
         fn store_and_read_back(fresh) {
             let mut db = fresh();
             assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);

@@ -98,7 +98,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         drop(db);
         return exec_plan(&a, &art, &st, &d);
     }
-    applied(&a, &art, st, Later::Ready(db), how)
+    applied(&a, &art, st, Later::Ready(Box::new(db)), how)
 }
 
 /// A start from a fresh cache entry: the program starts at once under its
@@ -140,7 +140,7 @@ fn start_now(
 /// The store `run` records into: open already, or being opened (and the
 /// start-up cache entry confirmed) while the program runs.
 enum Later {
-    Ready(hugetune_store::db::Db),
+    Ready(Box<hugetune_store::db::Db>),
     Thread(std::thread::JoinHandle<Result<hugetune_store::db::Db>>),
 }
 
@@ -220,7 +220,7 @@ fn applied(
     let mut failed = None;
     let r = stages::run_applied_then(art, &a.command, &st, &d, |run| {
         let opened = match later {
-            Later::Ready(db) => Ok(db),
+            Later::Ready(db) => Ok(*db),
             Later::Thread(t) => t
                 .join()
                 .map_err(|_| anyhow::anyhow!("the store's connection thread panicked"))
