@@ -435,6 +435,22 @@ pub(crate) fn fold_validations(c: &mut Conn, directive_id: i64) -> Result<Vec<Ho
     Ok(hosts.into_iter().map(|(_, h)| h).collect())
 }
 
+/// Takes the row lock of the program `program_of` (a query of one program id,
+/// given `id`) names, as the first write of a transaction that then writes its
+/// profiles, directives or validations. The generation triggers lock that row
+/// after every such write; a transaction that locked a directive first and
+/// then, through its trigger, the program would wait in the opposite order to
+/// one that stores a profile (the program first, then its directives) and
+/// deadlock with it. On SQLite the writer holds the database lock already: a
+/// no-op.
+pub(crate) fn lock_program(c: &mut Conn, program_of: &str, id: i64) -> Result<()> {
+    c.exec(
+        &format!("UPDATE programs SET generation = generation WHERE id = ({program_of})"),
+        &[id.into()],
+    )?;
+    Ok(())
+}
+
 /// Sets a directive's confidence (the mean over hosts) and lost flag (some
 /// host's latest validation lost) from its validation rows; the confidence.
 pub(crate) fn refresh_directive(c: &mut Conn, directive_id: i64) -> Result<f64> {
@@ -1476,8 +1492,10 @@ impl Db {
         };
         let machine = self.host()?.map(|h| h.machine_id);
         self.tx(|c| {
-            // The update takes the directive's row lock first: validations of one
-            // directive by many hosts at once are serialized, none lost.
+            // The program's row lock first (see `lock_program`), then the
+            // directive's: validations of one directive by many hosts at once
+            // are serialized, none lost.
+            lock_program(c, "SELECT program_id FROM profiles WHERE id = ?1", profile_id)?;
             let d = c.query_opt(
                 "UPDATE directives SET validations = validations + 1
                  WHERE id = (SELECT id FROM directives WHERE profile_id = ?1 AND mapping = ?2 ORDER BY id LIMIT 1)
@@ -1568,6 +1586,10 @@ impl Db {
             _ => None,
         };
         let n = self.tx(|c| {
+            if kind == "profile" {
+                // Its directives go with it: the program's row lock first.
+                lock_program(c, "SELECT program_id FROM profiles WHERE id = ?1", id)?;
+            }
             if let Some(uids) = bundles {
                 for table in ["bundle_chunks", "bundles"] {
                     c.exec(
