@@ -1,7 +1,9 @@
 //! Many hosts writing to one store at once (issue 20, item 3), on both engines:
 //! hosts (threads, each with its own connection and host id) insert runs,
-//! record validations of one shared directive and import the same export all
-//! at the same moment; afterwards nothing is lost (every run and validation is
+//! record validations of one shared directive, store profiles of the same
+//! program and import the same export all at the same moment (the program's
+//! row is then locked by every profile and validation: its generation
+//! triggers); afterwards nothing is lost (every run and validation is
 //! there, the directive counted every validation and its confidence is the
 //! combination of every host's) and nothing is duplicated (one row per unique
 //! id, one program per build, one machine per host, one class).
@@ -117,6 +119,20 @@ fn many_hosts_at_once(location: PathBuf) {
                     if k % 10 == 0 {
                         db.import(&doc).unwrap();
                     }
+                    if k == EACH / 2 {
+                        // A profile of the program for this host, amid the
+                        // others' validations of its first profile's directive.
+                        let machine = db.host().unwrap().unwrap().machine_id;
+                        db.insert_profile(
+                            p,
+                            Some(machine),
+                            &["app".into(), format!("{i}")],
+                            None,
+                            &json!({}),
+                            &[directive()],
+                        )
+                        .unwrap();
+                    }
                 }
             })
         })
@@ -137,7 +153,20 @@ fn many_hosts_at_once(location: PathBuf) {
         2,
         "app and the imported tool"
     );
-    assert_eq!(count(&db, "SELECT count(*) FROM profiles"), 2);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM profiles"),
+        2 + HOSTS as i64
+    );
+    // Every write to the program's profiles and directives moved its
+    // generation once, none lost: the first profile and its directive, each
+    // host's, and per validation the directive's count and its confidence.
+    assert_eq!(
+        count(
+            &db,
+            &format!("SELECT generation FROM programs WHERE id = {program}")
+        ),
+        2 + 2 * HOSTS as i64 + 2 * n
+    );
     // Every host's runs are attributed to it.
     let per_host = db
         .query_sql(
