@@ -15,6 +15,11 @@
 #   scripts/pg.sh stop DIR
 #        stops and removes a cluster `start` made
 #
+#   --ssl CERTDIR (run, start): TLS too, with CERTDIR/server.crt and server.key
+#        (the tests make a self-signed pair): the server also listens on
+#        127.0.0.1 (TLS only, password authentication: a random password in
+#        the URL), and the URL is that TCP one
+#
 # Tests run with fsync off (a crashed server is not what they test; it keeps
 # CREATE DATABASE fast); --durable keeps PostgreSQL's defaults (benchmarks).
 # The URL names the database `postgres`; tests create their own in it.
@@ -65,13 +70,20 @@ stop_cluster() {
 
 # Starts a cluster; sets DIR and URL.
 start_cluster() {
-  local durable=$1 bin port opts
+  local durable=$1 ssl=${2:-} bin port opts password=""
   bin=$(bindir)
   DIR=$(mktemp -d /tmp/hugetune-pg.XXXXXX)
   chmod 0700 "$DIR"
   [ "$(id -u)" = 0 ] && chown postgres: "$DIR"
-  if ! as_owner "$bin/initdb" -D "$DIR/data" -U postgres --auth=trust -E UTF8 --locale=C -N \
-    >"$DIR/initdb.log" 2>&1; then
+  local initdb_opts=(-U postgres --auth=trust -E UTF8 --locale=C -N)
+  if [ -n "$ssl" ]; then
+    [ -f "$ssl/server.crt" ] && [ -f "$ssl/server.key" ] || die "--ssl $ssl: no server.crt and server.key there"
+    password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+    printf '%s\n' "$password" >"$DIR/pw"
+    [ "$(id -u)" = 0 ] && chown postgres: "$DIR/pw"
+    initdb_opts+=(--pwfile="$DIR/pw")
+  fi
+  if ! as_owner "$bin/initdb" -D "$DIR/data" "${initdb_opts[@]}" >"$DIR/initdb.log" 2>&1; then
     cat "$DIR/initdb.log" >&2
     rm -rf "$DIR"
     die "initdb failed"
@@ -79,6 +91,16 @@ start_cluster() {
   port=$(free_port)
   opts="-p $port -k $DIR -c listen_addresses= -c max_connections=200"
   [ "$durable" = 0 ] && opts="$opts -c fsync=off -c full_page_writes=off -c synchronous_commit=off"
+  if [ -n "$ssl" ]; then
+    rm -f "$DIR/pw"
+    install -m 0600 "$ssl/server.crt" "$DIR/data/server.crt"
+    install -m 0600 "$ssl/server.key" "$DIR/data/server.key"
+    [ "$(id -u)" = 0 ] && chown postgres: "$DIR/data/server.crt" "$DIR/data/server.key"
+    # TCP: TLS only, with the password; the socket stays trusted.
+    printf 'local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n' >"$DIR/data/pg_hba.conf"
+    [ "$(id -u)" = 0 ] && chown postgres: "$DIR/data/pg_hba.conf"
+    opts="$opts -c listen_addresses=127.0.0.1 -c ssl=on"
+  fi
   # setsid: a Ctrl-C to the terminal's process group does not reach the server
   # before the trap stops it in order.
   if ! as_owner setsid "$bin/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 -o "$opts" start \
@@ -87,7 +109,11 @@ start_cluster() {
     stop_cluster "$DIR"
     die "the server did not start"
   fi
-  URL="postgresql://postgres@${DIR//\//%2F}:$port/postgres"
+  if [ -n "$ssl" ]; then
+    URL="postgresql://postgres:$password@localhost:$port/postgres"
+  else
+    URL="postgresql://postgres@${DIR//\//%2F}:$port/postgres"
+  fi
 }
 
 cmd=${1:-}
@@ -95,11 +121,13 @@ cmd=${1:-}
 shift
 durable=0
 owner=""
+ssl=""
 case "$cmd" in
   run)
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do
       case "$1" in
         --durable) durable=1 ;;
+        --ssl) ssl=${2:?--ssl needs a directory}; shift ;;
         *) die "run: unknown option $1" ;;
       esac
       shift
@@ -110,7 +138,7 @@ case "$cmd" in
     trap 'stop_cluster "$DIR"' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    start_cluster "$durable"
+    start_cluster "$durable" "$ssl"
     echo "pg.sh: PostgreSQL at $URL" >&2
     status=0
     HUGETUNE_TEST_PG="$URL" "$@" || status=$?
@@ -121,11 +149,12 @@ case "$cmd" in
       case "$1" in
         --durable) durable=1 ;;
         --owner) owner=${2:?--owner needs a PID}; shift ;;
+        --ssl) ssl=${2:?--ssl needs a directory}; shift ;;
         *) die "start: unknown option $1" ;;
       esac
       shift
     done
-    start_cluster "$durable"
+    start_cluster "$durable" "$ssl"
     if [ -n "$owner" ]; then
       # The watchdog: in its own session, deaf to the terminal, its output
       # nowhere (whoever reads ours must see end of file when we exit).

@@ -5,7 +5,11 @@
 //! A's profile for its class, not A's predictions; `run --json` says where each
 //! plan came from. An offline host with its own SQLite file `db sync`s with the
 //! fleet store: it gets its class's plan, its runs go up, and syncing again
-//! changes nothing on either side.
+//! changes nothing on either side. A loss another host measures bars a plan
+//! for the class: a start from `run`'s start-up cache applies it for at most
+//! the TTL after the store last confirmed the entry; planted or corrupt
+//! entries are refused; `validate --revalidate` lifts the bar for every host
+//! of the class unless it measures a loss.
 
 mod common;
 #[path = "../../store/tests/support/pg.rs"]
@@ -210,9 +214,12 @@ fn the_store_benchmark_prints_figures_and_keeps_to_its_own_database() {
     let f: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(f["engine"], "postgres");
     assert_eq!(f["clients"], 3);
-    assert!(f["lookups"].as_u64().unwrap() > 3, "{f}");
-    assert_eq!(f["lookups"], f["writes"]);
-    for part in ["lookup", "startup", "write"] {
+    assert!(f["starts"].as_u64().unwrap() > 3, "{f}");
+    assert_eq!(f["starts"], f["writes"]);
+    for part in ["fresh", "confirmed", "first", "background", "write"] {
+        if f[part]["n"].as_u64() == Some(0) {
+            continue; // a short run: no start of this kind yet
+        }
         let p99 = f[part]["p99_ms"].as_f64().unwrap_or(f64::NAN);
         assert!(p99 > 0.0 && p99 < 60_000.0, "{part}: {f}");
     }
@@ -251,4 +258,330 @@ fn the_store_benchmark_prints_figures_and_keeps_to_its_own_database() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("not the benchmark's"), "{err}");
+}
+
+// ------------------------------------------------------------------ bars
+
+/// `sh`, the program of the bar tests: a binary with a build-id everywhere,
+/// whose runs take milliseconds, so the plan a run applies is what is tested.
+const SH: &str = "/bin/sh";
+
+/// `hugetune --db DB --host-id HOST ARGS`, with the start-up cache in `cache`
+/// (`HUGETUNE_START_CACHE`): (code, stdout, stderr).
+fn at(db: &str, host: &str, cache: &Path, args: &[&str]) -> (i32, String, String) {
+    let o = std::process::Command::new(common::HUGETUNE)
+        .args(["--db", db, "--host-id", host])
+        .args(args)
+        .env("HUGETUNE_RUNTIME_LIB", common::LIB)
+        .env("HUGETUNE_QEMU_PLUGIN", common::PLUGIN)
+        .env("HUGETUNE_START_CACHE", cache)
+        .output()
+        .expect("run hugetune");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `run --json [extra] -- sh -c 'exit 0'` on `host`: (the mapping applied,
+/// where the plan came from at start-up, stderr).
+fn sh_run(db: &str, host: &str, cache: &Path, extra: &[&str]) -> (String, String, String) {
+    let mut args = vec!["run", "--json"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", SH, "-c", "exit 0"]);
+    let (code, out, err) = at(db, host, cache, &args);
+    assert_eq!(code, 0, "run on {host} failed:\n{err}");
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {out}\n{err}"));
+    assert_eq!(v["exit_code"], 0, "{v}");
+    (
+        v["plan"]["mapping"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        v["start"]["plan"].as_str().unwrap_or_default().to_string(),
+        err,
+    )
+}
+
+/// The store as `host` (this machine, registered under that id).
+fn store_as(db: &str, host: &str) -> hugetune_store::db::Db {
+    let mut s = hugetune_store::db::Db::open(Path::new(db)).unwrap();
+    s.set_host_id(host).unwrap();
+    let m = hugetune_host::machine::machine(None).unwrap();
+    s.register_host(&hugetune_store::identity::HostSpec {
+        hostname: m.hostname.clone(),
+        cpu: m.cpu.brand.clone(),
+        kernel: m.kernel.clone(),
+        details: serde_json::to_value(&m).unwrap(),
+    })
+    .unwrap();
+    s
+}
+
+/// Stores, as host A (this machine's class), a profile of `sh` with two
+/// transparent-huge-page plans, the better first; returns (profile, better
+/// mapping, second mapping).
+fn sh_profile(db: &str) -> (i64, String, String) {
+    use hugetune_model::category::Category;
+    use hugetune_model::page::Backing;
+    use hugetune_model::rank::Prediction;
+    let mut s = store_as(db, "host-a");
+    let machine = s.host().unwrap().unwrap().machine_id;
+    let path = hugetune_capture::elf::resolve_program(std::ffi::OsStr::new(SH)).unwrap();
+    let build = hugetune_capture::elf::build_id(&path).unwrap();
+    assert!(build.is_some(), "{} has no build-id", path.display());
+    let program = s
+        .upsert_program(&path.display().to_string(), build.as_deref())
+        .unwrap();
+    // The second saves far less: the first stays the planner's choice at the
+    // confidence a loss and a lifted bar leave it (the mean over hosts).
+    let plans = [(Category::HeapLarge, 1.30), (Category::Static, 1.02)];
+    let directives: Vec<_> = plans
+        .iter()
+        .map(|&(c, speedup)| {
+            let assignments = vec![(c, Backing::Thp2m)];
+            let label = hugetune_model::rank::label(&assignments);
+            let saving = (speedup - 1.0) * 5e7;
+            let p = Prediction {
+                mapping: label.clone(),
+                label: label.clone(),
+                base: true,
+                assignments,
+                miss_time_ns: 2.0 * saving,
+                saving_ns: saving,
+                pmb: 50.0,
+                predicted_seconds: 0.05 / speedup,
+                predicted_speedup: speedup,
+                hugetlb_pages: 0,
+                hugetlb_1g_pages: 0,
+                thp_pages: 4,
+                sites: vec![],
+                walks: 1000,
+                faults: 100,
+            };
+            hugetune_store::db::NewDirective {
+                mapping: label,
+                assignments: serde_json::to_value(&p.assignments).unwrap(),
+                base: true,
+                saving_ns: saving,
+                pmb: p.pmb,
+                predicted_speedup: speedup,
+                hugetlb_pages: 0,
+                thp_pages: 4,
+                details: serde_json::to_value(&p).unwrap(),
+                confidence: 1.0,
+                validations: 0,
+                lost: false,
+            }
+        })
+        .collect();
+    let summary = serde_json::json!({
+        "native_s": 0.05,
+        "threshold": common::THRESHOLD,
+        "significance": {"tlb_misses_per_s": 1e6, "faults_per_s": 1e4, "passes": true, "source": "model"},
+        "program": {"forks": false, "fork_children": 0},
+    });
+    let profile = s
+        .insert_profile(
+            program,
+            Some(machine),
+            &[SH.into(), "-c".into(), "exit 0".into()],
+            None,
+            &summary,
+            &directives,
+        )
+        .unwrap();
+    (
+        profile,
+        directives[0].mapping.clone(),
+        directives[1].mapping.clone(),
+    )
+}
+
+/// The entries of the start-up cache directory.
+fn entries(cache: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(cache)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Issue 20's start-up cache against the fleet store: host A's run starts
+/// from a fresh entry; host B's loss bars the plan for the class; A applies
+/// the barred plan for at most the TTL after the store last confirmed its
+/// entry, then no more. Planted or corrupt entries are refused with a note
+/// (the run goes on), and `--no-cache` neither reads nor writes one.
+#[test]
+fn a_loss_on_another_host_reaches_a_cached_start_within_the_ttl() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().join("start");
+    let fleet = pg::fresh_database();
+    let (profile, best, second) = sh_profile(&fleet);
+
+    // The first start looks the plan up and writes the entry; the next is
+    // served from it.
+    let (m, how, _) = sh_run(&fleet, "host-a", &cache, &[]);
+    assert_eq!((m.as_str(), how.as_str()), (best.as_str(), "looked up"));
+    assert_eq!(entries(&cache).len(), 1, "{:?}", entries(&cache));
+    let (m, how, _) = sh_run(&fleet, "host-a", &cache, &[]);
+    assert_eq!((m.as_str(), how.as_str()), (best.as_str(), "cached"));
+
+    // Host B (same class) measures a loss: the plan is barred for the class.
+    let b = store_as(&fleet, "host-b");
+    b.record_validation(profile, &best, 0.0, true).unwrap();
+    let program = b
+        .query_sql(
+            "SELECT program_id FROM profiles WHERE id = ?1",
+            &[profile.into()],
+        )
+        .unwrap()[0]
+        .int(0)
+        .unwrap();
+    assert_eq!(b.lost_mappings(program).unwrap(), vec![best.clone()]);
+
+    // Past the TTL the store is asked first: the bar applies at once.
+    let (m, how, _) = sh_run(&fleet, "host-a", &cache, &["--cache-ttl", "0"]);
+    assert_eq!((m.as_str(), how.as_str()), (second.as_str(), "looked up"));
+    // The entry now holds the bar: a fresh start does not apply the plan.
+    let (m, how, _) = sh_run(&fleet, "host-a", &cache, &[]);
+    assert_eq!((m.as_str(), how.as_str()), (second.as_str(), "cached"));
+
+    // B measures the plan again without a loss: no longer barred. Within the
+    // TTL A still starts under its entry (the documented bound), whose
+    // confirmation meanwhile finds the store changed and rewrites it: the
+    // next start applies the plan again.
+    b.record_validation(profile, &best, 1.0, false).unwrap();
+    assert!(b.lost_mappings(program).unwrap().is_empty());
+    let (m, how, _) = sh_run(&fleet, "host-a", &cache, &["--cache-ttl", "3600"]);
+    assert_eq!((m.as_str(), how.as_str()), (second.as_str(), "cached"));
+    let (m, how, _) = sh_run(&fleet, "host-a", &cache, &["--cache-ttl", "3600"]);
+    assert_eq!((m.as_str(), how.as_str()), (best.as_str(), "cached"));
+    // A loss again, with a short TTL and a wait past it: not applied.
+    b.record_validation(profile, &best, 0.0, true).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let (m, how, _) = sh_run(&fleet, "host-a", &cache, &["--cache-ttl", "2"]);
+    assert_eq!((m.as_str(), how.as_str()), (second.as_str(), "looked up"));
+
+    // A corrupt entry: refused with a note, the run looks the plan up.
+    let [entry] = &entries(&cache)[..] else {
+        panic!("{:?}", entries(&cache))
+    };
+    std::fs::write(entry, b"{\"format\": 1, \"key\": ").unwrap();
+    let (m, how, err) = sh_run(&fleet, "host-a", &cache, &["--cache-ttl", "3600"]);
+    assert!(err.contains("ignoring the start-up cache entry"), "{err}");
+    assert_eq!((m.as_str(), how.as_str()), (second.as_str(), "looked up"));
+    // A valid entry planted where others may write it: refused too, even one
+    // that still holds the barred plan (saved before the bar).
+    let good = std::fs::read(entry).unwrap();
+    let planted: Value = serde_json::from_slice(&good).unwrap();
+    let mut old = planted.clone();
+    old["plan"]["lost"] = serde_json::json!([]);
+    std::fs::write(entry, serde_json::to_vec(&old).unwrap()).unwrap();
+    std::fs::set_permissions(entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (m, how, err) = sh_run(&fleet, "host-a", &cache, &["--cache-ttl", "3600"]);
+    assert!(err.contains("others may read or write it"), "{err}");
+    assert_eq!((m.as_str(), how.as_str()), (second.as_str(), "looked up"));
+    // A symbolic link in the entry's place: refused.
+    let elsewhere = d.path().join("elsewhere.json");
+    std::fs::rename(entry, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, entry).unwrap();
+    let (m, how, err) = sh_run(&fleet, "host-a", &cache, &["--cache-ttl", "3600"]);
+    assert!(err.contains("ignoring the start-up cache entry"), "{err}");
+    assert_eq!((m.as_str(), how.as_str()), (second.as_str(), "looked up"));
+    // The look-up replaced it with a good entry of this user.
+    let meta = std::fs::symlink_metadata(entry).unwrap();
+    assert!(meta.is_file() && meta.permissions().mode() & 0o077 == 0);
+    let (_, how, _) = sh_run(&fleet, "host-a", &cache, &["--cache-ttl", "3600"]);
+    assert_eq!(how, "cached");
+
+    // --no-cache: no entry read or written.
+    for e in entries(&cache) {
+        std::fs::remove_file(e).unwrap();
+    }
+    let (m, how, err) = sh_run(&fleet, "host-a", &cache, &["--no-cache"]);
+    assert_eq!((m.as_str(), how.as_str()), (second.as_str(), "looked up"));
+    assert!(!err.contains("start-up cache"), "{err}");
+    assert!(entries(&cache).is_empty(), "{:?}", entries(&cache));
+}
+
+/// `validate --revalidate` on a plan another host's loss barred: no loss
+/// measured lifts the bar for every host of the class (both apply the plan
+/// again); a loss (here a plan that breaks the program: it exits otherwise
+/// under the runtime library) keeps it.
+#[test]
+fn revalidation_lifts_a_bar_for_the_class_unless_it_loses() {
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().join("start");
+    let fleet = pg::fresh_database();
+    let (profile, best, second) = sh_profile(&fleet);
+    let b = store_as(&fleet, "host-b");
+    b.record_validation(profile, &best, 0.0, true).unwrap();
+    for h in ["host-a", "host-c"] {
+        let (m, _, _) = sh_run(&fleet, h, &cache, &["--no-cache"]);
+        assert_eq!(m, second, "barred on {h}");
+    }
+    let revalidate = |script: &str| {
+        at(
+            &fleet,
+            "host-a",
+            &cache,
+            &[
+                "validate",
+                "--revalidate",
+                &best,
+                "--runs",
+                "1",
+                "--max-runs",
+                "1",
+                "--json",
+                "--",
+                SH,
+                "-c",
+                script,
+            ],
+        )
+    };
+    // Revalidating a plan that is not barred is refused.
+    let (code, _, err) = at(
+        &fleet,
+        "host-a",
+        &cache,
+        &[
+            "validate",
+            "--revalidate",
+            &second,
+            "--",
+            SH,
+            "-c",
+            "exit 0",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("is not barred"), "{err}");
+
+    // No loss (one pair can never be significant): lifted for A and C alike,
+    // though B's own latest validation is still its loss.
+    let (code, out, err) = revalidate("exit 0");
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("its bar is lifted"), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["mapping"], best.as_str(), "{v}");
+    for h in ["host-a", "host-c", "host-b"] {
+        let (m, _, _) = sh_run(&fleet, h, &cache, &["--no-cache"]);
+        assert_eq!(m, best, "still barred on {h}");
+    }
+
+    // B loses again; A's revalidation breaks the program: the bar stays.
+    b.record_validation(profile, &best, 0.0, true).unwrap();
+    let (code, _, err) = revalidate("test \"$HUGETUNE_MODE\" != apply");
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("stays barred"), "{err}");
+    for h in ["host-a", "host-c"] {
+        let (m, _, _) = sh_run(&fleet, h, &cache, &["--no-cache"]);
+        assert_eq!(m, second, "not barred on {h}");
+    }
 }

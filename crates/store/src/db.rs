@@ -121,8 +121,14 @@ pub enum Kept {
     TooLarge(u64),
 }
 
-/// Bundles a fleet store keeps at most (a whole bundle goes in one value).
-pub const BUNDLE_MAX: u64 = 256 << 20;
+/// Bundles a fleet store keeps at most: well beyond the largest bundles
+/// recorded (a few GiB); they are stored in `BUNDLE_CHUNK` pieces.
+pub const BUNDLE_MAX: u64 = 64 << 30;
+
+/// The size of one stored piece of a bundle: one row, one round trip, and the
+/// memory a write or read of a bundle needs (PostgreSQL's values stay far
+/// below their 1 GiB limit, and no bundle is ever whole in memory).
+pub const BUNDLE_CHUNK: usize = 8 << 20;
 
 /// A profile as the online agent reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -228,6 +234,130 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// `sslmode` in a `postgresql://` URL, with libpq's meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    /// Never TLS.
+    Disable,
+    /// TLS when the server offers it (libpq's default; a Unix socket never
+    /// does), the certificate not checked.
+    Prefer,
+    /// TLS or no connection; the certificate checked only against an
+    /// `sslrootcert` given (as libpq does when a root certificate exists).
+    Require,
+    /// TLS with a certificate signed by `sslrootcert`'s CA (else the system's).
+    VerifyCa,
+    /// As `VerifyCa`, and the certificate must name the host of the URL.
+    VerifyFull,
+}
+
+/// The TLS part of a URL: taken out of it before the client parses the rest
+/// (the client knows neither `verify-*` nor `sslrootcert`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    pub mode: SslMode,
+    pub root_cert: Option<PathBuf>,
+}
+
+impl TlsSettings {
+    /// The URL without `sslmode` and `sslrootcert`, and what they said.
+    pub fn from_url(url: &str) -> Result<(String, TlsSettings)> {
+        let mut t = TlsSettings {
+            mode: SslMode::Prefer,
+            root_cert: None,
+        };
+        let Some(q) = url.find('?') else {
+            return Ok((url.to_string(), t));
+        };
+        let mut kept = Vec::new();
+        for pair in url[q + 1..].split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "sslmode" => {
+                    t.mode = match v {
+                        "disable" => SslMode::Disable,
+                        "allow" | "prefer" => SslMode::Prefer,
+                        "require" => SslMode::Require,
+                        "verify-ca" => SslMode::VerifyCa,
+                        "verify-full" => SslMode::VerifyFull,
+                        other => bail!(
+                            "sslmode={other}: expected disable, prefer, require, verify-ca or verify-full"
+                        ),
+                    }
+                }
+                "sslrootcert" => {
+                    let path = percent_decode(v);
+                    if path.is_empty() {
+                        bail!("sslrootcert is empty: give the file of the CA certificate (PEM)");
+                    }
+                    t.root_cert = Some(PathBuf::from(path));
+                }
+                _ => kept.push(pair),
+            }
+        }
+        let rest = if kept.is_empty() {
+            url[..q].to_string()
+        } else {
+            format!("{}?{}", &url[..q], kept.join("&"))
+        };
+        Ok((rest, t))
+    }
+
+    fn describe(&self) -> String {
+        let mode = match self.mode {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        };
+        match &self.root_cert {
+            Some(p) => format!("sslmode={mode}, sslrootcert={}", p.display()),
+            None => format!("sslmode={mode}, the system's CAs"),
+        }
+    }
+
+    /// The connector: native-tls (the system's OpenSSL), checking what the
+    /// mode asks for.
+    fn connector(&self) -> Result<postgres_native_tls::MakeTlsConnector> {
+        let mut b = native_tls::TlsConnector::builder();
+        if let Some(p) = &self.root_cert {
+            let pem = std::fs::read(p)
+                .with_context(|| format!("sslrootcert {}: cannot read it", p.display()))?;
+            let cert = native_tls::Certificate::from_pem(&pem)
+                .with_context(|| format!("sslrootcert {}: not a PEM certificate", p.display()))?;
+            b.add_root_certificate(cert);
+        }
+        let verify = matches!(self.mode, SslMode::VerifyCa | SslMode::VerifyFull)
+            || (self.mode == SslMode::Require && self.root_cert.is_some());
+        b.danger_accept_invalid_certs(!verify);
+        b.danger_accept_invalid_hostnames(self.mode != SslMode::VerifyFull);
+        let c = b.build().context("setting up TLS")?;
+        Ok(postgres_native_tls::MakeTlsConnector::new(c))
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 static KEPT_PASSWORD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// A `--db` URL with its password taken out (kept for `Db::connect` in this
@@ -237,7 +367,11 @@ pub fn hide_password(location: &Path) -> PathBuf {
     let Some(url) = location.to_str().filter(|s| is_url(s)) else {
         return location.to_path_buf();
     };
-    let Ok(cfg) = url.parse::<postgres::Config>() else {
+    // The client parses what it knows: not the TLS settings.
+    let Some(cfg) = TlsSettings::from_url(url)
+        .ok()
+        .and_then(|(rest, _)| rest.parse::<postgres::Config>().ok())
+    else {
         return location.to_path_buf();
     };
     let Some(pw) = cfg.get_password() else {
@@ -254,7 +388,7 @@ pub(crate) fn json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Re
 /// Per-host folds of a directive's validations, in the order they were stored.
 pub(crate) fn fold_validations(c: &mut Conn, directive_id: i64) -> Result<Vec<HostValidations>> {
     let rows = c.query(
-        "SELECT v.machine_id, m.fingerprint, m.hostname, v.agreement, v.lost, v.carried
+        "SELECT v.machine_id, m.fingerprint, m.hostname, v.agreement, v.lost, v.carried, v.lifts
          FROM validations v LEFT JOIN machines m ON m.id = v.machine_id
          WHERE v.directive_id = ?1 ORDER BY v.id",
         &[directive_id.into()],
@@ -289,8 +423,32 @@ pub(crate) fn fold_validations(c: &mut Conn, directive_id: i64) -> Result<Vec<Ho
         };
         h.lost = lost;
         h.validations += 1;
+        // A revalidation that measured no loss lifts the bar for every host
+        // (`hugetune validate --revalidate`): their earlier losses are
+        // superseded; a later loss anywhere bars the plan again.
+        if r.bool(6)? && !lost {
+            for (_, other) in hosts.iter_mut() {
+                other.lost = false;
+            }
+        }
     }
     Ok(hosts.into_iter().map(|(_, h)| h).collect())
+}
+
+/// Takes the row lock of the program `program_of` (a query of one program id,
+/// given `id`) names, as the first write of a transaction that then writes its
+/// profiles, directives or validations. The generation triggers lock that row
+/// after every such write; a transaction that locked a directive first and
+/// then, through its trigger, the program would wait in the opposite order to
+/// one that stores a profile (the program first, then its directives) and
+/// deadlock with it. On SQLite the writer holds the database lock already: a
+/// no-op.
+pub(crate) fn lock_program(c: &mut Conn, program_of: &str, id: i64) -> Result<()> {
+    c.exec(
+        &format!("UPDATE programs SET generation = generation WHERE id = ({program_of})"),
+        &[id.into()],
+    )?;
+    Ok(())
 }
 
 /// Sets a directive's confidence (the mean over hosts) and lost flag (some
@@ -523,7 +681,8 @@ impl Db {
     /// exist; hugetune's tables are created or migrated in it.
     pub fn connect(url: &str) -> Result<Db> {
         let shown = redact(url);
-        let mut cfg: postgres::Config = url
+        let (url_rest, tls) = TlsSettings::from_url(url).with_context(|| shown.clone())?;
+        let mut cfg: postgres::Config = url_rest
             .parse()
             .with_context(|| format!("{shown} is not a PostgreSQL URL"))?;
         if cfg.get_password().is_none() {
@@ -546,11 +705,39 @@ impl Db {
             cfg.options("-c lock_timeout=30s");
         }
         let name = cfg.get_dbname().unwrap_or("(the user's)").to_string();
-        let client = cfg.connect(postgres::NoTls).with_context(|| {
-            if url.contains("sslmode=require") {
-                format!("connecting to {shown}: this hugetune speaks to PostgreSQL without TLS (use a local socket or a tunnel)")
+        // A Unix socket never speaks TLS: `prefer` there needs no connector
+        // (building one loads the system's CAs: a tenth of a second).
+        let tcp = cfg
+            .get_hosts()
+            .iter()
+            .any(|h| matches!(h, postgres::config::Host::Tcp(_)));
+        let client = match tls.mode {
+            SslMode::Disable => {
+                cfg.ssl_mode(postgres::config::SslMode::Disable);
+                cfg.connect(postgres::NoTls)
+            }
+            SslMode::Prefer if !tcp => cfg.connect(postgres::NoTls),
+            mode => {
+                cfg.ssl_mode(if mode == SslMode::Prefer {
+                    postgres::config::SslMode::Prefer
+                } else {
+                    postgres::config::SslMode::Require
+                });
+                cfg.connect(tls.connector()?)
+            }
+        }
+        .map_err(|e| {
+            let certificate = std::error::Error::source(&e)
+                .is_some_and(|s| s.to_string().contains("certificate"));
+            let e = anyhow::Error::from(e);
+            if certificate {
+                e.context(format!(
+                    "connecting to {shown}: the server's TLS certificate was refused ({}); \
+                     check sslrootcert (the CA that signed it) and the host name in the URL",
+                    tls.describe()
+                ))
             } else {
-                format!("connecting to {shown}")
+                e.context(format!("connecting to {shown}"))
             }
         })?;
         let mut conn = Conn::postgres(client);
@@ -689,6 +876,50 @@ impl Db {
         Ok(h)
     }
 
+    /// Takes `h` as this host's registration without asking the database
+    /// (`hugetune run`'s start-up cache, whose registration `plan_generation`
+    /// confirms): no description, no look-up.
+    pub fn adopt_host(&self, h: Host) {
+        *self.host.borrow_mut() = Some(h);
+    }
+
+    /// What a cached plan for `program_id` is checked against, in one indexed
+    /// query: the program's generation (moved by every write to its profiles
+    /// and directives, schema version 5) and whether machine `machine_id` is
+    /// still this host with class `class_id`. None when the program is gone.
+    pub fn plan_generation(
+        &self,
+        program_id: i64,
+        machine_id: i64,
+        class_id: Option<i64>,
+    ) -> Result<Option<(i64, bool)>> {
+        let r = self.conn.borrow_mut().query_opt(
+            "SELECT p.generation, (SELECT count(*) FROM machines m WHERE m.id = ?2 AND m.fingerprint = ?3
+                 AND m.class_id IS NOT DISTINCT FROM ?4)
+             FROM programs p WHERE p.id = ?1",
+            &[
+                program_id.into(),
+                machine_id.into(),
+                self.host_id.as_str().into(),
+                class_id.into(),
+            ],
+        )?;
+        r.map(|r| Ok((r.int(0)?, r.int(1)? == 1))).transpose()
+    }
+
+    /// A program's generation (schema version 5): moved by every write to its
+    /// profiles and directives. None when there is no such program.
+    pub fn program_generation(&self, program_id: i64) -> Result<Option<i64>> {
+        self.conn
+            .borrow_mut()
+            .query_opt(
+                "SELECT generation FROM programs WHERE id = ?1",
+                &[program_id.into()],
+            )?
+            .map(|r| r.int(0))
+            .transpose()
+    }
+
     /// This host, registered on first use through the host source; None when
     /// it has neither registered nor a source (tests, tools).
     pub fn host(&self) -> Result<Option<Host>> {
@@ -781,7 +1012,7 @@ impl Db {
 
     /// `insert_profile`, with an origin (a re-analysis for another class). On
     /// PostgreSQL an original profile's bundle file is kept in the store as
-    /// well (up to `BUNDLE_MAX`), for hosts of other classes that do not have
+    /// well (up to `BUNDLE_MAX`, in pieces), for hosts of other classes that do not have
     /// the file; a profile stored without it (killed in between, too large)
     /// is still whole.
     pub fn store_profile(&self, p: &NewProfile) -> Result<i64> {
@@ -1056,16 +1287,35 @@ impl Db {
     /// Keeps the bundle file of profile `profile_id` in the database, so that a
     /// host without the file can analyze the profile again for its class
     /// (fleet stores: the CLI stores bundles only on PostgreSQL, where the
-    /// file is on another host). Bundles over `max_bytes` are not kept (false).
+    /// file is on another host). Bundles over `max_bytes` are not kept.
     /// Storing it again changes nothing.
     pub fn put_bundle(&self, profile_id: i64, file: &Path, max_bytes: u64) -> Result<Kept> {
+        self.put_bundle_in_chunks(profile_id, file, max_bytes, BUNDLE_CHUNK)
+    }
+
+    /// `put_bundle` with pieces of `chunk` bytes: one transaction (a bundle is
+    /// whole or absent, also when the writer is killed), the file read one
+    /// piece at a time. A file that changes size while read is refused.
+    pub fn put_bundle_in_chunks(
+        &self,
+        profile_id: i64,
+        file: &Path,
+        max_bytes: u64,
+        chunk: usize,
+    ) -> Result<Kept> {
+        use std::io::Read;
+        if chunk == 0 {
+            bail!("a bundle's pieces must hold at least one byte");
+        }
         let uid = self.profile_uid(profile_id)?;
-        let mut c = self.conn.borrow_mut();
-        if c.query_opt(
-            "SELECT 1 FROM bundles WHERE profile_uid = ?1",
-            &[uid.as_str().into()],
-        )?
-        .is_some()
+        if self
+            .conn
+            .borrow_mut()
+            .query_opt(
+                "SELECT 1 FROM bundles WHERE profile_uid = ?1",
+                &[uid.as_str().into()],
+            )?
+            .is_some()
         {
             return Ok(Kept::Already);
         }
@@ -1075,23 +1325,113 @@ impl Db {
         if len > max_bytes {
             return Ok(Kept::TooLarge(len));
         }
-        let data = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-        let n = c.exec(
-            "INSERT INTO bundles (profile_uid, size, data) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
-            &[uid.into(), (data.len() as u64).into(), data.into()],
-        )?;
-        Ok(if n == 1 { Kept::Stored } else { Kept::Already })
+        self.tx(|c| {
+            // The header row first: a second writer of the same bundle waits on
+            // it, then skips (its insert changes nothing).
+            let n = c.exec(
+                "INSERT INTO bundles (profile_uid, size, data) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+                &[uid.as_str().into(), len.into(), Val::Blob(Vec::new())],
+            )?;
+            if n == 0 {
+                return Ok(Kept::Already);
+            }
+            let mut f =
+                std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+            let (mut seq, mut total) = (0i64, 0u64);
+            let mut buf = vec![0u8; chunk];
+            loop {
+                let mut filled = 0;
+                while filled < chunk {
+                    let k = f
+                        .read(&mut buf[filled..])
+                        .with_context(|| format!("reading {}", file.display()))?;
+                    if k == 0 {
+                        break;
+                    }
+                    filled += k;
+                }
+                if filled == 0 {
+                    break;
+                }
+                total += filled as u64;
+                if total > len {
+                    break;
+                }
+                c.exec(
+                    "INSERT INTO bundle_chunks (profile_uid, seq, data) VALUES (?1, ?2, ?3)",
+                    &[
+                        uid.as_str().into(),
+                        seq.into(),
+                        Val::Blob(buf[..filled].to_vec()),
+                    ],
+                )?;
+                seq += 1;
+            }
+            if total != len {
+                bail!(
+                    "{} changed size while it was stored ({len} bytes, then {total}): not kept",
+                    file.display()
+                );
+            }
+            Ok(Kept::Stored)
+        })
     }
 
     /// The bundle kept for profile `profile_id` (or for the profile it
     /// re-analyzed), if the database has it.
     pub fn bundle_bytes(&self, profile_id: i64) -> Result<Option<Vec<u8>>> {
-        let row = self.conn.borrow_mut().query_opt(
-            "SELECT b.data FROM profiles p JOIN profiles o ON o.id = coalesce(p.origin_id, p.id)
+        let mut out = Vec::new();
+        Ok(self.bundle_to(profile_id, &mut out)?.then_some(out))
+    }
+
+    /// Writes the bundle kept for profile `profile_id` (or for the profile it
+    /// re-analyzed) to `out`, one piece at a time; false when the database has
+    /// none. A bundle whose pieces do not add up to its size is an error.
+    pub fn bundle_to(&self, profile_id: i64, out: &mut dyn std::io::Write) -> Result<bool> {
+        let mut c = self.conn.borrow_mut();
+        let Some(row) = c.query_opt(
+            "SELECT b.profile_uid, b.size, length(b.data) FROM profiles p
+             JOIN profiles o ON o.id = coalesce(p.origin_id, p.id)
              JOIN bundles b ON b.profile_uid IN (p.uid, o.uid) WHERE p.id = ?1 LIMIT 1",
             &[profile_id.into()],
-        )?;
-        row.map(|r| r.blob(0)).transpose()
+        )?
+        else {
+            return Ok(false);
+        };
+        let (uid, size, inline) = (row.text(0)?, row.int(1)?, row.int(2)?);
+        let written = if inline > 0 || size == 0 {
+            // A whole bundle, as version 4 stored it.
+            let b = c
+                .query_one(
+                    "SELECT data FROM bundles WHERE profile_uid = ?1",
+                    &[uid.as_str().into()],
+                    "a stored bundle",
+                )?
+                .blob(0)?;
+            out.write_all(&b).context("writing the stored bundle")?;
+            b.len() as i64
+        } else {
+            let mut n = 0i64;
+            for seq in 0.. {
+                let Some(r) = c.query_opt(
+                    "SELECT data FROM bundle_chunks WHERE profile_uid = ?1 AND seq = ?2",
+                    &[uid.as_str().into(), Val::Int(seq)],
+                )?
+                else {
+                    break;
+                };
+                let b = r.blob(0)?;
+                out.write_all(&b).context("writing the stored bundle")?;
+                n += b.len() as i64;
+            }
+            n
+        };
+        if written != size {
+            bail!(
+                "the bundle the database keeps for profile {profile_id} is incomplete ({written} of {size} bytes)"
+            );
+        }
+        Ok(true)
     }
 
     fn profile_uid(&self, profile_id: i64) -> Result<String> {
@@ -1120,6 +1460,31 @@ impl Db {
         agreement: f64,
         lost: bool,
     ) -> Result<f64> {
+        self.record_validation_as(profile_id, mapping, agreement, lost, false)
+    }
+
+    /// Records a deliberate revalidation of a barred directive by this host
+    /// (`hugetune validate --revalidate`): as `record_validation`, and when it
+    /// measured no loss the bar is lifted for every host of the class (their
+    /// losses are superseded, their confidences kept). A loss keeps it barred.
+    pub fn record_revalidation(
+        &self,
+        profile_id: i64,
+        mapping: &str,
+        agreement: f64,
+        lost: bool,
+    ) -> Result<f64> {
+        self.record_validation_as(profile_id, mapping, agreement, lost, true)
+    }
+
+    fn record_validation_as(
+        &self,
+        profile_id: i64,
+        mapping: &str,
+        agreement: f64,
+        lost: bool,
+        lifts: bool,
+    ) -> Result<f64> {
         let a = if agreement.is_finite() {
             agreement.clamp(0.0, 1.0)
         } else {
@@ -1127,8 +1492,10 @@ impl Db {
         };
         let machine = self.host()?.map(|h| h.machine_id);
         self.tx(|c| {
-            // The update takes the directive's row lock first: validations of one
-            // directive by many hosts at once are serialized, none lost.
+            // The program's row lock first (see `lock_program`), then the
+            // directive's: validations of one directive by many hosts at once
+            // are serialized, none lost.
+            lock_program(c, "SELECT program_id FROM profiles WHERE id = ?1", profile_id)?;
             let d = c.query_opt(
                 "UPDATE directives SET validations = validations + 1
                  WHERE id = (SELECT id FROM directives WHERE profile_id = ?1 AND mapping = ?2 ORDER BY id LIMIT 1)
@@ -1140,8 +1507,9 @@ impl Db {
             };
             let did = d.int(0)?;
             c.exec(
-                "INSERT INTO validations (uid, directive_id, machine_id, agreement, lost) VALUES (?1, ?2, ?3, ?4, ?5)",
-                &[uid(), did.into(), machine.into(), a.into(), lost.into()],
+                "INSERT INTO validations (uid, directive_id, machine_id, agreement, lost, lifts)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                &[uid(), did.into(), machine.into(), a.into(), lost.into(), lifts.into()],
             )?;
             refresh_directive(c, did)
         })
@@ -1213,13 +1581,22 @@ impl Db {
         };
         // Cascades remove many rows: one transaction, with the kept bundles.
         let bundles = match kind {
-            "program" => Some("DELETE FROM bundles WHERE profile_uid IN (SELECT uid FROM profiles WHERE program_id = ?1)"),
-            "profile" => Some("DELETE FROM bundles WHERE profile_uid IN (SELECT uid FROM profiles WHERE id = ?1)"),
+            "program" => Some("(SELECT uid FROM profiles WHERE program_id = ?1)"),
+            "profile" => Some("(SELECT uid FROM profiles WHERE id = ?1)"),
             _ => None,
         };
         let n = self.tx(|c| {
-            if let Some(b) = bundles {
-                c.exec(b, &[id.into()])?;
+            if kind == "profile" {
+                // Its directives go with it: the program's row lock first.
+                lock_program(c, "SELECT program_id FROM profiles WHERE id = ?1", id)?;
+            }
+            if let Some(uids) = bundles {
+                for table in ["bundle_chunks", "bundles"] {
+                    c.exec(
+                        &format!("DELETE FROM {table} WHERE profile_uid IN {uids}"),
+                        &[id.into()],
+                    )?;
+                }
             }
             c.exec(sql, &[id.into()])
         })?;
@@ -1406,6 +1783,40 @@ pub(crate) mod tests {
     use crate::testing::engine_tests;
     use serde_json::json;
 
+    #[test]
+    fn tls_settings_are_taken_out_of_the_url() {
+        let (rest, t) = TlsSettings::from_url(
+            "postgresql://u@db.example:5432/h?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(rest, "postgresql://u@db.example:5432/h?application_name=x");
+        assert_eq!(t.mode, SslMode::VerifyFull);
+        assert_eq!(t.root_cert.as_deref(), Some(Path::new("/etc/ca.pem")));
+        let (rest, t) = TlsSettings::from_url("postgresql://u@h/d?sslmode=disable").unwrap();
+        assert_eq!(
+            (rest.as_str(), t.mode),
+            ("postgresql://u@h/d", SslMode::Disable)
+        );
+        let (_, t) = TlsSettings::from_url("postgresql://u@h/d").unwrap();
+        assert_eq!(t.mode, SslMode::Prefer);
+        let e = TlsSettings::from_url("postgresql://u@h/d?sslmode=always").unwrap_err();
+        assert!(e.to_string().contains("verify-full"), "{e}");
+        // A password stays hidden with TLS settings in the URL.
+        let shown = hide_password(Path::new("postgresql://u:pw@h/d?sslmode=require"));
+        assert!(
+            !shown.to_string_lossy().contains("pw"),
+            "{}",
+            shown.display()
+        );
+        let e = Db::connect("postgresql://u@h/d?sslmode=verify-ca&sslrootcert=/nonexistent/ca.pem")
+            .err()
+            .unwrap();
+        assert!(
+            format!("{e:#}").contains("sslrootcert /nonexistent/ca.pem"),
+            "{e:#}"
+        );
+    }
+
     pub(crate) fn directive(name: &str, saving: f64) -> NewDirective {
         NewDirective {
             mapping: name.into(),
@@ -1547,6 +1958,120 @@ pub(crate) mod tests {
     }
 
     engine_tests! {
+        fn every_write_to_a_programs_plans_moves_its_generation(fresh) {
+            let mut db = fresh();
+            let h = as_host(&mut db, "h1", 64);
+            let p = db.upsert_program("/bin/g", Some("g1")).unwrap();
+            let other = db.upsert_program("/bin/o", Some("o1")).unwrap();
+            let g = |db: &Db, id| db.program_generation(id).unwrap().unwrap();
+            let (g0, o0) = (g(&db, p), g(&db, other));
+            let prof = db
+                .insert_profile(p, Some(h.machine_id), &["g".into()], None, &json!({}),
+                    &[directive("a", 1.0), directive("b", 2.0)])
+                .unwrap();
+            let g1 = g(&db, p);
+            assert!(g1 > g0);
+            // A validation (from any host) moves it; one of another program not.
+            db.record_validation(prof, "a", 0.5, true).unwrap();
+            let g2 = g(&db, p);
+            assert!(g2 > g1);
+            assert_eq!(g(&db, other), o0);
+            // The check `run`'s start-up cache makes: generation and registration.
+            assert_eq!(db.plan_generation(p, h.machine_id, h.class_id).unwrap(), Some((g2, true)));
+            assert_eq!(db.plan_generation(p, h.machine_id, Some(-1)).unwrap(), Some((g2, false)));
+            // An import that adds a validation, and a removal, move it too.
+            let doc = db.export().unwrap();
+            let mut b = fresh();
+            as_host(&mut b, "h2", 64);
+            b.import(&doc).unwrap();
+            let bp = b.find_program("/bin/g", Some("g1")).unwrap().unwrap();
+            let bprof = b.plan_source(bp, &["g".into()]).unwrap();
+            let PlanSource::Class(bprof) = bprof else { panic!("{bprof:?}") };
+            let before = g(&b, bp);
+            b.record_validation(bprof.id, "b", 1.0, false).unwrap();
+            let after = g(&b, bp);
+            assert!(after > before);
+            b.remove("profile", bprof.id).unwrap();
+            assert!(g(&b, bp) > after);
+            assert_eq!(db.plan_generation(999_999, h.machine_id, h.class_id).unwrap(), None);
+        }
+
+        fn a_revalidation_without_loss_lifts_the_bar_for_every_host(fresh) {
+            let mut db = fresh();
+            let a = as_host(&mut db, "host-a", 64);
+            let p = db.upsert_program("/bin/r", Some("r1")).unwrap();
+            let prof = db
+                .insert_profile(p, Some(a.machine_id), &["r".into()], None, &json!({}),
+                    &[directive("m", 1.0)])
+                .unwrap();
+            db.record_validation(prof, "m", 0.8, false).unwrap();
+            as_host(&mut db, "host-b", 64);
+            db.record_validation(prof, "m", 0.0, true).unwrap();
+            assert_eq!(db.lost_mappings(p).unwrap(), ["m"]);
+            // An ordinary validation by a third host does not lift B's bar.
+            as_host(&mut db, "host-c", 64);
+            db.record_validation(prof, "m", 1.0, false).unwrap();
+            assert_eq!(db.lost_mappings(p).unwrap(), ["m"]);
+            // A revalidation that lost keeps it barred.
+            db.record_revalidation(prof, "m", 0.0, true).unwrap();
+            assert_eq!(db.lost_mappings(p).unwrap(), ["m"]);
+            // One that measured no loss lifts it, for every host.
+            db.record_revalidation(prof, "m", 0.9, false).unwrap();
+            assert!(db.lost_mappings(p).unwrap().is_empty());
+            let d = &db.directives(prof).unwrap()[0];
+            assert!(!d.lost);
+            assert_eq!(d.validations, 5);
+            // The hosts' confidences stay what they measured.
+            let hosts = db.directive_hosts(db.directives_by_id(prof).unwrap()[0].0).unwrap();
+            assert_eq!(hosts.len(), 3);
+            assert!(hosts.iter().all(|h| !h.lost));
+            assert_eq!(hosts[1].confidence, 0.0);
+            // It survives an export and import (the `lifts` column travels).
+            let mut other = fresh();
+            other.import(&db.export().unwrap()).unwrap();
+            let op = other.find_program("/bin/r", Some("r1")).unwrap().unwrap();
+            as_host(&mut other, "host-a", 64);
+            assert!(other.lost_mappings(op).unwrap().is_empty());
+            // A later loss anywhere bars it again.
+            as_host(&mut db, "host-b", 64);
+            db.record_validation(prof, "m", 0.0, true).unwrap();
+            assert_eq!(db.lost_mappings(p).unwrap(), ["m"]);
+        }
+
+        fn bundles_are_kept_in_pieces_of_any_number(fresh) {
+            let db = fresh();
+            let dir = tempfile::tempdir().unwrap();
+            let p = db.upsert_program("/bin/c", Some("c1")).unwrap();
+            // 10 000 bytes in pieces of 999: eleven rows, the last one short.
+            let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+            let file = dir.path().join("b.htb");
+            std::fs::write(&file, &bytes).unwrap();
+            let prof = db.insert_profile_for_test(p);
+            assert_eq!(db.put_bundle_in_chunks(prof, &file, 1 << 20, 999).unwrap(), Kept::Stored);
+            assert_eq!(db.put_bundle_in_chunks(prof, &file, 1 << 20, 999).unwrap(), Kept::Already);
+            let rows = db.query_sql("SELECT count(*) FROM bundle_chunks", &[]).unwrap()[0].int(0).unwrap();
+            assert_eq!(rows, 11);
+            let mut out = Vec::new();
+            assert!(db.bundle_to(prof, &mut out).unwrap());
+            assert_eq!(out, bytes);
+            // Exactly a multiple of the piece: no empty last row.
+            let exact = dir.path().join("e.htb");
+            std::fs::write(&exact, &bytes[..9_990]).unwrap();
+            let prof2 = db.insert_profile_for_test(p);
+            db.put_bundle_in_chunks(prof2, &exact, 1 << 20, 999).unwrap();
+            assert_eq!(db.bundle_bytes(prof2).unwrap().unwrap(), &bytes[..9_990]);
+            // A missing piece is an error, not a shorter bundle.
+            db.execute_sql("DELETE FROM bundle_chunks WHERE seq = 3", &[]).unwrap();
+            let e = db.bundle_bytes(prof).unwrap_err().to_string();
+            assert!(e.contains("incomplete"), "{e}");
+            // Removing the profile removes its pieces.
+            db.remove("profile", prof2).unwrap();
+            db.remove("profile", prof).unwrap();
+            let rows = db.query_sql("SELECT count(*) FROM bundle_chunks", &[]).unwrap()[0].int(0).unwrap();
+            assert_eq!(rows, 0);
+            assert!(db.put_bundle_in_chunks(prof2, &file, 1 << 20, 0).is_err());
+        }
+
         fn store_and_read_back(fresh) {
             let mut db = fresh();
             assert_eq!(db.schema_version().unwrap(), SCHEMA_VERSION);
@@ -2092,7 +2617,10 @@ pub(crate) mod tests {
             h.class_id
         );
         drop(db);
-        assert_eq!(Db::open(&p).unwrap().schema_version().unwrap(), 4);
+        assert_eq!(
+            Db::open(&p).unwrap().schema_version().unwrap(),
+            SCHEMA_VERSION
+        );
     }
 
     #[test]

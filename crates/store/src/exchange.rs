@@ -14,7 +14,7 @@
 //! rows nor duplicate them (insert-or-skip on the unique keys, then look-up).
 
 use crate::backend::{Conn, Val};
-use crate::db::{carry_state, refresh_directive, Db, NewDirective, SCHEMA_VERSION};
+use crate::db::{carry_state, lock_program, refresh_directive, Db, NewDirective, SCHEMA_VERSION};
 use crate::identity::new_uid;
 use crate::schema::{columns_with_kinds, Kind};
 use anyhow::{bail, Context, Result};
@@ -171,6 +171,7 @@ const TABLES: &[Table] = &[
             "lost",
             "carried",
             "created",
+            "lifts",
         ],
         refs: &[("directive_id", "directives"), ("machine_id", "machines")],
         soft_refs: &[],
@@ -429,6 +430,14 @@ fn import_rows(c: &mut Conn, doc: &Value) -> Result<ImportCounts> {
                             .int(0)?;
                         if !fresh_directives.contains(&d) {
                             touched.insert(d);
+                            // The program's row lock before the directive's
+                            // (`lock_program`): no cycle with a validation.
+                            lock_program(
+                                c,
+                                "SELECT p.program_id FROM directives d JOIN profiles p ON p.id = d.profile_id
+                                 WHERE d.id = ?1",
+                                d,
+                            )?;
                             c.exec(
                                 "UPDATE directives SET validations = validations + 1 WHERE id = ?1",
                                 &[d.into()],

@@ -37,6 +37,9 @@ pub struct DirectiveRow {
     pub id: i64,
     #[serde(flatten)]
     pub directive: NewDirective,
+    /// Its validations per host (the spread of their confidences, `hugetune report`).
+    #[serde(default)]
+    pub hosts: Vec<crate::db::HostValidations>,
 }
 
 impl std::ops::Deref for DirectiveRow {
@@ -144,11 +147,16 @@ impl Db {
 
     /// A profile's directives, best saving first (as `directives`), with ids and confidence.
     pub fn directive_rows(&self, profile_id: i64) -> Result<Vec<DirectiveRow>> {
-        Ok(self
-            .directives_by_id(profile_id)?
+        self.directives_by_id(profile_id)?
             .into_iter()
-            .map(|(id, directive)| DirectiveRow { id, directive })
-            .collect())
+            .map(|(id, directive)| {
+                Ok(DirectiveRow {
+                    id,
+                    hosts: self.directive_hosts(id)?,
+                    directive,
+                })
+            })
+            .collect()
     }
 
     /// The run `id`; `None` if there is none.

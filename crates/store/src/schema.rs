@@ -1,7 +1,8 @@
 //! The schema, per engine, and its versioned migrations. SQLite keeps its
 //! version in `PRAGMA user_version` and migrates step by step from whatever
 //! version a file was left at; PostgreSQL keeps it in `hugetune_schema` and,
-//! having no databases older than version 4, creates version 4 at once.
+//! having no databases older than version 4, creates version 4 at once, then
+//! steps on from there.
 //!
 //! Invariants: both engines have the same tables with the same columns in the
 //! same order at every version they share (`tests::both_engines_have_the_same_schema`);
@@ -170,6 +171,46 @@ CREATE UNIQUE INDEX programs_build ON programs(build_id) WHERE build_id != '';
 "#,
         fixup: Some(classify_machines),
     },
+    // Version 5: what `hugetune run`'s start-up cache validates with one query
+    // (`programs.generation`, moved by triggers on every write to a program's
+    // profiles and directives, whoever writes them: no code path can forget
+    // it); a revalidation that lifts a bar for every host (`validations.lifts`);
+    // bundles of any size, in chunks (`bundle_chunks`; `bundles.data` stays
+    // for the whole bundles version 4 stored).
+    Migration {
+        sql: r#"
+ALTER TABLE programs ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE validations ADD COLUMN lifts INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE bundle_chunks (
+    profile_uid TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (profile_uid, seq)
+);
+CREATE TRIGGER profiles_generation_insert AFTER INSERT ON profiles BEGIN
+    UPDATE programs SET generation = generation + 1 WHERE id = NEW.program_id;
+END;
+CREATE TRIGGER profiles_generation_update AFTER UPDATE ON profiles BEGIN
+    UPDATE programs SET generation = generation + 1 WHERE id IN (OLD.program_id, NEW.program_id);
+END;
+CREATE TRIGGER profiles_generation_delete AFTER DELETE ON profiles BEGIN
+    UPDATE programs SET generation = generation + 1 WHERE id = OLD.program_id;
+END;
+CREATE TRIGGER directives_generation_insert AFTER INSERT ON directives BEGIN
+    UPDATE programs SET generation = generation + 1
+        WHERE id = (SELECT program_id FROM profiles WHERE id = NEW.profile_id);
+END;
+CREATE TRIGGER directives_generation_update AFTER UPDATE ON directives BEGIN
+    UPDATE programs SET generation = generation + 1
+        WHERE id IN (SELECT program_id FROM profiles WHERE id IN (OLD.profile_id, NEW.profile_id));
+END;
+CREATE TRIGGER directives_generation_delete AFTER DELETE ON directives BEGIN
+    UPDATE programs SET generation = generation + 1
+        WHERE id = (SELECT program_id FROM profiles WHERE id = OLD.profile_id);
+END;
+"#,
+        fixup: None,
+    },
 ];
 
 pub const SCHEMA_VERSION: u32 = SQLITE.len() as u32;
@@ -283,13 +324,57 @@ CREATE TABLE bundles (
 );
 "#;
 
+/// PostgreSQL's version 5 (see SQLite's): one trigger function for both tables.
+const POSTGRES_V5: &str = r#"
+ALTER TABLE programs ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE validations ADD COLUMN lifts BOOLEAN NOT NULL DEFAULT FALSE;
+CREATE TABLE bundle_chunks (
+    profile_uid TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (profile_uid, seq)
+);
+CREATE FUNCTION hugetune_bump_generation() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_TABLE_NAME = 'profiles' THEN
+        IF TG_OP = 'INSERT' THEN
+            UPDATE programs SET generation = generation + 1 WHERE id = NEW.program_id;
+        ELSIF TG_OP = 'DELETE' THEN
+            UPDATE programs SET generation = generation + 1 WHERE id = OLD.program_id;
+        ELSE
+            UPDATE programs SET generation = generation + 1 WHERE id IN (OLD.program_id, NEW.program_id);
+        END IF;
+    ELSE
+        IF TG_OP = 'INSERT' THEN
+            UPDATE programs SET generation = generation + 1
+                WHERE id = (SELECT program_id FROM profiles WHERE id = NEW.profile_id);
+        ELSIF TG_OP = 'DELETE' THEN
+            UPDATE programs SET generation = generation + 1
+                WHERE id = (SELECT program_id FROM profiles WHERE id = OLD.profile_id);
+        ELSE
+            UPDATE programs SET generation = generation + 1
+                WHERE id IN (SELECT program_id FROM profiles WHERE id IN (OLD.profile_id, NEW.profile_id));
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER profiles_generation AFTER INSERT OR UPDATE OR DELETE ON profiles
+    FOR EACH ROW EXECUTE FUNCTION hugetune_bump_generation();
+CREATE TRIGGER directives_generation AFTER INSERT OR UPDATE OR DELETE ON directives
+    FOR EACH ROW EXECUTE FUNCTION hugetune_bump_generation();
+"#;
+
 /// The current time as SQLite's `strftime` default writes it, so rows read the
 /// same whichever engine made them.
 const POSTGRES_NOW: &str = r#"to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')"#;
 
 /// PostgreSQL's steps: (the version it leads to, SQL). The first creates everything.
 fn postgres_steps() -> Vec<(u32, String)> {
-    vec![(4, POSTGRES_V4.replace("NOW_UTC", POSTGRES_NOW))]
+    vec![
+        (4, POSTGRES_V4.replace("NOW_UTC", POSTGRES_NOW)),
+        (5, POSTGRES_V5.to_string()),
+    ]
 }
 
 /// The tables of the current schema (the tests compare the engines on them).
@@ -304,6 +389,7 @@ pub const TABLES: &[&str] = &[
     "calibrations",
     "validations",
     "bundles",
+    "bundle_chunks",
 ];
 
 /// Version 4's fix-up: the class of every machine whose stored description

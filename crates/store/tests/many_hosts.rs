@@ -1,7 +1,9 @@
 //! Many hosts writing to one store at once (issue 20, item 3), on both engines:
 //! hosts (threads, each with its own connection and host id) insert runs,
-//! record validations of one shared directive and import the same export all
-//! at the same moment; afterwards nothing is lost (every run and validation is
+//! record validations of one shared directive, store profiles of the same
+//! program and import the same export all at the same moment (the program's
+//! row is then locked by every profile and validation: its generation
+//! triggers); afterwards nothing is lost (every run and validation is
 //! there, the directive counted every validation and its confidence is the
 //! combination of every host's) and nothing is duplicated (one row per unique
 //! id, one program per build, one machine per host, one class).
@@ -117,6 +119,20 @@ fn many_hosts_at_once(location: PathBuf) {
                     if k % 10 == 0 {
                         db.import(&doc).unwrap();
                     }
+                    if k == EACH / 2 {
+                        // A profile of the program for this host, amid the
+                        // others' validations of its first profile's directive.
+                        let machine = db.host().unwrap().unwrap().machine_id;
+                        db.insert_profile(
+                            p,
+                            Some(machine),
+                            &["app".into(), format!("{i}")],
+                            None,
+                            &json!({}),
+                            &[directive()],
+                        )
+                        .unwrap();
+                    }
                 }
             })
         })
@@ -137,7 +153,20 @@ fn many_hosts_at_once(location: PathBuf) {
         2,
         "app and the imported tool"
     );
-    assert_eq!(count(&db, "SELECT count(*) FROM profiles"), 2);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM profiles"),
+        2 + HOSTS as i64
+    );
+    // Every write to the program's profiles and directives moved its
+    // generation once, none lost: the first profile and its directive, each
+    // host's, and per validation the directive's count and its confidence.
+    assert_eq!(
+        count(
+            &db,
+            &format!("SELECT generation FROM programs WHERE id = {program}")
+        ),
+        2 + 2 * HOSTS as i64 + 2 * n
+    );
     // Every host's runs are attributed to it.
     let per_host = db
         .query_sql(
@@ -167,4 +196,57 @@ fn many_hosts_at_once_lose_and_duplicate_nothing_sqlite() {
 #[test]
 fn many_hosts_at_once_lose_and_duplicate_nothing_postgres() {
     many_hosts_at_once(PathBuf::from(pg::fresh_database()));
+}
+
+/// The lock order on PostgreSQL: a transaction that holds the program's row
+/// (as one storing a profile does: its generation trigger's lock) and then
+/// updates a directive (as an import joining a validation to it does) must
+/// not deadlock with a validation of that directive started meanwhile. The
+/// validation takes the program's row before the directive's, so it waits
+/// holding nothing; taking the directive's first, it would hold what the
+/// other waits for (here that wait gives up after 500 ms, before the server's
+/// deadlock check at 1 s would abort one of the two).
+#[test]
+fn a_validation_takes_the_program_row_before_the_directive_postgres() {
+    let location = PathBuf::from(pg::fresh_database());
+    let mut db = Db::open(&location).unwrap();
+    let program = db.upsert_program("/bin/app", Some("b1d")).unwrap();
+    let profile = db
+        .insert_profile(
+            program,
+            None,
+            &["app".into()],
+            None,
+            &json!({}),
+            &[directive()],
+        )
+        .unwrap();
+    let other = Db::open(&location).unwrap();
+    other.execute_sql("BEGIN", &[]).unwrap();
+    other
+        .execute_sql("SET LOCAL lock_timeout = '500ms'", &[])
+        .unwrap();
+    other
+        .execute_sql(
+            "UPDATE programs SET generation = generation + 1 WHERE id = ?1",
+            &[program.into()],
+        )
+        .unwrap();
+    let validation = std::thread::spawn(move || {
+        db.record_validation(profile, "heap-large:hugetlb", 0.9, false)
+            .unwrap();
+        db
+    });
+    // The validation is waiting by now (on a loaded machine perhaps not yet:
+    // the test then passes either way).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    other
+        .execute_sql(
+            "UPDATE directives SET validations = validations + 1 WHERE profile_id = ?1",
+            &[profile.into()],
+        )
+        .expect("the directive's row is free while the validation waits for the program's");
+    other.execute_sql("COMMIT", &[]).unwrap();
+    let db = validation.join().unwrap();
+    assert_eq!(db.directives(profile).unwrap()[0].validations, 2);
 }

@@ -32,6 +32,16 @@ pub struct Args {
     /// machine class, the hosts that analyzed and validated it)
     #[arg(long, conflicts_with = "exec")]
     json: bool,
+    /// On a PostgreSQL store, how long (seconds) the plan a start-up cache entry
+    /// holds is used without asking the store first (it is confirmed while the
+    /// program runs); older entries are confirmed by one query before the start.
+    /// A bar another host's loss sets reaches this host within this time; 0
+    /// confirms before every start
+    #[arg(long, value_name = "SECONDS", default_value_t = stages::start_cache::DEFAULT_TTL.as_secs())]
+    cache_ttl: u64,
+    /// Do not use or write the start-up cache (look the plan up in the store)
+    #[arg(long)]
+    no_cache: bool,
     /// The program and its arguments (after --)
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -45,8 +55,27 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         hugetune_host::kernel_state::forward_signals();
     }
     let art = crate::artifacts::find()?;
+    let cache = start_cache(ctx, &a);
+    let ttl = std::time::Duration::from_secs(a.cache_ttl);
+    let entry = cache
+        .as_ref()
+        .and_then(|(dir, key)| stages::start_cache::read(dir, key));
+    let entry = match (entry, &cache) {
+        (Some(c), Some((dir, key))) if c.age() < ttl => {
+            return start_now(ctx, &a, &art, c, dir.clone(), key.clone());
+        }
+        (e, _) => e,
+    };
     let db = ctx.db()?;
-    let Some(st) = stages::stored_predictions(&db, &a.command)? else {
+    let (found, how) = match (&entry, &cache) {
+        (Some(c), _) if c.confirm(&db)? => (Some(c.stored()), "confirmed"),
+        (_, Some((dir, key))) => (
+            stages::start_cache::look_up(&db, Some(dir), key, &a.command)?,
+            "looked up",
+        ),
+        (_, None) => (stages::stored_predictions(&db, &a.command)?, "looked up"),
+    };
+    let Some(st) = found else {
         if a.exec {
             stages::note(format!(
                 "no profile of this program yet: running it unchanged (try `hugetune optimize -- {}`)",
@@ -64,6 +93,118 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         }
         return Ok(code);
     };
+    if a.exec {
+        let d = st.choose(&stages::availability_now(), a.min_gain);
+        drop(db);
+        return exec_plan(&a, &art, &st, &d);
+    }
+    applied(&a, &art, st, Later::Ready(Box::new(db)), how)
+}
+
+/// A start from a fresh cache entry: the program starts at once under its
+/// plan; a thread connects to the store meanwhile, confirms the entry (one
+/// query) or looks the plan up again and rewrites it for the next start, and
+/// gives the connection the run is recorded with.
+fn start_now(
+    ctx: &Ctx,
+    a: &Args,
+    art: &crate::artifacts::Artifacts,
+    c: stages::start_cache::Cached,
+    dir: PathBuf,
+    key: stages::start_cache::Key,
+) -> Result<i32> {
+    let st = c.stored();
+    if a.exec {
+        // Nothing is recorded under --exec: the store is not needed.
+        let d = st.choose(&stages::availability_now(), a.min_gain);
+        return exec_plan(a, art, &st, &d);
+    }
+    let ctx2 = Ctx {
+        db_path: ctx.db_path.clone(),
+        tlb: ctx.tlb.clone(),
+        verbose: ctx.verbose,
+    };
+    let argv = a.command.clone();
+    let confirm = std::thread::spawn(move || -> Result<hugetune_store::db::Db> {
+        let db = ctx2.db()?;
+        if !c.confirm(&db)? {
+            // Changed: the full look-up (this host registering afresh), its
+            // result the entry of the next start.
+            stages::start_cache::look_up(&db, Some(&dir), &key, &argv)?;
+        }
+        Ok(db)
+    });
+    applied(a, art, st, Later::Thread(confirm), "cached")
+}
+
+/// The store `run` records into: open already, or being opened (and the
+/// start-up cache entry confirmed) while the program runs.
+enum Later {
+    Ready(Box<hugetune_store::db::Db>),
+    Thread(std::thread::JoinHandle<Result<hugetune_store::db::Db>>),
+}
+
+/// The start-up cache's directory and this start's key, on a PostgreSQL store
+/// (SQLite, in-process, looks up in a few milliseconds: no cache); None with a
+/// note when the cache cannot be used.
+fn start_cache(ctx: &Ctx, a: &Args) -> Option<(PathBuf, stages::start_cache::Key)> {
+    let fleet = ctx.db_path.to_str().is_some_and(hugetune_store::db::is_url);
+    if !fleet || a.no_cache {
+        return None;
+    }
+    let r = stages::start_cache::cache_dir().and_then(|dir| {
+        let key = stages::start_cache::Key::new(
+            &ctx.db_path,
+            &hugetune_store::identity::host_id(),
+            ctx.tlb.as_deref(),
+            &a.command,
+        )?;
+        Ok((dir, key))
+    });
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            stages::note(format!("no start-up cache: {e:#}"));
+            None
+        }
+    }
+}
+
+/// Replaces hugetune with the program under plan `d`.
+fn exec_plan(
+    a: &Args,
+    art: &crate::artifacts::Artifacts,
+    st: &stages::Stored,
+    d: &hugetune_model::plan::PlanDecision,
+) -> Result<i32> {
+    stages::note(format!(
+        "applying {} (profile #{})",
+        super::decision_text(d),
+        st.profile_id
+    ));
+    // `run` never grows a pool (it plans for the pages free now) and changes
+    // no other kernel setting, so nothing is left to restore after the exec.
+    let text = plan::plan_text_with(
+        &d.assignments,
+        st.threshold,
+        &plan::PlanOptions::for_program(&st.program).with_sites(&d.sites),
+    );
+    let plan_file = kept_plan(&text)?;
+    exec(
+        &a.command,
+        &env::apply_env(&art.runtime_lib, &plan_file, None, &d.assignments),
+    )
+}
+
+/// Runs the program under `st`'s plan, records the run and prints what
+/// `--json` asks for; `how` says where the plan came from at start-up.
+fn applied(
+    a: &Args,
+    art: &crate::artifacts::Artifacts,
+    st: stages::Stored,
+    later: Later,
+    how: &str,
+) -> Result<i32> {
     let d = st.choose(&stages::availability_now(), a.min_gain);
     if a.explain || d.prediction.is_none() {
         for r in &d.reasons {
@@ -75,22 +216,27 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         super::decision_text(&d),
         st.profile_id
     ));
-    if a.exec {
-        // `run` never grows a pool (it plans for the pages free now) and changes
-        // no other kernel setting, so nothing is left to restore after the exec.
-        let text = plan::plan_text_with(
-            &d.assignments,
-            st.threshold,
-            &plan::PlanOptions::for_program(&st.program).with_sites(&d.sites),
-        );
-        let plan_file = kept_plan(&text)?;
-        drop(db);
-        return exec(
-            &a.command,
-            &env::apply_env(&art.runtime_lib, &plan_file, None, &d.assignments),
-        );
-    }
-    let r = stages::run_applied(&art, &db, &a.command, &st, &d)?;
+    let mut db = None;
+    let mut failed = None;
+    let r = stages::run_applied_then(art, &a.command, &st, &d, |run| {
+        let opened = match later {
+            Later::Ready(db) => Ok(*db),
+            Later::Thread(t) => t
+                .join()
+                .map_err(|_| anyhow::anyhow!("the store's connection thread panicked"))
+                .and_then(|r| r),
+        };
+        // The program ran: a store that cannot be reached costs the record
+        // of the run, not the program's exit status.
+        match opened.and_then(|d| d.insert_run(run).map(|_| d)) {
+            Ok(d) => db = Some(d),
+            Err(e) => {
+                stages::note(format!("the run was not recorded in the store: {e:#}"));
+                failed = Some(format!("{e:#}"));
+            }
+        }
+        Ok(())
+    })?;
     stages::note(format!(
         "done in {:.3} s; {} on huge pages",
         r.stats.wall_s,
@@ -109,7 +255,12 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             serde_json::json!({
                 "exit_code": r.stats.exit_code, "wall_s": r.stats.wall_s, "huge_bytes": r.huge_bytes,
                 "plan": {"mapping": d.label(), "assignments": d.assignments, "sites": d.sites},
-                "source": db.provenance(st.profile_id, mapping)?, "host": db.host_id(),
+                "source": match &db {
+                    Some(db) => serde_json::to_value(db.provenance(st.profile_id, mapping)?)?,
+                    None => serde_json::Value::Null,
+                },
+                "host": hugetune_store::identity::host_id(),
+                "start": {"plan": how, "store_error": failed},
             })
         );
     }

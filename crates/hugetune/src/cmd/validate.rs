@@ -1,8 +1,11 @@
 //! `hugetune validate`: interleaved A/B runs of the stored plan against the
 //! unchanged program; the outcome goes back into the directive's confidence.
+//! `--revalidate MAPPING` measures a plan a loss barred (on any host of this
+//! host's class) again, and lifts the bar when no loss is measured.
 
 use crate::{stages, Ctx};
 use anyhow::{bail, Result};
+use hugetune_capture::ab::Verdict;
 use hugetune_format::plan::PlanOptions;
 use hugetune_store::db::NewRun;
 use std::ffi::OsString;
@@ -17,6 +20,11 @@ pub struct Args {
     /// Print the validation as one JSON object
     #[arg(long)]
     json: bool,
+    /// Measure MAPPING, a plan barred for this host's class by a loss measured
+    /// on some host, again here; no loss measured lifts the bar for every host
+    /// of the class (a loss keeps it). `hugetune report` lists barred mappings
+    #[arg(long, value_name = "MAPPING")]
+    revalidate: Option<String>,
     /// The program and its arguments (after --)
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -25,13 +33,39 @@ pub struct Args {
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let art = crate::artifacts::find()?;
     let db = ctx.db()?;
-    let Some(st) = stages::stored_predictions(&db, &a.command)? else {
+    let Some(mut st) = stages::stored_predictions(&db, &a.command)? else {
         bail!(
             "no profile of this program in {}; run `hugetune optimize` first",
             ctx.db_path.display()
         );
     };
+    if let Some(m) = &a.revalidate {
+        // Only the barred plan, the bar set aside for this measurement.
+        if !st.lost.contains(m) {
+            bail!(
+                "{m} is not barred for this host's machine class (barred: {}); plain `hugetune validate` \
+                 measures the plan the planner chooses",
+                if st.lost.is_empty() { "none".to_string() } else { st.lost.join(", ") }
+            );
+        }
+        st.predictions.retain(|p| &p.label == m);
+        if st.predictions.is_empty() {
+            bail!("profile #{} has no directive {m}", st.profile_id);
+        }
+        st.lost.retain(|l| l != m);
+    }
     let d = st.choose(&stages::availability_now(), a.min_gain);
+    if let (Some(m), false) = (
+        &a.revalidate,
+        d.prediction
+            .as_ref()
+            .is_some_and(|p| a.revalidate.as_ref() == Some(&p.label)),
+    ) {
+        for r in &d.reasons {
+            stages::note(format!("  - {r}"));
+        }
+        bail!("{m} cannot be applied now (see above): nothing revalidated");
+    }
     if d.prediction.is_none() {
         for r in &d.reasons {
             stages::note(format!("  - {r}"));
@@ -47,7 +81,26 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         a.runs.count()?,
         None,
     )?;
-    let confidence = stages::learn_from(&db, st.profile_id, &d, &v)?;
+    let confidence = match (&a.revalidate, &d.prediction) {
+        (Some(m), Some(p)) => {
+            let lost = matches!(v.verdict, Verdict::Loss | Verdict::Broke);
+            let agreement = if v.verdict == Verdict::Broke {
+                0.0
+            } else {
+                v.agreement(p.predicted_speedup)
+            };
+            let c = db.record_revalidation(st.profile_id, m, agreement, lost)?;
+            stages::note(if lost {
+                format!("{m} lost again on this host: it stays barred")
+            } else {
+                format!(
+                    "{m} measured no loss on this host: its bar is lifted for this machine class"
+                )
+            });
+            Some(c)
+        }
+        _ => stages::learn_from(&db, st.profile_id, &d, &v)?,
+    };
     let mapping = d.label();
     let predicted = d.prediction.as_ref().map_or(1.0, |p| p.predicted_speedup);
     let run_id = db.insert_run(&NewRun {

@@ -74,6 +74,15 @@ pub struct MappingView {
     /// Validations that updated `confidence`; 0: it is the initial 1.0, not evidence.
     #[serde(default)]
     pub validations: u64,
+    /// Hosts whose validations make `confidence` (their mean), and the
+    /// spread of their own confidences (min, max).
+    #[serde(default)]
+    pub hosts: usize,
+    #[serde(default)]
+    pub spread: Option<(f64, f64)>,
+    /// Barred: some host's latest validation measured a loss.
+    #[serde(default)]
+    pub lost: bool,
     /// The newest run of this mapping with an A/B comparison.
     pub measured_speedup: Option<f64>,
     pub verdict: Option<String>,
@@ -617,6 +626,13 @@ impl Report {
                 thp_pages: d.thp_pages,
                 confidence: d.confidence,
                 validations: d.validations,
+                hosts: d.hosts.len(),
+                spread: d
+                    .hosts
+                    .iter()
+                    .map(|h| (h.confidence, h.confidence))
+                    .reduce(|(a, b), (c, e)| (a.min(c), b.max(e))),
+                lost: d.lost,
                 measured_speedup: None,
                 verdict: None,
                 run_id: None,
@@ -999,11 +1015,17 @@ impl Report {
 /// A directive's confidence as the page shows it: "not validated" until a
 /// validation moved it from its initial 1.0.
 pub fn confidence_text(m: &MappingView) -> String {
-    match m.validations {
-        0 => "not validated".into(),
-        1 => format!("{:.2} (1 validation)", m.confidence),
-        n => format!("{:.2} ({n} validations)", m.confidence),
-    }
+    let base = match m.validations {
+        0 => return "not validated".into(),
+        1 => format!("{:.2} (1 validation", m.confidence),
+        n => format!("{:.2} ({n} validations", m.confidence),
+    };
+    // Across hosts: how many, and how far apart their own confidences are.
+    let hosts = match (m.hosts, m.spread) {
+        (n, Some((lo, hi))) if n > 1 => format!(", {n} hosts: {lo:.2}–{hi:.2}"),
+        _ => String::new(),
+    };
+    format!("{base}{hosts}){}", if m.lost { ", barred" } else { "" })
 }
 
 const RUN_HEADERS: [&str; 9] = [
@@ -1066,6 +1088,7 @@ pub(crate) mod tests {
                 lost: false,
                 details: serde_json::json!({"label": format!("{mapping}:label")}),
             },
+            hosts: vec![],
         }
     }
 
@@ -1419,6 +1442,29 @@ pub(crate) mod tests {
             "heap-large on 2 MB hugetlb pages"
         );
         assert_eq!(plan_words("all-small"), "all-small");
+    }
+
+    #[test]
+    fn confidence_shows_the_spread_across_hosts_and_a_bar() {
+        let mut ds = vec![directive(10, "all-large", 100.0, 2.0, 600, 10)];
+        ds[0].directive.validations = 4;
+        ds[0].directive.confidence = 0.5;
+        ds[0].directive.lost = true;
+        let h = |host: &str, confidence, lost| hugetune_store::db::HostValidations {
+            host: Some(host.into()),
+            hostname: None,
+            validations: 2,
+            confidence,
+            lost,
+        };
+        ds[0].hosts = vec![h("a", 0.25, true), h("b", 0.75, false)];
+        let r = Report::assemble(Some(&profile(serde_json::json!({}))), &ds, &[]);
+        let m = &r.mappings[0];
+        assert_eq!((m.hosts, m.spread, m.lost), (2, Some((0.25, 0.75)), true));
+        assert_eq!(
+            confidence_text(m),
+            "0.50 (4 validations, 2 hosts: 0.25–0.75), barred"
+        );
     }
 
     #[test]

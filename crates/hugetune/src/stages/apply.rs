@@ -17,7 +17,7 @@ use hugetune_host::procfs::RunStats;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
 use hugetune_model::plan::{Availability, PlanDecision};
-use hugetune_store::db::{Db, NewRun};
+use hugetune_store::db::NewRun;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -182,12 +182,14 @@ pub struct AppliedRun {
 
 /// Runs `argv` with the plan `d` (chosen from the stored profile `st`) applied,
 /// output to the terminal, and records the run (verdict `applied`).
-pub fn run_applied(
+/// The run is recorded by `record` once the program ended (`run`'s start-up
+/// cache connects to the store while the program runs).
+pub fn run_applied_then(
     art: &Artifacts,
-    db: &Db,
     argv: &[OsString],
     st: &Stored,
     d: &PlanDecision,
+    record: impl FnOnce(&NewRun) -> Result<()>,
 ) -> Result<AppliedRun> {
     let applied = applied_spec(
         art,
@@ -201,7 +203,7 @@ pub fn run_applied(
     let summaries = take_summaries(applied.dir.path());
     let huge_bytes = summary_huge_bytes(&summaries).max(stats.peak.huge());
     let mapping = d.label();
-    db.insert_run(&NewRun {
+    record(&NewRun {
         program_id: st.program_id,
         mapping: mapping.clone(),
         profile_id: Some(st.profile_id),

@@ -15,6 +15,7 @@ mod damon_plan;
 mod fleet;
 mod plan;
 mod record;
+pub mod start_cache;
 mod time_sampled;
 mod validate;
 
