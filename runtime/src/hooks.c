@@ -432,6 +432,24 @@ static SLOW void *mmap_slow(void *a, size_t len, int prot, int flags, int fd, of
                             const void *ra)
 {
     int m = active_mode();
+    if (m == HT_APPLY) {
+        /* The program's own mapping (mapped.c): backed as planned, or
+         * whatever of ours it replaces made replaceable first. */
+        if (flags & MAP_FIXED) {
+            int e = atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)
+                        ? ht_mapped_before((uintptr_t)a, len, 1, 1)
+                        : 0;
+            if (e != 0) {
+                errno = -e;
+                return MAP_FAILED;
+            }
+        } else if (ht_mapped_eligible(a, len, prot, flags, fd, off)) {
+            int taken;
+            void *p = ht_mapped_mmap(len, flags, ra, &taken);
+            if (taken)
+                return p;
+        }
+    }
     void *r = raw_mmap(a, len, prot, flags, fd, off);
     if (m == HT_RECORD || m == HT_PREINIT) {
         int e = errno;
@@ -475,6 +493,13 @@ static SLOW int munmap_slow(void *a, size_t len, const void *ra)
         errno = e;
         return (int)r;
     }
+    if (m == HT_APPLY && atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)) {
+        int e = ht_mapped_before((uintptr_t)a, len, 1, 1);
+        if (e != 0) {
+            errno = -e;
+            return -1;
+        }
+    }
     return (int)syscall(SYS_munmap, a, len);
 }
 
@@ -489,6 +514,17 @@ static SLOW void *mremap_slow(void *old, size_t oldlen, size_t newlen, int flags
                               const void *ra)
 {
     int m = active_mode();
+    if (m == HT_APPLY && atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)) {
+        /* mremap cannot span a hugetlb head and its tail, nor cut the head:
+         * a backed mapping becomes plain memory first (mapped.c). */
+        int e = ht_mapped_before((uintptr_t)old, oldlen ? oldlen : 1, 0, 1);
+        if (e == 0 && (flags & MREMAP_FIXED))
+            e = ht_mapped_before((uintptr_t)na, newlen, 1, 1);
+        if (e != 0) {
+            errno = -e;
+            return MAP_FAILED;
+        }
+    }
     void *r = (void *)syscall(SYS_mremap, old, oldlen, newlen, flags, na);
     if (m == HT_RECORD || m == HT_PREINIT) {
         int e = errno;
@@ -510,6 +546,41 @@ HT_API void *HT_HOOK(mremap)(void *old, size_t oldlen, size_t newlen, int flags,
     if (HT_LIKELY(inert()))
         return (void *)syscall(SYS_mremap, old, oldlen, newlen, flags, na);
     return mremap_slow(old, oldlen, newlen, flags, na, RA());
+}
+
+/* mprotect and madvise: not recorded; in apply mode a call that would cut a
+ * hugetlb-backed mapping of the program's finds it plain memory (mapped.c).
+ * Hints about access patterns need no cut: the kernel's EINVAL for them on
+ * hugetlb memory becomes success (the memory is already huge). */
+static SLOW int range_call_slow(long nr, void *a, size_t len, int arg)
+{
+    if (active_mode() == HT_APPLY && atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)) {
+        int hint = nr == SYS_madvise && (arg == MADV_NORMAL || arg == MADV_RANDOM || arg == MADV_SEQUENTIAL ||
+                                         arg == MADV_WILLNEED || arg == MADV_HUGEPAGE || arg == MADV_NOHUGEPAGE ||
+                                         arg == 25 /* MADV_COLLAPSE */);
+        if (!hint) {
+            int e = ht_mapped_before((uintptr_t)a, len, 0, 0);
+            if (e != 0) {
+                errno = -e;
+                return -1;
+            }
+        }
+    }
+    return (int)syscall(nr, a, len, arg);
+}
+
+HT_API int HT_HOOK(mprotect)(void *a, size_t len, int prot)
+{
+    if (HT_LIKELY(inert()))
+        return (int)syscall(SYS_mprotect, a, len, prot);
+    return range_call_slow(SYS_mprotect, a, len, prot);
+}
+
+HT_API int HT_HOOK(madvise)(void *a, size_t len, int advice)
+{
+    if (HT_LIKELY(inert()))
+        return (int)syscall(SYS_madvise, a, len, advice);
+    return range_call_slow(SYS_madvise, a, len, advice);
 }
 
 /* ---------------- fork and exec (record mode: FORK and EXEC events) ----------------

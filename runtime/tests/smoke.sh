@@ -128,6 +128,15 @@ expect "t_apply thp:1 injected -> 4k" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUM
 has "thp injection reported" "$W/ai2.json" '"from":"thp-2m","to":"4k","reason":"injected"'
 expect "bad injection spec" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUMMARY="$W/ai3.json" HUGETUNE_INJECT=gpu:1 "$T/t_apply" expect=owned
 has "bad spec reported" "$W/ai3.json" 'bad HUGETUNE_INJECT'
+# The program's own mappings (mapped.c): whatever the pool gives (hugetlb, or
+# THP after ENOMEM), every munmap/mremap/MAP_FIXED/mprotect/madvise and a fork
+# behave as on plain memory.
+expect "t_mapped inert" env LD_PRELOAD="$L" "$T/t_mapped" expect=any fork=1
+expect "t_mapped hugetlb plan" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/am.json" "$T/t_mapped" expect=owned fork=1
+has "t_mapped backed" "$W/am.json" '"mapped":{"mappings":7,'
+expect "t_mapped thp plan" $A HUGETUNE_PLAN="$W/p-t.txt" "$T/t_mapped" expect=thp-2m fork=1
+expect "t_mapped hugetlb:1 injected -> thp" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/am2.json" HUGETUNE_INJECT=hugetlb:1 "$T/t_mapped" expect=thp-2m fork=1
+has "t_mapped injection reported" "$W/am2.json" '"from":"hugetlb-2m","to":"thp-2m","reason":"injected"'
 if [ -x "$T/t_jemalloc" ]; then
     expect "t_jemalloc inert" env LD_PRELOAD="$L" "$T/t_jemalloc"
     expect "t_jemalloc apply (owned blocks through jemalloc's API)" $A HUGETUNE_PLAN="$W/p-t.txt" "$T/t_jemalloc" expect=owned
