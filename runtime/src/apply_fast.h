@@ -138,7 +138,8 @@ int ht_mapped_eligible(void *addr, size_t len, int prot, int flags, int fd, off_
 void *ht_mapped_mmap(size_t len, int flags, const void *caller, int *taken);
 /* Before the program's call on [lo, lo + len): whole_ok: the call removes
  * what it covers (munmap, MAP_FIXED); moves: it unmaps or moves memory.
- * 0, or -errno when a mapping that had to be disowned could not be. */
+ * 0, or -errno when a mapping that had to be disowned could not be.
+ * moves < 0: changes nothing, 1 when the range touches a hugetlb mapping. */
 int ht_mapped_before(uintptr_t lo, size_t len, int whole_ok, int moves);
 /* Mappings listed by mapped.c (0: the hooks skip it). */
 extern _Atomic int ht_mapped_live;

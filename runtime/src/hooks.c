@@ -558,6 +558,11 @@ static SLOW int range_call_slow(long nr, void *a, size_t len, int arg)
         int hint = nr == SYS_madvise && (arg == MADV_NORMAL || arg == MADV_RANDOM || arg == MADV_SEQUENTIAL ||
                                          arg == MADV_WILLNEED || arg == MADV_HUGEPAGE || arg == MADV_NOHUGEPAGE ||
                                          arg == 25 /* MADV_COLLAPSE */);
+        /* MADV_FREE lets the kernel keep the pages as they are: on our
+         * hugetlb memory nothing is done (no copy to get the program's
+         * promise right). */
+        if (nr == SYS_madvise && arg == MADV_FREE && ht_mapped_before((uintptr_t)a, len, 0, -1) == 1)
+            return 0;
         if (!hint) {
             int e = ht_mapped_before((uintptr_t)a, len, 0, 0);
             if (e != 0) {

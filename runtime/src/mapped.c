@@ -268,6 +268,13 @@ int ht_mapped_before(uintptr_t lo, size_t len, int whole_ok, int moves)
     int rc = 0;
     ht_tls.guard++;
     pthread_mutex_lock(&g_lock);
+    if (moves < 0) { /* only asks: does [lo, hi) touch a hugetlb mapping? */
+        for (int i = 0; i < g_n && !rc; i++)
+            rc = hi > g_ent[i].start && lo < g_ent[i].start + g_ent[i].len;
+        pthread_mutex_unlock(&g_lock);
+        ht_tls.guard--;
+        return rc;
+    }
     /* THP mappings need nothing; one unmapped or moved leaves the list. */
     for (int i = 0; moves && i < g_nthp;) {
         if (hi > g_thp[i].start && lo < g_thp[i].start + g_thp[i].len) {

@@ -153,7 +153,11 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
             Kind::Mmap => AllocOp::Alloc {
                 addr: r.addr,
                 size: r.size,
-                via: AllocVia::Mmap,
+                via: if r.is_backable_mapping() {
+                    AllocVia::MmapAnon
+                } else {
+                    AllocVia::Mmap
+                },
                 site: site(),
             },
             Kind::Munmap => AllocOp::Munmap {

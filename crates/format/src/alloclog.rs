@@ -183,7 +183,37 @@ pub struct Record {
     pub caller: u64,
 }
 
+/// mmap flags and protections the backable-mapping predicate reads (Linux x86-64
+/// and aarch64 values).
+pub const MAP_PRIVATE: u32 = 0x02;
+pub const MAP_ANONYMOUS: u32 = 0x20;
+pub const MAP_POPULATE: u32 = 0x8000;
+pub const PROT_READ_WRITE: u32 = 0x3;
+
 impl Record {
+    /// An MMAP record of an anonymous private read-write mapping with no address
+    /// wanted: the mappings the runtime library backs at mmap time when the plan
+    /// gives their site (or heap-large) a backing. The same predicate as
+    /// `ht_mapped_eligible` in runtime/src/mapped.c (formats.md §3, "Mapped
+    /// memory"): MAP_PRIVATE | MAP_ANONYMOUS with at most MAP_POPULATE besides,
+    /// PROT_READ | PROT_WRITE, offset 0. Files, shared memory, MAP_FIXED,
+    /// PROT_NONE reservations, stacks, MAP_NORESERVE and the program's own
+    /// MAP_HUGETLB are not.
+    pub fn is_backable_mapping(&self) -> bool {
+        if self.kind != Kind::Mmap {
+            return false;
+        }
+        let prot = (self.arg >> 32) as u32;
+        let flags = self.arg as u32;
+        let off_pages = self.arg2 & 0xffff_ffff;
+        let allowed = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE;
+        flags & MAP_ANONYMOUS != 0
+            && flags & 0x0f == MAP_PRIVATE
+            && flags & !allowed == 0
+            && prot == PROT_READ_WRITE
+            && off_pages == 0
+    }
+
     /// Whether the runtime library made a marker load for this record (section 2.4).
     pub fn has_marker(&self, header: &Header) -> bool {
         header.marker_span != 0 && self.kind.is_hooked_call() && self.flags & FLAG_PREINIT == 0
