@@ -73,7 +73,8 @@ static struct mapped_ent g_thp[THP_SHOWN];
 static int g_nthp;
 
 static _Atomic uint64_t g_maps, g_hugetlb_maps, g_thp_maps, g_fallbacks, g_disowned, g_disowned_bytes,
-    g_disown_failed, g_collapsed, g_sub_huge;
+    g_disown_failed, g_collapsed, g_sub_huge, g_thp_verified_gone;
+static _Atomic int g_verify_budget = 256; /* smaps reads at munmap */
 
 int ht_mapped_eligible(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
@@ -278,6 +279,12 @@ int ht_mapped_before(uintptr_t lo, size_t len, int whole_ok, int moves)
     /* THP mappings need nothing; one unmapped or moved leaves the list. */
     for (int i = 0; moves && i < g_nthp;) {
         if (hi > g_thp[i].start && lo < g_thp[i].start + g_thp[i].len) {
+            /* What the kernel gave, before the program's call takes it. */
+            if (atomic_fetch_sub(&g_verify_budget, 1) > 0) {
+                long long ah = ht_smaps_anon_huge_in(g_thp[i].start, g_thp[i].start + g_thp[i].len);
+                if (ah > 0)
+                    atomic_fetch_add(&g_thp_verified_gone, (uint64_t)ah);
+            }
             g_thp[i] = g_thp[--g_nthp];
             atomic_store(&ht_mapped_live, g_n + g_nthp);
         } else {
@@ -368,6 +375,7 @@ void ht_mapped_summary(struct ht_json *j, int in_signal)
         hj_obj_end(j);
     }
     hj_arr_end(j);
-    hj_u64(j, "thp_verified_bytes", verified);
+    /* Live THP mappings now, plus those unmapped before, seen at munmap. */
+    hj_u64(j, "thp_verified_bytes", verified + atomic_load(&g_thp_verified_gone));
     hj_obj_end(j);
 }
