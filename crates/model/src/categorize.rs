@@ -612,7 +612,10 @@ mod tests {
         c.apply(&map(1, 0x4000_0000, 16 << 20, AllocVia::MmapAnon));
         c.apply(&map(2, 0x8000_0000, 16 << 20, AllocVia::Mmap));
         c.apply(&map(3, 0x9000_0000, 64 << 10, AllocVia::MmapAnon));
-        let cat = |c: &mut Categorizer, a| c.object(c.classify(a).unwrap()).category;
+        let cat = |c: &mut Categorizer, a| {
+            let id = c.classify(a).unwrap();
+            c.object(id).category
+        };
         assert_eq!(cat(&mut c, 0x4000_1000), Category::HeapLarge);
         assert_eq!(cat(&mut c, 0x8000_1000), Category::Other);
         assert_eq!(cat(&mut c, 0x9000_1000), Category::Other);
