@@ -548,13 +548,28 @@ HT_API void *HT_HOOK(mremap)(void *old, size_t oldlen, size_t newlen, int flags,
     return mremap_slow(old, oldlen, newlen, flags, na, RA());
 }
 
-/* mprotect and madvise: not recorded; in apply mode a call that would cut a
- * hugetlb-backed mapping of the program's finds it plain memory (mapped.c).
- * Hints about access patterns need no cut: the kernel's EINVAL for them on
- * hugetlb memory becomes success (the memory is already huge). */
-static SLOW int range_call_slow(long nr, void *a, size_t len, int arg)
+/* mprotect and madvise. Record mode: a RANGE_CALL event (addr, len, arg =
+ * call << 32 | prot or advice with call 0 mprotect, 1 madvise; arg2 = the
+ * result), so that the planner sees which program mappings get cut. Apply
+ * mode: a call that would cut a hugetlb-backed mapping of the program's finds
+ * it plain memory (mapped.c). Hints about access patterns need no cut: the
+ * kernel's EINVAL for them on hugetlb memory becomes success (the memory is
+ * already huge). */
+static SLOW int range_call_slow(long nr, void *a, size_t len, int arg, const void *ra)
 {
-    if (active_mode() == HT_APPLY && atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)) {
+    int m = active_mode();
+    if (m == HT_RECORD) {
+        uint64_t seq = rec_seq_marker();
+        uint64_t t = ht_rec_logging ? ht_now() : 0;
+        long r = syscall(nr, a, len, arg);
+        int e = errno;
+        if (HT_LIKELY(ht_rec_logging))
+            ht_rec_put(HT_K_RANGE_CALL, seq, t, (uint64_t)(uintptr_t)a, len,
+                       (uint64_t)(nr == SYS_madvise) << 32 | (uint32_t)arg, (uint64_t)(int64_t)r, ra);
+        errno = e;
+        return (int)r;
+    }
+    if (m == HT_APPLY && atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)) {
         int hint = nr == SYS_madvise && (arg == MADV_NORMAL || arg == MADV_RANDOM || arg == MADV_SEQUENTIAL ||
                                          arg == MADV_WILLNEED || arg == MADV_HUGEPAGE || arg == MADV_NOHUGEPAGE ||
                                          arg == 25 /* MADV_COLLAPSE */);
@@ -578,14 +593,14 @@ HT_API int HT_HOOK(mprotect)(void *a, size_t len, int prot)
 {
     if (HT_LIKELY(inert()))
         return (int)syscall(SYS_mprotect, a, len, prot);
-    return range_call_slow(SYS_mprotect, a, len, prot);
+    return range_call_slow(SYS_mprotect, a, len, prot, RA());
 }
 
 HT_API int HT_HOOK(madvise)(void *a, size_t len, int advice)
 {
     if (HT_LIKELY(inert()))
         return (int)syscall(SYS_madvise, a, len, advice);
-    return range_call_slow(SYS_madvise, a, len, advice);
+    return range_call_slow(SYS_madvise, a, len, advice, RA());
 }
 
 /* ---------------- fork and exec (record mode: FORK and EXEC events) ----------------

@@ -34,9 +34,23 @@
  * program's call then runs on plain memory, as it would have without us.
  * Before a fork every listed mapping is disowned (private hugetlb pages
  * shared copy-on-write SIGBUS when the pool is short), unless the plan says
- * `fork-safe off`. Limit: a thread writing to the mapping while another
- * disowns it (by cutting it) can lose that write; the planner avoids
- * hugetlb for programs that fork, and the summary counts disowned mappings. */
+ * `fork-safe off`.
+ *
+ * A disown never loses a write. The copying thread blocks its signals (its
+ * own handlers cannot write behind the copy). When the process has other
+ * threads, the mapping is write-protected through userfaultfd (WP mode; the
+ * unpopulated parts too: pte markers) before the copy: a write by another
+ * thread, or by the kernel for it (read(2) into the buffer), waits in the
+ * fault until the new memory has replaced the old and the userfaultfd is
+ * closed, then retries there. Hence hugetlb is used for program mappings
+ * only where this protection works (probed once: userfaultfd with
+ * UFFD_FEATURE_WP_HUGETLBFS_SHMEM and UFFD_FEATURE_WP_UNPOPULATED, kernel
+ * 6.4+, not refused by seccomp or vm.unprivileged_userfaultfd); elsewhere THP,
+ * which the kernel itself splits safely. Should the userfaultfd fail at a
+ * later cut (no descriptor left), the copy runs unprotected and the summary
+ * counts it (`disown_unprotected`). The planner keeps hugetlb off program
+ * mappings that the profile saw cut or a program that forks (plan `mapped
+ * thp`), so disowns are the exception. */
 #include "apply_int.h"
 
 #include "fmt.h"
@@ -44,13 +58,25 @@
 #include "sys.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 #define MADV_COLLAPSE_ 25
+/* Older uapi headers lack these (values from linux/userfaultfd.h, 6.4). */
+#ifndef UFFD_FEATURE_WP_HUGETLBFS_SHMEM
+#define UFFD_FEATURE_WP_HUGETLBFS_SHMEM (1 << 12)
+#endif
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
+#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
+#endif
+#define UFFD_WANTED (UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_UNPOPULATED)
 
 struct mapped_ent {
     uintptr_t start;
@@ -73,7 +99,11 @@ static struct mapped_ent g_thp[THP_SHOWN];
 static int g_nthp;
 
 static _Atomic uint64_t g_maps, g_hugetlb_maps, g_thp_maps, g_fallbacks, g_disowned, g_disowned_bytes,
-    g_disown_failed, g_collapsed, g_sub_huge, g_thp_verified_gone;
+    g_disown_failed, g_collapsed, g_sub_huge, g_thp_verified_gone, g_disown_protected, g_disown_unprotected,
+    g_planned_thp;
+/* userfaultfd write protection of hugetlb and anonymous memory: 0 not probed
+ * yet, 1 works, -1 not here (program mappings then get THP). */
+static _Atomic int g_uffd_state;
 static _Atomic int g_verify_budget = 256; /* smaps reads at munmap */
 
 int ht_mapped_eligible(void *addr, size_t len, int prot, int flags, int fd, off_t off)
@@ -101,6 +131,75 @@ static void thp_remember(uintptr_t start, size_t len, int cat)
         g_thp[at] = (struct mapped_ent){start, len, 0, HT_B_THP2M, cat};
     atomic_store(&ht_mapped_live, g_n + g_nthp);
     pthread_mutex_unlock(&g_lock);
+}
+
+/* A userfaultfd with write protection of hugetlb and of unpopulated memory,
+ * or -errno. */
+static int uffd_open(void)
+{
+    if (ht_inj(HT_INJ_UFFD))
+        return -HT_EINJECTED;
+    long fd = HT_SYSCALL(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return (int)fd;
+    struct uffdio_api api = {.api = UFFD_API, .features = UFFD_WANTED};
+    if (ioctl((int)fd, UFFDIO_API, &api) != 0 || (api.features & UFFD_WANTED) != UFFD_WANTED ||
+        !(api.ioctls & (1ull << _UFFDIO_REGISTER))) {
+        ht_sys_close((int)fd);
+        return -EOPNOTSUPP;
+    }
+    return (int)fd;
+}
+
+/* Whether a disown can be protected against other threads' writes (probed
+ * once; a failed probe is final). */
+static int uffd_usable(void)
+{
+    int st = atomic_load(&g_uffd_state);
+    if (st == 0) {
+        int fd = uffd_open();
+        st = fd >= 0 ? 1 : -1;
+        if (fd >= 0)
+            ht_sys_close(fd);
+        atomic_store(&g_uffd_state, st);
+    }
+    return st > 0;
+}
+
+/* Write-protects e (both VMAs of the hugetlb layout) so that every writer
+ * waits until the returned userfaultfd is closed. -errno: not protected. The
+ * kernel wants a hugetlb VMA's range whole-page sized, even where the range
+ * goes on into the next VMA: head and tail are protected one by one. */
+static int uffd_protect(uintptr_t start, size_t head, size_t len)
+{
+    int fd = uffd_open();
+    if (fd < 0)
+        return fd;
+    struct uffdio_register reg = {.range = {start, len}, .mode = UFFDIO_REGISTER_MODE_WP};
+    struct uffdio_writeprotect wh = {.range = {start, head}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    struct uffdio_writeprotect wt = {.range = {start + head, len - head}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (ioctl(fd, UFFDIO_REGISTER, &reg) != 0 || (head && ioctl(fd, UFFDIO_WRITEPROTECT, &wh) != 0) ||
+        (len > head && ioctl(fd, UFFDIO_WRITEPROTECT, &wt) != 0)) {
+        int e = errno;
+        ht_sys_close(fd); /* unregisters and lifts what was protected; nothing waits yet */
+        return -e;
+    }
+    return fd;
+}
+
+/* Lifts the protection where the mapping stays (a failed disown) and closes
+ * fd: waiting writers retry on the memory now at the address. */
+static void uffd_release(int fd, uintptr_t start, size_t head, size_t len, int still_mapped)
+{
+    if (still_mapped) {
+        struct uffdio_writeprotect wh = {.range = {start, head}, .mode = 0};
+        struct uffdio_writeprotect wt = {.range = {start + head, len - head}, .mode = 0};
+        if (head)
+            ioctl(fd, UFFDIO_WRITEPROTECT, &wh);
+        if (len > head)
+            ioctl(fd, UFFDIO_WRITEPROTECT, &wt);
+    }
+    ht_sys_close(fd);
 }
 
 /* Ordinary memory at a 2 MB boundary, advised huge: the THP layout. */
@@ -188,6 +287,16 @@ void *ht_mapped_mmap(size_t len, int flags, const void *caller, int *taken)
     }
     int populate = (flags & MAP_POPULATE) != 0;
     int b = ht_effective_want(want, cat, plen);
+    if (ht_backing_is_hugetlb(b) && ht_ap.plan.mapped_thp) {
+        /* `mapped thp`: the profile saw the program cut its mappings, or
+         * fork; the kernel splits THP where it must. */
+        atomic_fetch_add(&g_planned_thp, 1);
+        b = HT_B_THP2M;
+    } else if (ht_backing_is_hugetlb(b) && !uffd_usable()) {
+        /* A cut could not be made safe for other threads' writes. */
+        ht_stats_fallback(cat, b, HT_B_THP2M, "no-uffd", plen);
+        b = HT_B_THP2M;
+    }
     if (ht_backing_is_hugetlb(b)) {
         size_t page = b == HT_B_HUGETLB1G ? (1ul << 30) : HT_HUGE_2M;
         if (plen < page)
@@ -224,7 +333,8 @@ void *ht_mapped_mmap(size_t len, int flags, const void *caller, int *taken)
 }
 
 /* Copies what is resident of e into one ordinary mapping moved over it.
- * Called with g_lock held; removes e on success. */
+ * Called with g_lock held; removes e on success. No write is lost: see the
+ * header (signals blocked here, other threads held off by userfaultfd). */
 static int disown(int i)
 {
     struct mapped_ent e = g_ent[i];
@@ -234,17 +344,28 @@ static int disown(int i)
         return (int)t;
     }
     ht_sys_madvise((void *)t, e.len, MADV_HUGEPAGE);
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    int uffd = -1;
+    if (ht_thread_count() != 1) { /* -1 (unreadable) counts as threaded */
+        uffd = uffd_protect(e.start, e.head, e.len);
+        atomic_fetch_add(uffd >= 0 ? &g_disown_protected : &g_disown_unprotected, 1);
+    }
     size_t page = e.backing == HT_B_HUGETLB1G ? (1ul << 30) : HT_HUGE_2M;
     for (size_t off = 0; off < e.head; off += page) {
         unsigned char v = 0;
         /* A huge page is resident whole or not at all: untouched ones stay
-         * untouched (no copy, no memory). */
+         * untouched (no copy, no memory; a write to one now waits). */
         if (syscall(SYS_mincore, (void *)(e.start + off), 4096, &v) == 0 && (v & 1))
             memcpy((char *)t + off, (const char *)e.start + off, page);
     }
     if (e.len > e.head)
         memcpy((char *)t + e.head, (const char *)e.start + e.head, e.len - e.head);
     long m = ht_sys_mremap((void *)t, e.len, e.len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)e.start);
+    if (uffd >= 0)
+        uffd_release(uffd, e.start, e.head, e.len, ht_mmap_failed(m));
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
     if (ht_mmap_failed(m)) {
         ht_sys_munmap((void *)t, e.len);
         atomic_fetch_add(&g_disown_failed, 1);
@@ -344,6 +465,13 @@ void ht_mapped_summary(struct ht_json *j, int in_signal)
     hj_u64(j, "disowned", atomic_load(&g_disowned));
     hj_u64(j, "disowned_bytes", atomic_load(&g_disowned_bytes));
     hj_u64(j, "disown_failed", atomic_load(&g_disown_failed));
+    hj_u64(j, "disown_protected", atomic_load(&g_disown_protected));
+    hj_u64(j, "disown_unprotected", atomic_load(&g_disown_unprotected));
+    hj_u64(j, "planned_thp", atomic_load(&g_planned_thp));
+    {
+        int st = atomic_load(&g_uffd_state);
+        hj_str(j, "uffd", st > 0 ? "ok" : st < 0 ? "unavailable" : "not-probed");
+    }
     if (!locked) {
         hj_bool(j, "busy", 1);
         hj_obj_end(j);

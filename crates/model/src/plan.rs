@@ -64,6 +64,12 @@ pub struct ProgramTraits {
     /// Children seen forking in the profile (0 when only failed forks were seen).
     #[serde(default)]
     pub fork_children: u64,
+    /// How often the program cut one of its own mappings (partial munmap,
+    /// mremap, `MAP_FIXED` over part, mprotect or madvise of part) where a
+    /// hugetlb backing would have to be copied away first. Non-zero: its
+    /// mappings get THP (plan `mapped thp`), which the kernel splits safely.
+    #[serde(default)]
+    pub mapping_cuts: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +100,29 @@ impl PlanDecision {
 fn uses_hugetlb(p: &Prediction) -> bool {
     p.assignments.iter().any(|&(_, b)| b.uses_pool())
         || p.sites.iter().any(|s| s.backing.uses_pool())
+}
+
+/// Why the program's own mappings take THP where the chosen mapping says
+/// hugetlb (plan `mapped thp`): the profile saw them cut.
+fn mapped_thp_reason(p: &Prediction, program: &ProgramTraits) -> Option<String> {
+    let hugetlb_large = p
+        .assignments
+        .iter()
+        .any(|&(c, b)| c == Category::HeapLarge && b.uses_pool())
+        || p.sites.iter().any(|s| s.backing.uses_pool());
+    (program.mapping_cuts > 0 && hugetlb_large).then(|| {
+        format!(
+            "the program's own mappings: THP (MADV_HUGEPAGE) instead of hugetlb: the profile \
+             shows {} {} of them (partial munmap, mremap, MAP_FIXED, mprotect or madvise of \
+             part), which the kernel splits safely on THP; hugetlb stays for malloc'd blocks",
+            program.mapping_cuts,
+            if program.mapping_cuts == 1 {
+                "cut"
+            } else {
+                "cuts"
+            }
+        )
+    })
 }
 
 fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Result<(), String> {
@@ -335,6 +364,7 @@ pub fn choose_with(
             k.label,
             k.saving_ns / 1e6
         ));
+        reasons.extend(mapped_thp_reason(&k, program));
         return PlanDecision {
             assignments: k.assignments.clone(),
             sites: k.sites.clone(),
@@ -351,6 +381,7 @@ pub fn choose_with(
         best.hugetlb_pages,
         best.thp_pages
     ));
+    reasons.extend(mapped_thp_reason(best, program));
     PlanDecision {
         assignments: best.assignments.clone(),
         sites: best.sites.clone(),
@@ -627,6 +658,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn programs_that_cut_their_mappings_are_told_why_those_get_thp() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        let cuts = ProgramTraits {
+            mapping_cuts: 3,
+            ..ProgramTraits::default()
+        };
+        let d = choose(&preds(), &sig(true), &avail, &cuts, 1.0, 0.01);
+        assert!(d.hugetlb_pages() > 0, "{:?}", d.reasons);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("THP (MADV_HUGEPAGE) instead of hugetlb")
+                    && r.contains("3 cuts")),
+            "{:?}",
+            d.reasons
+        );
+        let d = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(!d.reasons.iter().any(|r| r.contains("own mappings")));
+    }
+
+    #[test]
     fn programs_that_fork_get_thp_instead_of_private_hugetlb() {
         let avail = Availability {
             hugetlb_2m_free: 1000,
@@ -636,6 +699,7 @@ pub(crate) mod tests {
         let forks = ProgramTraits {
             forks: true,
             fork_children: 3,
+            ..ProgramTraits::default()
         };
         let d = choose(&preds(), &sig(true), &avail, &forks, 1.0, 0.01);
         assert_eq!(d.assignments, vec![(Category::HeapLarge, Backing::Thp2m)]);
