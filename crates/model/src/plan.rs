@@ -102,6 +102,76 @@ fn uses_hugetlb(p: &Prediction) -> bool {
         || p.sites.iter().any(|s| s.backing.uses_pool())
 }
 
+/// What hugetune cannot back in a category, and what would (None: a directive
+/// can back it).
+fn unbackable(c: Category) -> Option<&'static str> {
+    match c {
+        Category::Stack => Some(
+            "no directive backs stacks; THP `always` would (transparent_hugepage/enabled), \
+             as would a thread stack the program maps itself",
+        ),
+        Category::Other => Some(
+            "file-backed, shared or reserved mappings and memory of allocators hugetune does \
+             not see; THP `always` would back their anonymous private part, file data needs \
+             hugetlbfs or tmpfs with huge=",
+        ),
+        Category::Static | Category::HeapSmall | Category::HeapLarge => None,
+    }
+}
+
+/// Where the TLB misses are (the modelled page walks with 4 KB pages): the
+/// share in memory hugetune cannot back, per category with what would back it,
+/// and the share it can. Said whenever a plan is empty.
+pub fn miss_shares_text(sig: &Significance) -> String {
+    let total: u64 = sig.walks_by_category.iter().map(|&(_, w)| w).sum();
+    if sig.walks_by_category.is_empty() {
+        return "where the TLB misses are is not known: the profile was stored before hugetune \
+                counted them per category (analyze it again)"
+            .into();
+    }
+    if total == 0 {
+        return "the model predicts no TLB misses with 4 KB pages".into();
+    }
+    let pct = |w: u64| 100.0 * w as f64 / total as f64;
+    // Categories under 0.05 % would print as 0.0 %: left out.
+    let mut walks: Vec<(Category, u64)> = sig
+        .walks_by_category
+        .iter()
+        .copied()
+        .filter(|&(_, w)| pct(w) >= 0.05)
+        .collect();
+    walks.sort_by_key(|w| std::cmp::Reverse(w.1));
+    let cannot: Vec<String> = walks
+        .iter()
+        .filter_map(|&(c, w)| {
+            unbackable(c).map(|what| format!("{c}: {:.1} % of misses — {what}", pct(w)))
+        })
+        .collect();
+    let can: Vec<String> = walks
+        .iter()
+        .filter(|&&(c, _)| unbackable(c).is_none())
+        .map(|&(c, w)| format!("{c} {:.1} %", pct(w)))
+        .collect();
+    let cannot_w: u64 = sig
+        .walks_by_category
+        .iter()
+        .filter(|&&(c, _)| unbackable(c).is_some())
+        .map(|&(_, w)| w)
+        .sum();
+    let mut s = format!(
+        "TLB misses with 4 KB pages: {:.1} % in memory hugetune cannot back",
+        pct(cannot_w)
+    );
+    if !cannot.is_empty() {
+        s += &format!(" ({})", cannot.join("; "));
+    }
+    s += &format!(", {:.1} % in memory it can back", pct(total - cannot_w));
+    if !can.is_empty() {
+        s += &format!(" ({})", can.join(", "));
+    }
+    s
+}
+
 /// Why the program's own mappings take THP where the chosen mapping says
 /// hugetlb (plan `mapped thp`): the profile saw them cut.
 fn mapped_thp_reason(p: &Prediction, program: &ProgramTraits) -> Option<String> {
@@ -213,6 +283,27 @@ pub fn choose(
 /// saving counts times its confidence; per-site choices are combined within the
 /// pool (a multiple-choice knapsack) when that beats every analysed mapping.
 pub fn choose_with(
+    preds: &[Prediction],
+    sig: &Significance,
+    avail: &Availability,
+    program: &ProgramTraits,
+    native_seconds: f64,
+    policy: &Policy,
+) -> PlanDecision {
+    let mut d = choose_core(preds, sig, avail, program, native_seconds, policy);
+    // An empty plan always says where the misses are: the last reason (the one
+    // `plan` shows without --explain) gets it.
+    if d.assignments.is_empty() && d.sites.is_empty() {
+        let shares = miss_shares_text(sig);
+        match d.reasons.last_mut() {
+            Some(last) => *last = format!("{last}. {shares}"),
+            None => d.reasons.push(shares),
+        }
+    }
+    d
+}
+
+fn choose_core(
     preds: &[Prediction],
     sig: &Significance,
     avail: &Availability,
@@ -536,6 +627,7 @@ pub(crate) mod tests {
             faults_per_s: 0.0,
             passes,
             source: "model".into(),
+            walks_by_category: vec![(Category::HeapLarge, 600), (Category::Stack, 400)],
         }
     }
 
@@ -655,6 +747,53 @@ pub(crate) mod tests {
             0.01,
         );
         assert!(d.assignments.is_empty(), "{:?}", d);
+    }
+
+    #[test]
+    fn an_empty_plan_says_where_the_misses_are() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        // Significance fails: nothing planned, and the last reason names the
+        // stack's share and what would back it.
+        let d = choose(
+            &preds(),
+            &sig(false),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(d.assignments.is_empty());
+        let last = d.reasons.last().unwrap();
+        assert!(last.starts_with("significance test failed"), "{last}");
+        assert!(
+            last.contains("40.0 % in memory hugetune cannot back (stack: 40.0 % of misses — no directive backs stacks; THP `always` would"),
+            "{last}"
+        );
+        assert!(
+            last.contains("60.0 % in memory it can back (heap-large 60.0 %)"),
+            "{last}"
+        );
+        // A plan that backs something says nothing of the kind.
+        let d = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(!d.assignments.is_empty());
+        assert!(!d.reasons.iter().any(|r| r.contains("cannot back")));
+        // Other memory and an old profile.
+        let mut s = sig(false);
+        s.walks_by_category = vec![(Category::Other, 627), (Category::HeapSmall, 373)];
+        assert!(miss_shares_text(&s).contains("other: 62.7 % of misses — file-backed"));
+        s.walks_by_category.clear();
+        assert!(miss_shares_text(&s).contains("analyze it again"));
     }
 
     #[test]

@@ -100,6 +100,10 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
             "fails: huge pages cannot help much"
         }
     );
+    println!(
+        "misses        {}",
+        hugetune_model::plan::miss_shares_text(sig)
+    );
     if let Some(x) = &an.result.sampling {
         println!(
             "sampled    {} : 4 KB pages and 2 MB regions at R = {:.4} (regions' realized rate {:.2}× that), {} of the references in the sample, {} regions",
