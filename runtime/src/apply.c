@@ -375,6 +375,8 @@ static inline int decide(size_t n, const void *caller, int *cat)
     return HT_B_NONE;
 }
 
+int ht_apply_decide(size_t n, const void *caller, int *cat) { return decide(n, caller, cat); }
+
 /* A heap-small request the arena may serve (else the allocator behind us):
  * up to HT_MAG_MAX bytes, alignments that are powers of two up to
  * HT_MAG_ALIGN_MAX (or at most 16, which every object has). */
@@ -692,6 +694,7 @@ void ht_apply_summary(struct ht_json *j, int in_signal)
     hj_arr_end(j);
     hj_obj_end(j);
     owned_ranges(j, in_signal);
+    ht_mapped_summary(j, in_signal);
     hj_bool(j, "sigusr2", ht_ap.sigusr2_installed);
 }
 
@@ -765,6 +768,7 @@ void ht_apply_finish(void)
 
 void ht_apply_atfork_prepare(void)
 {
+    ht_mapped_atfork_prepare();
     ht_fork_prepare();
     threads_atfork_prepare();
 }

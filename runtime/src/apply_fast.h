@@ -128,6 +128,22 @@ static inline int ht_apply_realloc_fast(void *p, size_t n, void **out)
     return 1;
 }
 
+/* ---- mapped.c: the program's own anonymous mappings (hooks.c's mmap family) ---- */
+/* Backing decided for n bytes from caller (site, else heap-large by size). */
+int ht_apply_decide(size_t n, const void *caller, int *cat);
+/* A mapping the plan may back (the shared predicate, docs/formats.md s.3). */
+int ht_mapped_eligible(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+/* The program's mmap of len bytes, backed as planned (*taken = 1), or NULL
+ * with *taken = 0: the caller maps it as asked. */
+void *ht_mapped_mmap(size_t len, int flags, const void *caller, int *taken);
+/* Before the program's call on [lo, lo + len): whole_ok: the call removes
+ * what it covers (munmap, MAP_FIXED); moves: it unmaps or moves memory.
+ * 0, or -errno when a mapping that had to be disowned could not be.
+ * moves < 0: changes nothing, 1 when the range touches a hugetlb mapping. */
+int ht_mapped_before(uintptr_t lo, size_t len, int whole_ok, int moves);
+/* Mappings listed by mapped.c (0: the hooks skip it). */
+extern _Atomic int ht_mapped_live;
+
 #pragma GCC visibility pop
 
 #endif

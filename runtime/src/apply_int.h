@@ -175,6 +175,11 @@ extern uint64_t ht_verify_heap_small_thp;
 extern uint64_t ht_verify_live_thp;
 int ht_apply_heap_small_tunable(void);
 
+/* ---- mapped.c: the program's own anonymous mappings ---- */
+int ht_thread_count(void); /* static.c */
+void ht_mapped_atfork_prepare(void);
+void ht_mapped_summary(struct ht_json *j, int in_signal);
+
 /* ---- foreign.c ---- */
 void ht_foreign_resolve(void);
 

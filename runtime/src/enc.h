@@ -30,6 +30,7 @@ enum ht_kind {
     HT_K_MUNMAP = 11,
     HT_K_MREMAP = 12,
     HT_K_REALLOCARRAY = 13,
+    HT_K_RANGE_CALL = 14, /* mprotect / madvise of a range (formats.md §2.3) */
     HT_K_THREAD = 20,
     HT_K_MODULE = 21,
     HT_K_MAPS = 22,
@@ -82,6 +83,7 @@ static inline unsigned ht_kind_fields(unsigned kind)
     case HT_K_MUNMAP: return HT_F_SIZE | HT_F_ARG | HT_F_CALLER;
     case HT_K_MREMAP: return HT_F_ALL;
     case HT_K_REALLOCARRAY: return HT_F_SIZE | HT_F_ARG | HT_F_CALLER;
+    case HT_K_RANGE_CALL: return HT_F_ALL;
     case HT_K_THREAD: return 0;
     case HT_K_MODULE: return HT_F_SIZE | HT_F_ARG;
     case HT_K_MAPS: return HT_F_SIZE | HT_F_ARG;

@@ -432,6 +432,24 @@ static SLOW void *mmap_slow(void *a, size_t len, int prot, int flags, int fd, of
                             const void *ra)
 {
     int m = active_mode();
+    if (m == HT_APPLY) {
+        /* The program's own mapping (mapped.c): backed as planned, or
+         * whatever of ours it replaces made replaceable first. */
+        if (flags & MAP_FIXED) {
+            int e = atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)
+                        ? ht_mapped_before((uintptr_t)a, len, 1, 1)
+                        : 0;
+            if (e != 0) {
+                errno = -e;
+                return MAP_FAILED;
+            }
+        } else if (ht_mapped_eligible(a, len, prot, flags, fd, off)) {
+            int taken;
+            void *p = ht_mapped_mmap(len, flags, ra, &taken);
+            if (taken)
+                return p;
+        }
+    }
     void *r = raw_mmap(a, len, prot, flags, fd, off);
     if (m == HT_RECORD || m == HT_PREINIT) {
         int e = errno;
@@ -475,6 +493,13 @@ static SLOW int munmap_slow(void *a, size_t len, const void *ra)
         errno = e;
         return (int)r;
     }
+    if (m == HT_APPLY && atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)) {
+        int e = ht_mapped_before((uintptr_t)a, len, 1, 1);
+        if (e != 0) {
+            errno = -e;
+            return -1;
+        }
+    }
     return (int)syscall(SYS_munmap, a, len);
 }
 
@@ -489,6 +514,17 @@ static SLOW void *mremap_slow(void *old, size_t oldlen, size_t newlen, int flags
                               const void *ra)
 {
     int m = active_mode();
+    if (m == HT_APPLY && atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)) {
+        /* mremap cannot span a hugetlb head and its tail, nor cut the head:
+         * a backed mapping becomes plain memory first (mapped.c). */
+        int e = ht_mapped_before((uintptr_t)old, oldlen ? oldlen : 1, 0, 1);
+        if (e == 0 && (flags & MREMAP_FIXED))
+            e = ht_mapped_before((uintptr_t)na, newlen, 1, 1);
+        if (e != 0) {
+            errno = -e;
+            return MAP_FAILED;
+        }
+    }
     void *r = (void *)syscall(SYS_mremap, old, oldlen, newlen, flags, na);
     if (m == HT_RECORD || m == HT_PREINIT) {
         int e = errno;
@@ -510,6 +546,61 @@ HT_API void *HT_HOOK(mremap)(void *old, size_t oldlen, size_t newlen, int flags,
     if (HT_LIKELY(inert()))
         return (void *)syscall(SYS_mremap, old, oldlen, newlen, flags, na);
     return mremap_slow(old, oldlen, newlen, flags, na, RA());
+}
+
+/* mprotect and madvise. Record mode: a RANGE_CALL event (addr, len, arg =
+ * call << 32 | prot or advice with call 0 mprotect, 1 madvise; arg2 = the
+ * result), so that the planner sees which program mappings get cut. Apply
+ * mode: a call that would cut a hugetlb-backed mapping of the program's finds
+ * it plain memory (mapped.c). Hints about access patterns need no cut: the
+ * kernel's EINVAL for them on hugetlb memory becomes success (the memory is
+ * already huge). */
+static SLOW int range_call_slow(long nr, void *a, size_t len, int arg, const void *ra)
+{
+    int m = active_mode();
+    if (m == HT_RECORD) {
+        uint64_t seq = rec_seq_marker();
+        uint64_t t = ht_rec_logging ? ht_now() : 0;
+        long r = syscall(nr, a, len, arg);
+        int e = errno;
+        if (HT_LIKELY(ht_rec_logging))
+            ht_rec_put(HT_K_RANGE_CALL, seq, t, (uint64_t)(uintptr_t)a, len,
+                       (uint64_t)(nr == SYS_madvise) << 32 | (uint32_t)arg, (uint64_t)(int64_t)r, ra);
+        errno = e;
+        return (int)r;
+    }
+    if (m == HT_APPLY && atomic_load_explicit(&ht_mapped_live, memory_order_relaxed)) {
+        int hint = nr == SYS_madvise && (arg == MADV_NORMAL || arg == MADV_RANDOM || arg == MADV_SEQUENTIAL ||
+                                         arg == MADV_WILLNEED || arg == MADV_HUGEPAGE || arg == MADV_NOHUGEPAGE ||
+                                         arg == 25 /* MADV_COLLAPSE */);
+        /* MADV_FREE lets the kernel keep the pages as they are: on our
+         * hugetlb memory nothing is done (no copy to get the program's
+         * promise right). */
+        if (nr == SYS_madvise && arg == MADV_FREE && ht_mapped_before((uintptr_t)a, len, 0, -1) == 1)
+            return 0;
+        if (!hint) {
+            int e = ht_mapped_before((uintptr_t)a, len, 0, 0);
+            if (e != 0) {
+                errno = -e;
+                return -1;
+            }
+        }
+    }
+    return (int)syscall(nr, a, len, arg);
+}
+
+HT_API int HT_HOOK(mprotect)(void *a, size_t len, int prot)
+{
+    if (HT_LIKELY(inert()))
+        return (int)syscall(SYS_mprotect, a, len, prot);
+    return range_call_slow(SYS_mprotect, a, len, prot, RA());
+}
+
+HT_API int HT_HOOK(madvise)(void *a, size_t len, int advice)
+{
+    if (HT_LIKELY(inert()))
+        return (int)syscall(SYS_madvise, a, len, advice);
+    return range_call_slow(SYS_madvise, a, len, advice, RA());
 }
 
 /* ---------------- fork and exec (record mode: FORK and EXEC events) ----------------

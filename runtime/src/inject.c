@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-static const char *const names[HT_INJ_N] = {"hugetlb", "thp", "mmap", "mremap", "munmap", "madvise"};
+static const char *const names[HT_INJ_N] = {"hugetlb", "thp", "mmap", "mremap", "munmap", "madvise", "uffd"};
 
 const char *ht_inject_kind_name(int kind) { return kind >= 0 && kind < HT_INJ_N ? names[kind] : "?"; }
 
@@ -43,7 +43,7 @@ int ht_inject_parse(struct ht_inject *in, const char *spec)
             if (strlen(names[k]) == kn && memcmp(names[k], s, kn) == 0)
                 kind = k;
         if (kind < 0)
-            return bad(in, "unknown kind (hugetlb, thp, mmap, mremap, munmap, madvise)", s, n);
+            return bad(in, "unknown kind (hugetlb, thp, mmap, mremap, munmap, madvise, uffd)", s, n);
         if (in->every[kind])
             return bad(in, "kind given twice", s, n);
         uint64_t v;

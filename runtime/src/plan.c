@@ -82,6 +82,7 @@ static void clear(struct ht_plan *p)
     p->nstatics = 0;
     p->layout = HT_LAYOUT_HEAD_TAIL;
     p->fork_safe = HT_FORK_COPY;
+    p->mapped_thp = 0;
     for (int i = 0; i < HT_POOL_N; i++)
         p->pool_pages[i] = 0;
     p->nsites = 0;
@@ -132,7 +133,7 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
 {
     int line = 0;
     int seen_header = 0;
-    int seen_hl = 0, seen_hs = 0, seen_layout = 0, seen_fork = 0;
+    int seen_hl = 0, seen_hs = 0, seen_layout = 0, seen_fork = 0, seen_mapped = 0;
     size_t pos = 0;
 
     clear(p);
@@ -288,6 +289,18 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
             else
                 return fail(p, line, "unknown fork-safe mode (copy, thp or off)", ls, ln);
             seen_fork = 1;
+        } else if (tok_is(&t[0], "mapped")) {
+            if (nt != 2)
+                return fail(p, line, "expected 'mapped hugetlb|thp'", ls, ln);
+            if (seen_mapped)
+                return fail(p, line, "duplicate mapped", ls, ln);
+            if (tok_is(&t[1], "hugetlb"))
+                p->mapped_thp = 0;
+            else if (tok_is(&t[1], "thp"))
+                p->mapped_thp = 1;
+            else
+                return fail(p, line, "unknown mapped mode (hugetlb or thp)", ls, ln);
+            seen_mapped = 1;
         } else if (tok_is(&t[0], "pool")) {
             uint64_t n;
             if (nt != 3)

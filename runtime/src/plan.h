@@ -75,6 +75,7 @@ struct ht_plan {
     struct ht_plan_static statics[HT_PLAN_MAX_STATICS];
     int layout;     /* HT_LAYOUT_* (default head-tail) */
     int fork_safe;  /* HT_FORK_* (default copy) */
+    int mapped_thp; /* `mapped thp`: the program's own mappings never on hugetlb (mapped.c) */
     uint64_t pool_pages[HT_POOL_N]; /* `pool hugetlb-2m N`, `pool hugetlb-1g N` */
     int nsites;
     struct ht_plan_site sites[HT_PLAN_MAX_SITES];

@@ -41,7 +41,9 @@ int ht_nstatic_ranges;
 static uintptr_t up(uintptr_t v, uintptr_t a) { return (v + a - 1) & ~(a - 1); }
 static uintptr_t down(uintptr_t v, uintptr_t a) { return v & ~(a - 1); }
 
-static int thread_count(void)
+/* Threads of this process (/proc/self/status), -1 when unreadable; also
+ * used by mapped.c. */
+int ht_thread_count(void)
 {
     char buf[4096];
     long n = ht_read_file("/proc/self/status", buf, sizeof buf);
@@ -274,7 +276,7 @@ void ht_static_apply(void)
         return;
     struct sctx c;
     memset(&c, 0, sizeof c);
-    c.threads = thread_count();
+    c.threads = ht_thread_count();
     dl_iterate_phdr(static_cb, &c);
     for (int s = 0; s < ht_ap.plan.nstatics; s++)
         if (!c.done[s])

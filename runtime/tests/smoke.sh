@@ -2,13 +2,17 @@
 # smoke.sh BUILD_DIR - run the test programs under LD_PRELOAD=libhugetune.so in
 # every mode. Needs no privileges and no hugetlb pool: apply mode is checked
 # for "owned" (whatever backing the fallback chain reached), not for a
-# specific page size. Pool-dependent checks belong to the integration tests.
+# specific page size. Pool-dependent checks belong to the integration tests,
+# except one: as root, the program's hugetlb-backed mappings cut while other
+# threads write them (t_mapped threads=1) get 16 pool pages made for them under
+# the shared kernel-state lock, given back at once (also on exit).
 set -u
 B=${1:?usage: smoke.sh BUILD_DIR}
 L=$B/libhugetune.so
 T=$B/tests
 W=$(mktemp -d "${TMPDIR:-/tmp}/hugetune-smoke.XXXXXX")
-trap 'rm -rf "$W"' EXIT
+POOL_OLD=
+trap 'rm -rf "$W"; [ -z "$POOL_OLD" ] || echo "$POOL_OLD" >/proc/sys/vm/nr_hugepages' EXIT
 fails=0
 
 pass() { echo "  ok   $1"; }
@@ -128,6 +132,41 @@ expect "t_apply thp:1 injected -> 4k" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUM
 has "thp injection reported" "$W/ai2.json" '"from":"thp-2m","to":"4k","reason":"injected"'
 expect "bad injection spec" $A HUGETUNE_PLAN="$W/p-t.txt" HUGETUNE_SUMMARY="$W/ai3.json" HUGETUNE_INJECT=gpu:1 "$T/t_apply" expect=owned
 has "bad spec reported" "$W/ai3.json" 'bad HUGETUNE_INJECT'
+# The program's own mappings (mapped.c): whatever the pool gives (hugetlb, or
+# THP after ENOMEM), every munmap/mremap/MAP_FIXED/mprotect/madvise and a fork
+# behave as on plain memory.
+expect "t_mapped inert" env LD_PRELOAD="$L" "$T/t_mapped" expect=any fork=1
+expect "t_mapped hugetlb plan" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/am.json" "$T/t_mapped" expect=owned fork=1
+has "t_mapped backed" "$W/am.json" '"mapped":{"mappings":7,'
+expect "t_mapped thp plan" $A HUGETUNE_PLAN="$W/p-t.txt" "$T/t_mapped" expect=thp-2m fork=1
+expect "t_mapped hugetlb:1 injected -> thp" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/am2.json" HUGETUNE_INJECT=hugetlb:1 "$T/t_mapped" expect=thp-2m fork=1
+has "t_mapped injection reported" "$W/am2.json" '"from":"hugetlb-2m","to":"thp-2m","reason":"injected"'
+expect "t_mapped threads (no pool needed: content kept)" $A HUGETUNE_PLAN="$W/p-h.txt" "$T/t_mapped" expect=owned threads=1
+avail2m() { echo $(($(awk '/HugePages_Free/{print $2}' /proc/meminfo) - $(awk '/HugePages_Rsvd/{print $2}' /proc/meminfo))); }
+if [ "$(id -u)" = 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && { exec 8>>/run/lock/hugetune-kernel-state.lock; } 2>/dev/null; then
+    flock 8
+    POOL_OLD=$(cat /proc/sys/vm/nr_hugepages)
+    echo $(($(awk '/HugePages_Total/{print $2}' /proc/meminfo) + 16)) >/proc/sys/vm/nr_hugepages
+    if [ "$(avail2m)" -ge 16 ]; then
+        # Four cuts with two writer threads: each disown write-protected
+        # (userfaultfd), no store or kernel write lost (t_mapped checks).
+        expect "t_mapped threads hugetlb: cuts lose no write" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/amt.json" "$T/t_mapped" expect=hugetlb-2m threads=1
+        has "t_mapped threads: disowns protected" "$W/amt.json" '"disown_protected":4,"disown_unprotected":0'
+        expect "t_mapped threads + fork" $A HUGETUNE_PLAN="$W/p-h.txt" "$T/t_mapped" expect=hugetlb-2m fork=1 threads=1
+        expect "t_mapped uffd:1 injected -> thp" $A HUGETUNE_PLAN="$W/p-h.txt" HUGETUNE_SUMMARY="$W/amu.json" HUGETUNE_INJECT=uffd:1 "$T/t_mapped" expect=thp-2m threads=1
+        has "t_mapped no-uffd reported" "$W/amu.json" '"from":"hugetlb-2m","to":"thp-2m","reason":"no-uffd"'
+        printf 'hugetune-plan 1\nmapped thp\nheap-large hugetlb-2m\n' >"$W/p-mt.txt"
+        expect "t_mapped plan 'mapped thp'" $A HUGETUNE_PLAN="$W/p-mt.txt" HUGETUNE_SUMMARY="$W/amp.json" "$T/t_mapped" expect=thp-2m
+        has "t_mapped planned thp counted" "$W/amp.json" '"planned_thp":6,'
+    else
+        echo "  skip t_mapped threads hugetlb: the 2 MB pool did not grow ($(avail2m) pages free)"
+    fi
+    echo "$POOL_OLD" >/proc/sys/vm/nr_hugepages
+    POOL_OLD=
+    exec 8>&-
+else
+    echo "  skip t_mapped threads hugetlb: needs root to make pool pages"
+fi
 if [ -x "$T/t_jemalloc" ]; then
     expect "t_jemalloc inert" env LD_PRELOAD="$L" "$T/t_jemalloc"
     expect "t_jemalloc apply (owned blocks through jemalloc's API)" $A HUGETUNE_PLAN="$W/p-t.txt" "$T/t_jemalloc" expect=owned

@@ -29,5 +29,7 @@ int main(void)
     CHECK_STR(ht_inject_kind_name(HT_INJ_THP), "thp");
     CHECK_STR(ht_inject_kind_name(HT_INJ_MREMAP), "mremap");
     CHECK_STR(ht_inject_kind_name(HT_INJ_MADVISE), "madvise");
+    CHECK(ht_inject_parse(&I, "uffd:1") == 0 && I.every[HT_INJ_UFFD] == 1);
+    CHECK_STR(ht_inject_kind_name(HT_INJ_UFFD), "uffd");
     return unit_done("unit_inject");
 }

@@ -102,6 +102,8 @@ static void test_malformed(void)
         {"hugetune-plan 1\nlayout head-tail\nlayout round-up\n", 3, "duplicate"},
         {"hugetune-plan 1\nfork-safe yes\n", 2, "unknown fork-safe"},
         {"hugetune-plan 1\nfork-safe copy\nfork-safe off\n", 3, "duplicate"},
+        {"hugetune-plan 1\nmapped 4k\n", 2, "unknown mapped mode"},
+        {"hugetune-plan 1\nmapped thp\nmapped hugetlb\n", 3, "duplicate mapped"},
         {"hugetune-plan 1\npool hugetlb-2m\n", 2, "expected"},
         {"hugetune-plan 1\npool thp-2m 4\n", 2, "pool backing"},
         {"hugetune-plan 1\npool hugetlb-2m 0\n", 2, "bad pool size"},
@@ -173,6 +175,7 @@ static void test_new_directives(void)
     const char *txt = "hugetune-plan 1\n"
                       "layout round-up\n"
                       "fork-safe thp\n"
+                      "mapped thp\n"
                       "pool hugetlb-2m 64\n"
                       "pool hugetlb-1g 2\n"
                       "heap-large thp-64k\n"
@@ -181,7 +184,7 @@ static void test_new_directives(void)
                       "static thp-2m /usr/lib/libfoo.so\n"
                       "site /p 0x10 thp-1m\n";
     CHECK(parse(txt) == 0 && P.valid);
-    CHECK(P.layout == HT_LAYOUT_ROUND_UP && P.fork_safe == HT_FORK_THP);
+    CHECK(P.layout == HT_LAYOUT_ROUND_UP && P.fork_safe == HT_FORK_THP && P.mapped_thp == 1);
     CHECK(P.pool_pages[HT_POOL_2M] == 64 && P.pool_pages[HT_POOL_1G] == 2);
     CHECK(P.heap_large == HT_B_THP64K);
     CHECK(P.arena == HT_B_HUGETLB2M && P.heap_small == HT_B_NONE);
@@ -198,6 +201,7 @@ static void test_new_directives(void)
     /* defaults */
     CHECK(parse("hugetune-plan 1\n") == 0);
     CHECK(P.layout == HT_LAYOUT_HEAD_TAIL && P.fork_safe == HT_FORK_COPY && P.arena == HT_B_NONE);
+    CHECK(P.mapped_thp == 0);
 }
 
 static void test_backing_names(void)

@@ -37,7 +37,7 @@ static const char *kind_name(unsigned k)
         [1] = "MALLOC", [2] = "CALLOC", [3] = "REALLOC", [4] = "FREE",
         [5] = "POSIX_MEMALIGN", [6] = "ALIGNED_ALLOC", [7] = "MEMALIGN", [8] = "VALLOC",
         [9] = "PVALLOC", [10] = "MMAP", [11] = "MUNMAP", [12] = "MREMAP",
-        [13] = "REALLOCARRAY", [20] = "THREAD", [21] = "MODULE", [22] = "MAPS",
+        [13] = "REALLOCARRAY", [14] = "RANGE_CALL", [20] = "THREAD", [21] = "MODULE", [22] = "MAPS",
         [23] = "OWN_REGION", [24] = "STACK", [25] = "FORK", [26] = "EXEC",
     };
     if (k < sizeof n / sizeof n[0] && n[k])

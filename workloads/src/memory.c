@@ -180,7 +180,15 @@ void bigbufs_get_sizes(const struct config *cfg, unsigned count, const size_t *b
         struct bigbuf *b = &out[i];
         memset(b, 0, sizeof *b);
         b->forks = (unsigned)cfg->forks;
-        if (cfg->page == PAGE_DEFAULT) {
+        if (cfg->page == PAGE_DEFAULT && cfg->place == PLACE_MMAP) {
+            /* The program's own mapping, as it would map it: the runtime library
+             * sees this mmap (not a malloc) and backs it by its call site. */
+            b->map_len = bytes[i];
+            b->alloc = mmap(NULL, bytes[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (b->alloc == MAP_FAILED)
+                die_resource("mmap(%zu) failed: %s", bytes[i], strerror(errno));
+            b->kind = BB_MMAP;
+        } else if (cfg->page == PAGE_DEFAULT) {
             /* Really malloc: this is the allocation the runtime library intercepts. */
             b->alloc = malloc(bytes[i]);
             if (!b->alloc)

@@ -18,7 +18,7 @@
 #define MAX_LIMIT 4294967295ULL      /* --limit */
 
 static const char *const kernel_names[] = { "randmem", "chase", "gups", "stream", "primes", "malloc", "cg", "mg", "sp", "bigbuf", "panels", "ptrees", "iocopy" };
-static const char *const place_names[] = { "heap-large", "heap-small", "static" };
+static const char *const place_names[] = { "heap-large", "heap-small", "static", "mmap" };
 static const char *const page_names[] = { "default", "4k", "thp", "hugetlb-2m", "hugetlb-1g" };
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -63,6 +63,8 @@ static const char usage_text[] =
     "                     heap-small: many malloc'd nodes of 64..512 bytes + a small-piece index\n"
     "                                 (cg: one block per row, vectors in 16 KiB chunks)\n"
     "                     static:     a 1 GiB .bss array (--size at most 1G)\n"
+    "                     mmap:       the program's own allocator: one anonymous private mmap\n"
+    "                                 per buffer (as a JVM or Go heap, numpy, a static jemalloc)\n"
     "  --page B           the workload's own page backing, for direct experiments:\n"
     "                     default (malloc/.bss as they are), 4k, thp, hugetlb-2m, hugetlb-1g;\n"
     "                     a hugetlb mapping that fails exits with status 3, no fallback\n"

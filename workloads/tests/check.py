@@ -27,7 +27,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "build", "hugetune-work")
 KERNELS = ["randmem", "chase", "gups", "stream", "primes", "malloc", "cg"]
-PLACES = ["heap-large", "heap-small", "static"]
+PLACES = ["heap-large", "heap-small", "static", "mmap"]
 PAGES = ["default", "4k", "thp"]
 FIELDS = ["kernel", "size", "iters", "threads", "place", "page", "random_pct", "accesses",
           "seconds", "rate", "rate_unit", "checksum", "residual", "init_seconds", "minor_faults",

@@ -30,6 +30,10 @@ pub struct ProfileInputs {
     /// Programs it exec'd (EXEC events that were not reported as failed).
     #[serde(default)]
     pub execs: Vec<String>,
+    /// Cuts of the program's own mappings that a hugetlb backing could not take
+    /// without a copy (`AllocLog::mapping_cuts`).
+    #[serde(default)]
+    pub mapping_cuts: u64,
 }
 
 /// Distinct loaded modules (a module appears in the start and the exit snapshot).
@@ -153,7 +157,11 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
             Kind::Mmap => AllocOp::Alloc {
                 addr: r.addr,
                 size: r.size,
-                via: AllocVia::Mmap,
+                via: if r.is_backable_mapping() {
+                    AllocVia::MmapAnon
+                } else {
+                    AllocVia::Mmap
+                },
                 site: site(),
             },
             Kind::Munmap => AllocOp::Munmap {
@@ -240,5 +248,6 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
         children: log.children(),
         forks: log.forks(),
         execs,
+        mapping_cuts: log.mapping_cuts(),
     }
 }

@@ -44,6 +44,9 @@ pub enum Kind {
     Munmap,
     Mremap,
     Reallocarray,
+    /// mprotect or madvise of a range (section 2.3): `arg` = call << 32 | prot
+    /// or advice (call 0: mprotect, 1: madvise), `arg2` = the result.
+    RangeCall,
     Thread,
     Module,
     Maps,
@@ -70,6 +73,7 @@ impl Kind {
             11 => Munmap,
             12 => Mremap,
             13 => Reallocarray,
+            14 => RangeCall,
             20 => Thread,
             21 => Module,
             22 => Maps,
@@ -98,6 +102,7 @@ impl Kind {
             Munmap => 11,
             Mremap => 12,
             Reallocarray => 13,
+            RangeCall => 14,
             Thread => 20,
             Module => 21,
             Maps => 22,
@@ -144,7 +149,9 @@ impl Kind {
             OwnRegion => F_SIZE,
             Stack => F_SIZE | F_ARG | F_ARG2,
             Fork => F_ARG | F_CALLER,
-            Calloc | PosixMemalign | Mmap | Mremap | Exec => F_SIZE | F_ARG | F_ARG2 | F_CALLER,
+            Calloc | PosixMemalign | Mmap | Mremap | RangeCall | Exec => {
+                F_SIZE | F_ARG | F_ARG2 | F_CALLER
+            }
         }
     }
 }
@@ -183,7 +190,37 @@ pub struct Record {
     pub caller: u64,
 }
 
+/// mmap flags and protections the backable-mapping predicate reads (Linux x86-64
+/// and aarch64 values).
+pub const MAP_PRIVATE: u32 = 0x02;
+pub const MAP_ANONYMOUS: u32 = 0x20;
+pub const MAP_POPULATE: u32 = 0x8000;
+pub const PROT_READ_WRITE: u32 = 0x3;
+
 impl Record {
+    /// An MMAP record of an anonymous private read-write mapping with no address
+    /// wanted: the mappings the runtime library backs at mmap time when the plan
+    /// gives their site (or heap-large) a backing. The same predicate as
+    /// `ht_mapped_eligible` in runtime/src/mapped.c (formats.md §3, "Mapped
+    /// memory"): MAP_PRIVATE | MAP_ANONYMOUS with at most MAP_POPULATE besides,
+    /// PROT_READ | PROT_WRITE, offset 0. Files, shared memory, MAP_FIXED,
+    /// PROT_NONE reservations, stacks, MAP_NORESERVE and the program's own
+    /// MAP_HUGETLB are not.
+    pub fn is_backable_mapping(&self) -> bool {
+        if self.kind != Kind::Mmap {
+            return false;
+        }
+        let prot = (self.arg >> 32) as u32;
+        let flags = self.arg as u32;
+        let off_pages = self.arg2 & 0xffff_ffff;
+        let allowed = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE;
+        flags & MAP_ANONYMOUS != 0
+            && flags & 0x0f == MAP_PRIVATE
+            && flags & !allowed == 0
+            && prot == PROT_READ_WRITE
+            && off_pages == 0
+    }
+
     /// Whether the runtime library made a marker load for this record (section 2.4).
     pub fn has_marker(&self, header: &Header) -> bool {
         header.marker_span != 0 && self.kind.is_hooked_call() && self.flags & FLAG_PREINIT == 0
@@ -256,6 +293,61 @@ impl AllocLog {
     /// Whether the program forked (the planner avoids private hugetlb memory then).
     pub fn forks(&self) -> bool {
         self.records.iter().any(|r| r.kind == Kind::Fork)
+    }
+
+    /// How often the program cut one of its own backable mappings of at least
+    /// 2 MB (those the runtime library may put on hugetlb pages) where the
+    /// library would have to turn a hugetlb-backed one into plain memory first
+    /// (runtime/src/mapped.c, `ht_mapped_before`): a munmap or `MAP_FIXED` mmap
+    /// covering part of it, any mremap of it, any mprotect touching it, and any
+    /// madvise touching it other than the access hints and `MADV_FREE`. A cut
+    /// mapping is plain memory from then on and counts once.
+    pub fn mapping_cuts(&self) -> u64 {
+        const HUGE: u64 = 2 << 20;
+        // madvise advices that need no cut (hooks.c, range_call_slow).
+        const NO_CUT: [u32; 8] = [0, 1, 2, 3, 8, 14, 15, 25];
+        let failed = |a: u64| a >= u64::MAX - 4095;
+        let mut live: std::collections::BTreeMap<u64, u64> = Default::default();
+        let mut cuts = 0;
+        // Mappings [lo, hi) touches; whole: those it covers end to end go
+        // quietly, the others count as cut.
+        let mut touch =
+            |live: &mut std::collections::BTreeMap<u64, u64>, lo: u64, len: u64, whole_ok: bool| {
+                let hi = lo.saturating_add(len.div_ceil(4096) * 4096);
+                let hit: Vec<(u64, u64)> = live
+                    .range(..hi)
+                    .filter(|&(&s, &e)| e > lo && s < hi)
+                    .map(|(&s, &e)| (s, e))
+                    .collect();
+                for (s, e) in hit {
+                    live.remove(&s);
+                    if !(whole_ok && lo <= s && hi >= e) {
+                        cuts += 1;
+                    }
+                }
+            };
+        for r in &self.records {
+            match r.kind {
+                Kind::Mmap if failed(r.addr) => {}
+                Kind::Mmap if r.is_backable_mapping() => {
+                    let len = r.size.div_ceil(4096) * 4096;
+                    if len >= HUGE {
+                        live.insert(r.addr, r.addr.saturating_add(len));
+                    }
+                }
+                Kind::Mmap => touch(&mut live, r.addr, r.size, true),
+                Kind::Munmap if r.arg == 0 => touch(&mut live, r.addr, r.size, true),
+                Kind::Mremap => touch(&mut live, r.arg, r.arg2.max(1), false),
+                Kind::RangeCall if r.arg2 == 0 => {
+                    let madvise = r.arg >> 32 == 1;
+                    if !(madvise && NO_CUT.contains(&(r.arg as u32))) {
+                        touch(&mut live, r.addr, r.size, false);
+                    }
+                }
+                _ => {}
+            }
+        }
+        cuts
     }
 }
 
@@ -925,6 +1017,67 @@ pub(crate) mod tests {
         }
     }
 
+    #[test]
+    fn mapping_cuts_follow_the_runtime_librarys_rule() {
+        const MB: u64 = 1 << 20;
+        let map = |seq, addr, size, flags: u32| Record {
+            arg: (PROT_READ_WRITE as u64) << 32 | flags as u64,
+            ..rec(Kind::Mmap, seq, addr, size, 0)
+        };
+        let anon = MAP_PRIVATE | MAP_ANONYMOUS;
+        let call = |seq, addr, size, madvise: u64, v: u64| {
+            rec(Kind::RangeCall, seq, addr, size, madvise << 32 | v)
+        };
+        let log = |records| AllocLog {
+            header: header(),
+            records,
+            modules: vec![],
+            maps: vec![],
+            execs: vec![],
+            hole_bytes: 0,
+        };
+        let a = 0x4000_0000;
+        // Whole munmap, hints, MADV_FREE, small mappings, other memory: no cut.
+        let quiet = log(vec![
+            map(1, a, 8 * MB + 5, anon),
+            call(2, a, 8 * MB, 1, 14),
+            call(3, a + MB, 4096, 1, 8),
+            map(4, 0x9000_0000, MB, anon),
+            munmap(5, 0x9000_0000 + 4096, 4096),
+            call(6, 0x7000_0000, 4096, 0, 1),
+            munmap(7, a, 8 * MB + 5),
+            call(8, a, 4096, 0, 1), // after the munmap: not the program's mapping any more
+        ]);
+        assert_eq!(quiet.mapping_cuts(), 0);
+        let fixed = 0x10 | MAP_PRIVATE | MAP_ANONYMOUS;
+        let cut = log(vec![
+            map(1, a, 8 * MB, anon),
+            munmap(2, a + 3 * MB + 4096, MB), // partial munmap
+            munmap(3, a, 8 * MB),
+            map(4, a, 8 * MB, anon),
+            map(5, a + 2 * MB, MB, fixed), // MAP_FIXED over part
+            map(6, 0x8000_0000, 4 * MB, anon),
+            Record {
+                arg2: 4 * MB,
+                ..rec(Kind::Mremap, 7, 0x8800_0000, 8 * MB, 0x8000_0000)
+            },
+            map(8, 0x9000_0000, 4 * MB, anon),
+            call(9, 0x9000_0000 + MB, 4096, 0, 1), // mprotect
+            call(10, 0x9000_0000 + 2 * MB, 4096, 1, 4), // already plain memory: counts once
+            map(11, 0xa000_0000, 4 * MB, anon),
+            call(12, 0xa000_0000, 64 << 10, 1, 4), // MADV_DONTNEED
+            Record {
+                arg2: (-22i64) as u64, // a failed madvise cuts nothing
+                ..call(13, 0xb000_0000, 4096, 1, 4)
+            },
+        ]);
+        assert_eq!(cut.mapping_cuts(), 5);
+    }
+
+    fn munmap(seq: u64, addr: u64, size: u64) -> Record {
+        rec(Kind::Munmap, seq, addr, size, 0)
+    }
+
     fn header() -> Header {
         Header {
             version: 1,
@@ -1250,6 +1403,7 @@ pub(crate) mod tests {
             Kind::Mmap,
             Kind::Munmap,
             Kind::Mremap,
+            Kind::RangeCall,
             Kind::Thread,
             Kind::OwnRegion,
             Kind::Stack,

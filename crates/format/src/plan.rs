@@ -65,6 +65,9 @@ pub struct PlanOptions {
     pub arena_bytes: Option<u64>,
     /// `site MODULE OFFSET B` directives: (module path, offset, backing).
     pub sites: Vec<(String, u64, Backing)>,
+    /// `mapped thp`: the program's own mappings go on THP even where their
+    /// directive says hugetlb (the profile saw them cut).
+    pub mapped_thp: bool,
 }
 
 impl Default for PlanOptions {
@@ -80,6 +83,7 @@ impl Default for PlanOptions {
             heap_small_arena: true,
             arena_bytes: None,
             sites: Vec::new(),
+            mapped_thp: false,
         }
     }
 }
@@ -99,10 +103,14 @@ impl PlanOptions {
     /// The library's options for a program with these traits: a program that forks
     /// gets `fork-safe thp`, so that no private hugetlb memory exists at a fork
     /// even where the plan asks for it (a pool or an allocation site plan written by
-    /// hand); the planner already keeps its categories off hugetlb.
+    /// hand); the planner already keeps its categories off hugetlb. A program that
+    /// cut its own mappings gets `mapped thp`: heap-large malloc blocks may still
+    /// take hugetlb pages, its mappings take THP, which the kernel splits where the
+    /// program cuts (hugetlb would need a copy, runtime/src/mapped.c).
     pub fn for_program(program: &hugetune_model::plan::ProgramTraits) -> Self {
         PlanOptions {
             fork_safe: program.forks.then_some(ForkSafe::Thp),
+            mapped_thp: program.mapping_cuts > 0,
             ..PlanOptions::default()
         }
     }
@@ -125,6 +133,9 @@ pub fn plan_text_with(
     }
     if let Some(f) = opts.fork_safe {
         s.push_str(&format!("fork-safe {}\n", f.name()));
+    }
+    if opts.mapped_thp {
+        s.push_str("mapped thp\n");
     }
     if let Some(n) = opts.pool_2m.filter(|&n| n > 0) {
         s.push_str(&format!("pool hugetlb-2m {n}\n"));
@@ -236,6 +247,7 @@ mod tests {
             heap_small_arena: true,
             arena_bytes: Some(1 << 30),
             sites: vec![],
+            mapped_thp: true,
         };
         let a = [
             (Category::HeapLarge, Backing::Hugetlb2m),
@@ -244,7 +256,7 @@ mod tests {
         let t = plan_text_with(&a, 131072, &opts);
         assert_eq!(
             t,
-            "hugetune-plan 1\nthreshold 131072\nlayout round-up\nfork-safe thp\n\
+            "hugetune-plan 1\nthreshold 131072\nlayout round-up\nfork-safe thp\nmapped thp\n\
              pool hugetlb-2m 64\nheap-large hugetlb-2m\nheap-small arena hugetlb-2m 1073741824\n"
         );
         // The arena needs no glibc tunable; the tunable form is THP only.
@@ -275,9 +287,17 @@ mod tests {
         let forks = ProgramTraits {
             forks: true,
             fork_children: 1,
+            ..ProgramTraits::default()
         };
         let text = plan_text_with(&a, 131072, &PlanOptions::for_program(&forks));
         assert!(text.contains("\nfork-safe thp\n"), "{text}");
+        assert!(!text.contains("mapped"), "{text}");
+        let cuts = ProgramTraits {
+            mapping_cuts: 2,
+            ..ProgramTraits::default()
+        };
+        let text = plan_text_with(&a, 131072, &PlanOptions::for_program(&cuts));
+        assert!(text.contains("\nmapped thp\n"), "{text}");
         let text = plan_text_with(
             &a,
             131072,

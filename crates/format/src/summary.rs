@@ -150,6 +150,22 @@ pub struct Summary {
     pub owned: Owned,
     #[serde(rename = "static")]
     pub static_ranges: StaticSection,
+    /// The program's own mappings the library backed at mmap time.
+    pub mapped: Mapped,
+}
+
+/// `mapped`: the program's own anonymous mappings (apply mode).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Mapped {
+    pub mappings: u64,
+    pub hugetlb_mappings: u64,
+    pub thp_mappings: u64,
+    pub disowned: u64,
+    /// AnonHugePages over THP-backed mappings (live at the summary, or read at
+    /// their munmap): what the kernel really gave.
+    pub thp_verified_bytes: u64,
+    pub ranges: Vec<RangeEntry>,
 }
 
 impl Summary {
@@ -202,6 +218,13 @@ impl Summary {
         for r in &self.static_ranges.ranges {
             push(hex(&r.start), r.bytes, format!("static {}", r.backing));
         }
+        for r in &self.mapped.ranges {
+            push(
+                hex(&r.start),
+                r.bytes,
+                format!("{} {} (the program's own mapping)", r.category, r.backing),
+            );
+        }
         out.sort_by_key(|r| r.start);
         out
     }
@@ -236,7 +259,10 @@ impl Summary {
 
     /// What was really huge: hugetlb bytes plus THP bytes verified in smaps.
     pub fn huge_bytes(&self) -> u64 {
-        self.hugetlb_2m_bytes() + self.hugetlb_1g_bytes() + self.thp_verified_bytes()
+        self.hugetlb_2m_bytes()
+            + self.hugetlb_1g_bytes()
+            + self.thp_verified_bytes()
+            + self.mapped.thp_verified_bytes
     }
 
     /// The plan was refused (apply mode only).

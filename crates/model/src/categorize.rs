@@ -23,7 +23,14 @@ pub struct Site {
 #[serde(rename_all = "kebab-case")]
 pub enum AllocVia {
     Malloc,
+    /// A mapping the runtime library cannot back (file, shared, fixed, PROT_NONE
+    /// reservation, ...): `other`.
     Mmap,
+    /// An anonymous private read-write mapping of the program's own
+    /// (`Record::is_backable_mapping`): heap-large from the threshold on, like a
+    /// malloc'd block, and backed by the runtime library at mmap time with the
+    /// same head + tail layout (docs/model.md §1).
+    MmapAnon,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -279,8 +286,10 @@ impl Categorizer {
     fn category_of(&self, via: AllocVia, size: u64) -> Category {
         match via {
             AllocVia::Mmap => Category::Other,
-            AllocVia::Malloc if size >= self.threshold => Category::HeapLarge,
+            AllocVia::Malloc | AllocVia::MmapAnon if size >= self.threshold => Category::HeapLarge,
             AllocVia::Malloc => Category::HeapSmall,
+            // A small mapping of the program's own holds no malloc'd objects.
+            AllocVia::MmapAnon => Category::Other,
         }
     }
 
@@ -410,22 +419,30 @@ impl Categorizer {
                     .live
                     .range(lo..hi)
                     .map(|(_, &id)| id)
-                    .filter(|&id| self.objects[id as usize].via == Some(AllocVia::Mmap))
+                    .filter(|&id| {
+                        matches!(
+                            self.objects[id as usize].via,
+                            Some(AllocVia::Mmap | AllocVia::MmapAnon)
+                        )
+                    })
                     .collect();
                 for id in mapped {
                     self.death(seq, id);
                 }
             }
             AllocOp::Mremap { old, addr, len } => {
-                let site = self
-                    .live
-                    .get(&old)
-                    .map(|&id| self.objects[id as usize].site);
-                if let Some(&id) = self.live.get(&old) {
+                // The moved mapping keeps its site and kind (the runtime library
+                // keeps a backed mapping's backing where the kernel moves it).
+                let prev = self.live.get(&old).map(|&id| {
+                    let o = &self.objects[id as usize];
+                    (id, o.site, o.via)
+                });
+                if let Some((id, _, _)) = prev {
                     self.death(seq, id);
                 }
                 if addr != u64::MAX {
-                    self.birth(seq, addr, len, AllocVia::Mmap, site.flatten());
+                    let via = prev.and_then(|p| p.2).unwrap_or(AllocVia::Mmap);
+                    self.birth(seq, addr, len, via, prev.and_then(|p| p.1));
                 }
             }
         }
@@ -575,6 +592,59 @@ mod tests {
             },
         });
         assert_eq!(c.classify(0x10_0100), Some(OBJ_OTHER));
+    }
+
+    #[test]
+    fn backable_mappings_are_heap_large_by_size_and_die_by_munmap() {
+        let mut c = Categorizer::new(AddressSpace::default(), 128 * 1024);
+        let map = |seq, addr, size, via| AllocEvent {
+            seq,
+            op: AllocOp::Alloc {
+                addr,
+                size,
+                via,
+                site: Some(Site {
+                    module: 0,
+                    offset: 0x40,
+                }),
+            },
+        };
+        c.apply(&map(1, 0x4000_0000, 16 << 20, AllocVia::MmapAnon));
+        c.apply(&map(2, 0x8000_0000, 16 << 20, AllocVia::Mmap));
+        c.apply(&map(3, 0x9000_0000, 64 << 10, AllocVia::MmapAnon));
+        let cat = |c: &mut Categorizer, a| {
+            let id = c.classify(a).unwrap();
+            c.object(id).category
+        };
+        assert_eq!(cat(&mut c, 0x4000_1000), Category::HeapLarge);
+        assert_eq!(cat(&mut c, 0x8000_1000), Category::Other);
+        assert_eq!(cat(&mut c, 0x9000_1000), Category::Other);
+        assert_eq!(c.peak_owned_frames(), 8);
+        assert_eq!(c.heap_large_sites()[0].1, 16 << 20);
+        // free() of a mapping's address is not its end; munmap is.
+        c.apply(&AllocEvent {
+            seq: 4,
+            op: AllocOp::Free { addr: 0x4000_0000 },
+        });
+        assert_eq!(cat(&mut c, 0x4000_1000), Category::HeapLarge);
+        c.apply(&AllocEvent {
+            seq: 5,
+            op: AllocOp::Mremap {
+                old: 0x4000_0000,
+                addr: 0x5000_0000,
+                len: 32 << 20,
+            },
+        });
+        assert_eq!(cat(&mut c, 0x5000_1000), Category::HeapLarge);
+        c.apply(&AllocEvent {
+            seq: 6,
+            op: AllocOp::Munmap {
+                addr: 0x5000_0000,
+                len: 32 << 20,
+            },
+        });
+        assert_eq!(cat(&mut c, 0x5000_1000), Category::Other);
+        assert_eq!(c.peak_owned_frames(), 16);
     }
 
     #[test]

@@ -64,6 +64,12 @@ pub struct ProgramTraits {
     /// Children seen forking in the profile (0 when only failed forks were seen).
     #[serde(default)]
     pub fork_children: u64,
+    /// How often the program cut one of its own mappings (partial munmap,
+    /// mremap, `MAP_FIXED` over part, mprotect or madvise of part) where a
+    /// hugetlb backing would have to be copied away first. Non-zero: its
+    /// mappings get THP (plan `mapped thp`), which the kernel splits safely.
+    #[serde(default)]
+    pub mapping_cuts: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +100,99 @@ impl PlanDecision {
 fn uses_hugetlb(p: &Prediction) -> bool {
     p.assignments.iter().any(|&(_, b)| b.uses_pool())
         || p.sites.iter().any(|s| s.backing.uses_pool())
+}
+
+/// What hugetune cannot back in a category, and what would (None: a directive
+/// can back it).
+fn unbackable(c: Category) -> Option<&'static str> {
+    match c {
+        Category::Stack => Some(
+            "no directive backs stacks; THP `always` would (transparent_hugepage/enabled), \
+             as would a thread stack the program maps itself",
+        ),
+        Category::Other => Some(
+            "file-backed, shared or reserved mappings and memory of allocators hugetune does \
+             not see; THP `always` would back their anonymous private part, file data needs \
+             hugetlbfs or tmpfs with huge=",
+        ),
+        Category::Static | Category::HeapSmall | Category::HeapLarge => None,
+    }
+}
+
+/// Where the TLB misses are (the modelled page walks with 4 KB pages): the
+/// share in memory hugetune cannot back, per category with what would back it,
+/// and the share it can. Said whenever a plan is empty.
+pub fn miss_shares_text(sig: &Significance) -> String {
+    let total: u64 = sig.walks_by_category.iter().map(|&(_, w)| w).sum();
+    if sig.walks_by_category.is_empty() {
+        return "where the TLB misses are is not known: the profile was stored before hugetune \
+                counted them per category (analyze it again)"
+            .into();
+    }
+    if total == 0 {
+        return "the model predicts no TLB misses with 4 KB pages".into();
+    }
+    let pct = |w: u64| 100.0 * w as f64 / total as f64;
+    // Categories under 0.05 % would print as 0.0 %: left out.
+    let mut walks: Vec<(Category, u64)> = sig
+        .walks_by_category
+        .iter()
+        .copied()
+        .filter(|&(_, w)| pct(w) >= 0.05)
+        .collect();
+    walks.sort_by_key(|w| std::cmp::Reverse(w.1));
+    let cannot: Vec<String> = walks
+        .iter()
+        .filter_map(|&(c, w)| {
+            unbackable(c).map(|what| format!("{c}: {:.1} % of misses — {what}", pct(w)))
+        })
+        .collect();
+    let can: Vec<String> = walks
+        .iter()
+        .filter(|&&(c, _)| unbackable(c).is_none())
+        .map(|&(c, w)| format!("{c} {:.1} %", pct(w)))
+        .collect();
+    let cannot_w: u64 = sig
+        .walks_by_category
+        .iter()
+        .filter(|&&(c, _)| unbackable(c).is_some())
+        .map(|&(_, w)| w)
+        .sum();
+    let mut s = format!(
+        "TLB misses with 4 KB pages: {:.1} % in memory hugetune cannot back",
+        pct(cannot_w)
+    );
+    if !cannot.is_empty() {
+        s += &format!(" ({})", cannot.join("; "));
+    }
+    s += &format!(", {:.1} % in memory it can back", pct(total - cannot_w));
+    if !can.is_empty() {
+        s += &format!(" ({})", can.join(", "));
+    }
+    s
+}
+
+/// Why the program's own mappings take THP where the chosen mapping says
+/// hugetlb (plan `mapped thp`): the profile saw them cut.
+fn mapped_thp_reason(p: &Prediction, program: &ProgramTraits) -> Option<String> {
+    let hugetlb_large = p
+        .assignments
+        .iter()
+        .any(|&(c, b)| c == Category::HeapLarge && b.uses_pool())
+        || p.sites.iter().any(|s| s.backing.uses_pool());
+    (program.mapping_cuts > 0 && hugetlb_large).then(|| {
+        format!(
+            "the program's own mappings: THP (MADV_HUGEPAGE) instead of hugetlb: the profile \
+             shows {} {} of them (partial munmap, mremap, MAP_FIXED, mprotect or madvise of \
+             part), which the kernel splits safely on THP; hugetlb stays for malloc'd blocks",
+            program.mapping_cuts,
+            if program.mapping_cuts == 1 {
+                "cut"
+            } else {
+                "cuts"
+            }
+        )
+    })
 }
 
 fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Result<(), String> {
@@ -184,6 +283,27 @@ pub fn choose(
 /// saving counts times its confidence; per-site choices are combined within the
 /// pool (a multiple-choice knapsack) when that beats every analysed mapping.
 pub fn choose_with(
+    preds: &[Prediction],
+    sig: &Significance,
+    avail: &Availability,
+    program: &ProgramTraits,
+    native_seconds: f64,
+    policy: &Policy,
+) -> PlanDecision {
+    let mut d = choose_core(preds, sig, avail, program, native_seconds, policy);
+    // An empty plan always says where the misses are: the last reason (the one
+    // `plan` shows without --explain) gets it.
+    if d.assignments.is_empty() && d.sites.is_empty() {
+        let shares = miss_shares_text(sig);
+        match d.reasons.last_mut() {
+            Some(last) => *last = format!("{last}. {shares}"),
+            None => d.reasons.push(shares),
+        }
+    }
+    d
+}
+
+fn choose_core(
     preds: &[Prediction],
     sig: &Significance,
     avail: &Availability,
@@ -335,6 +455,7 @@ pub fn choose_with(
             k.label,
             k.saving_ns / 1e6
         ));
+        reasons.extend(mapped_thp_reason(&k, program));
         return PlanDecision {
             assignments: k.assignments.clone(),
             sites: k.sites.clone(),
@@ -351,6 +472,7 @@ pub fn choose_with(
         best.hugetlb_pages,
         best.thp_pages
     ));
+    reasons.extend(mapped_thp_reason(best, program));
     PlanDecision {
         assignments: best.assignments.clone(),
         sites: best.sites.clone(),
@@ -505,6 +627,7 @@ pub(crate) mod tests {
             faults_per_s: 0.0,
             passes,
             source: "model".into(),
+            walks_by_category: vec![(Category::HeapLarge, 600), (Category::Stack, 400)],
         }
     }
 
@@ -627,6 +750,85 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_empty_plan_says_where_the_misses_are() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        // Significance fails: nothing planned, and the last reason names the
+        // stack's share and what would back it.
+        let d = choose(
+            &preds(),
+            &sig(false),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(d.assignments.is_empty());
+        let last = d.reasons.last().unwrap();
+        assert!(last.starts_with("significance test failed"), "{last}");
+        assert!(
+            last.contains("40.0 % in memory hugetune cannot back (stack: 40.0 % of misses — no directive backs stacks; THP `always` would"),
+            "{last}"
+        );
+        assert!(
+            last.contains("60.0 % in memory it can back (heap-large 60.0 %)"),
+            "{last}"
+        );
+        // A plan that backs something says nothing of the kind.
+        let d = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(!d.assignments.is_empty());
+        assert!(!d.reasons.iter().any(|r| r.contains("cannot back")));
+        // Other memory and an old profile.
+        let mut s = sig(false);
+        s.walks_by_category = vec![(Category::Other, 627), (Category::HeapSmall, 373)];
+        assert!(miss_shares_text(&s).contains("other: 62.7 % of misses — file-backed"));
+        s.walks_by_category.clear();
+        assert!(miss_shares_text(&s).contains("analyze it again"));
+    }
+
+    #[test]
+    fn programs_that_cut_their_mappings_are_told_why_those_get_thp() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        let cuts = ProgramTraits {
+            mapping_cuts: 3,
+            ..ProgramTraits::default()
+        };
+        let d = choose(&preds(), &sig(true), &avail, &cuts, 1.0, 0.01);
+        assert!(d.hugetlb_pages() > 0, "{:?}", d.reasons);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("THP (MADV_HUGEPAGE) instead of hugetlb")
+                    && r.contains("3 cuts")),
+            "{:?}",
+            d.reasons
+        );
+        let d = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(!d.reasons.iter().any(|r| r.contains("own mappings")));
+    }
+
+    #[test]
     fn programs_that_fork_get_thp_instead_of_private_hugetlb() {
         let avail = Availability {
             hugetlb_2m_free: 1000,
@@ -636,6 +838,7 @@ pub(crate) mod tests {
         let forks = ProgramTraits {
             forks: true,
             fork_children: 3,
+            ..ProgramTraits::default()
         };
         let d = choose(&preds(), &sig(true), &avail, &forks, 1.0, 0.01);
         assert_eq!(d.assignments, vec![(Category::HeapLarge, Backing::Thp2m)]);

@@ -23,6 +23,11 @@ pub struct Significance {
     pub passes: bool,
     /// "model" when the rates are model estimates, "pmu" when counted.
     pub source: String,
+    /// The modelled page walks with all data on 4 KB pages, per category with
+    /// any: where the misses are, which an empty plan explains
+    /// (`plan::miss_shares_text`). Empty in profiles stored before it existed.
+    #[serde(default)]
+    pub walks_by_category: Vec<(Category, u64)>,
 }
 
 /// Significance test on the all-small mapping over the native run time.
@@ -36,6 +41,11 @@ pub fn significance(result: &AnalysisResult, native_seconds: f64) -> Significanc
         faults_per_s: faults,
         passes: tlb >= SIG_TLB_MISSES_PER_S || faults >= SIG_FAULTS_PER_S,
         source: "model".into(),
+        walks_by_category: Category::ALL
+            .iter()
+            .map(|&c| (c, result.all_small().category_total(c).walks))
+            .filter(|&(_, w)| w > 0)
+            .collect(),
     }
 }
 

@@ -146,7 +146,8 @@ fn seed_summary() -> serde_json::Value {
         "native_s": 0.05,
         "threshold": 131072,
         "significance": Significance {
-            tlb_misses_per_s: 1e6, faults_per_s: 1e4, passes: true, source: "model".into()
+            tlb_misses_per_s: 1e6, faults_per_s: 1e4, passes: true, source: "model".into(),
+            walks_by_category: vec![]
         },
         "program": {"forks": false, "fork_children": 0},
         "mrc": {"4k": curve, "2m": curve, "1g": curve},

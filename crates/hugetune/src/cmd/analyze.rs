@@ -123,6 +123,10 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
             "fails: huge pages cannot help much"
         }
     );
+    println!(
+        "misses        {}",
+        hugetune_model::plan::miss_shares_text(sig)
+    );
     if let Some(x) = an.result.sampling.as_ref().filter(|x| x.kind == "time") {
         println!(
             "sampled    time : one reference in {} (perf), {} samples; TLB misses under the independent reference model (docs/model.md §3.2)",

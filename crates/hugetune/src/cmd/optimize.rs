@@ -518,6 +518,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let program = ProgramTraits {
         forks: an.program.forks || sizing.program.forks,
         fork_children: an.program.fork_children.max(sizing.program.fork_children),
+        mapping_cuts: an.program.mapping_cuts.max(sizing.program.mapping_cuts),
     };
     if program.forks {
         stages::note(format!(

@@ -532,6 +532,7 @@ pub fn analyze_sampled(
         program: ProgramTraits {
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
+            mapping_cuts: inputs.mapping_cuts,
         },
         frequency: None,
         mrc: mrcs

@@ -129,6 +129,7 @@ fn from_log(log: &AllocLog) -> LogView {
         program: ProgramTraits {
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
+            mapping_cuts: inputs.mapping_cuts,
         },
         sites: super::sites(&cat, &inputs.modules),
         threshold: inputs.threshold,

@@ -100,6 +100,7 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -
         out.heap_small_peak_bytes += c.stats()[Category::HeapSmall.index()].peak_live_bytes;
         out.program.forks |= inputs.forks;
         out.program.fork_children += inputs.children.len() as u64;
+        out.program.mapping_cuts += inputs.mapping_cuts;
     }
     Ok(out)
 }

@@ -213,6 +213,7 @@ pub fn analyze(
         program: ProgramTraits {
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
+            mapping_cuts: inputs.mapping_cuts,
         },
         mrc: mrc.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         errors,
