@@ -430,6 +430,7 @@ mod tests {
                     faults_per_s: 1.0,
                     passes: true,
                     source: "model".into(),
+                    walks_by_category: vec![],
                 },
                 native_s: 1.0,
                 threshold: 4096,
