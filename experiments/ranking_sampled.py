@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""Ranking error of *sampled* profiles (issue 18): each workload of the ranking run
+(experiments/results/ranking.jsonl: its measured PMBs) profiled again the way
+`optimize` does by default (fixed-size sample with a reference budget), analysed,
+and its predicted PMBs set against the same measured ones. The measured side does
+not depend on the profile, so it is reused, not re-measured."""
+import json, os, subprocess, sys, math
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H = os.environ.get("HUGETUNE", os.path.join(ROOT, "target", "release", "hugetune"))
+W = os.environ.get("WORK", os.path.join(ROOT, "target", "release", "hugetune-work"))
+BUDGET = os.environ.get("BUDGET", "20000000")
+OUT = "/var/tmp/hugetune-ranking-sampled"
+os.makedirs(OUT, exist_ok=True)
+res = os.path.join(ROOT, "experiments/results/ranking.jsonl")
+out = open(os.environ.get("RESULTS", os.path.join(ROOT, "experiments", "results", "ranking-sampled.jsonl")), "a")
+for line in open(res):
+    w = json.loads(line)
+    name = w["name"]
+    cmd = [W] + w["command"][1:]
+    b = os.path.join(OUT, name + ".htb")
+    if not os.path.exists(b):
+        r = subprocess.run([H, "record", "--refs", "qemu", "--max-refs", BUDGET, "-o", b, "--"] + cmd,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ, HUGETUNE_PROGRESS="0"))
+        if r.returncode != 0:
+            print(name, "record failed", r.stderr[-500:]); continue
+    r = subprocess.run([H, "analyze", "--json", "--no-db", "--max-refs", BUDGET, b],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(name, "analyze failed", r.stderr[-500:]); continue
+    a = json.loads(r.stdout)
+    pred = {p["label"]: p for p in a["predictions"]}
+    pairs = []
+    for m in w["mappings"]:
+        p = pred.get(m["label"])
+        if p is None:
+            continue
+        pairs.append([m["label"], p["saving_ns"], m["predicted_pmb"], m["measured_pmb"], p["predicted_speedup"], m["measured_speedup"]])
+    # PMB among the mappings compared, as `hugetune rank` computes it.
+    top = max(x[1] for x in pairs)
+    for x in pairs:
+        x[1] = 100.0 * max(x[1], 0.0) / top if top > 0 else 0.0
+    err_s = sum(abs(x[1] - x[3]) for x in pairs) / len(pairs)
+    err_c = sum(abs(x[2] - x[3]) for x in pairs) / len(pairs)
+    best_s = max(pairs, key=lambda x: x[1])[0]
+    best_c = max(pairs, key=lambda x: x[2])[0]
+    best_m = max(pairs, key=lambda x: x[3])[0]
+    bs = [x for x in pairs if x[0] == best_s][0]
+    rec = {"name": name, "sampled_error": err_s, "complete_error": err_c, "best_sampled": best_s,
+           "best_complete": best_c, "best_measured": best_m, "mappings": len(pairs),
+           "pred_speedup_best": bs[4], "meas_speedup_best": bs[5], "refs": a["meta"]["refs"],
+           "sampling": a["meta"]["ref_sampling"], "native_s": a["meta"]["native"]["wall_s"]}
+    out.write(json.dumps(rec) + "\n"); out.flush()
+    print(f"{name:28s} sampled {err_s:6.2f} complete {err_c:6.2f} best {best_s} / {best_c} / measured {best_m}  pred {bs[4]:.2f} meas {bs[5]:.2f}", flush=True)
