@@ -1,5 +1,6 @@
 //! `hugetune demo`: the main job. Optimizes the built-in dependent random walk over
-//! 1 GiB, profiled on a small training size, reserving the pages it needs.
+//! 1 GiB, profiled on that walk itself (sampled within the profile budget, so the
+//! prediction is for the run that is measured), reserving the pages it needs.
 
 use super::optimize::{self, Options};
 use crate::{stages, Ctx};
@@ -10,9 +11,10 @@ pub struct Args {
     /// Size of the walk that is measured
     #[arg(long = "walk-size", alias = "size", default_value = "1G")]
     size: String,
-    /// Size of the walk that is profiled (the training input)
-    #[arg(long, default_value = "32M")]
-    train_size: String,
+    /// Profile a walk of this size instead (a training input: the prediction is
+    /// then an extrapolation); default: the measured walk itself, sampled
+    #[arg(long)]
+    train_size: Option<String>,
     /// Fewest baseline and optimized runs each (5 + 5 lets the exact test tolerate
     /// one outlier); up to 10 while the speedup's confidence interval is wider than 5 %
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -38,7 +40,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     }
     let opts = Options {
         command: cmd(&a.size),
-        profile_command: cmd(&a.train_size),
+        profile_command: cmd(a.train_size.as_deref().unwrap_or(&a.size)),
         runs: hugetune_capture::ab::RunCount {
             min: a.runs as usize,
             max: (a.runs as usize).max(10),
