@@ -81,14 +81,14 @@ pub fn launcher_of(argv: &[OsString]) -> Option<PathBuf> {
     is_launcher_name(&base(&i)).then_some(p)
 }
 
-/// Shell words of a `-c` string up to the first command separator, with
-/// leading variable assignments and `exec` dropped: the command it runs first.
-fn first_shell_command(s: &str) -> Vec<OsString> {
-    let cut = s.find([';', '&', '|', '\n', '(', ')']).unwrap_or(s.len());
+/// Words of a shell-like string: split on whitespace, with single and double
+/// quotes; the flag is set when a quote is left open (the words then run to the
+/// end). `--profile-cmd` and the `-c` strings of shells are read with it.
+pub fn shell_words(s: &str) -> (Vec<String>, bool) {
     let mut words = Vec::new();
     let mut cur = String::new();
     let (mut quote, mut in_word) = (None, false);
-    for c in s[..cut].chars() {
+    for c in s.chars() {
         match (quote, c) {
             (Some(q), c) if c == q => quote = None,
             (Some(_), c) => cur.push(c),
@@ -111,6 +111,14 @@ fn first_shell_command(s: &str) -> Vec<OsString> {
     if in_word {
         words.push(cur);
     }
+    (words, quote.is_some())
+}
+
+/// Shell words of a `-c` string up to the first command separator, with
+/// leading variable assignments and `exec` dropped: the command it runs first.
+fn first_shell_command(s: &str) -> Vec<OsString> {
+    let cut = s.find([';', '&', '|', '\n', '(', ')']).unwrap_or(s.len());
+    let (words, _) = shell_words(&s[..cut]);
     let skip = words
         .iter()
         .take_while(|w| {

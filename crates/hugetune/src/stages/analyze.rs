@@ -122,6 +122,37 @@ pub struct SiteSummary {
     pub allocations: u64,
 }
 
+/// Every mapping's prediction and sampling error, per-site mappings named by
+/// their modules (for labels and `site` directives); the errors were computed
+/// under the model's labels, so they are relabelled alike.
+pub(super) fn named_predictions(
+    result: &AnalysisResult,
+    cost: &CostModel,
+    native_s: f64,
+    modules: &[String],
+) -> (Vec<Prediction>, Vec<PredictionError>) {
+    let mut predictions = rank::predictions(result, cost, native_s);
+    let mut errors = rank::sampling_errors(result, cost, native_s);
+    for p in predictions.iter_mut().filter(|p| !p.sites.is_empty()) {
+        for s in &mut p.sites {
+            s.module = modules
+                .get(s.site.module as usize)
+                .cloned()
+                .unwrap_or_default();
+        }
+        p.label = rank::site_label(&p.sites);
+    }
+    for e in &mut errors {
+        if let Some(p) = predictions
+            .iter()
+            .find(|p| !p.sites.is_empty() && e.label == unnamed_site_label(p))
+        {
+            e.label = p.label.clone();
+        }
+    }
+    (predictions, errors)
+}
+
 pub(super) fn sites(cat: &Categorizer, modules: &[String]) -> Vec<SiteSummary> {
     let mut acc: Vec<SiteSummary> = Vec::new();
     for o in cat.objects() {
@@ -496,29 +527,7 @@ pub fn analyze_sampled(
         );
     }
     let native_s = b.meta.native.wall_s;
-    let mut predictions = rank::predictions(&result, cost, native_s);
-    let mut errors = rank::sampling_errors(&result, cost, native_s);
-    // Name the modules of per-site mappings, for labels and `site` directives.
-    for p in predictions.iter_mut().filter(|p| !p.sites.is_empty()) {
-        for s in &mut p.sites {
-            s.module = inputs
-                .modules
-                .get(s.site.module as usize)
-                .cloned()
-                .unwrap_or_default();
-        }
-        p.label = rank::site_label(&p.sites);
-    }
-    // The errors were computed under the model's labels: the same order of
-    // work, so relabel them alike.
-    for e in &mut errors {
-        if let Some(p) = predictions
-            .iter()
-            .find(|p| !p.sites.is_empty() && e.label == unnamed_site_label(p))
-        {
-            e.label = p.label.clone();
-        }
-    }
+    let (predictions, errors) = named_predictions(&result, cost, native_s, &inputs.modules);
     let significance = rank::significance(&result, native_s);
     Ok(Analysis {
         sites: sites(&cat, &inputs.modules),

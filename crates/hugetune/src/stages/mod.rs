@@ -53,40 +53,14 @@ pub fn strings(argv: &[OsString]) -> Vec<String> {
 /// Splits a shell-like command string (for `--profile-cmd "CMD ARGS"`): words on
 /// whitespace, with single and double quotes.
 pub fn split_command(s: &str) -> Result<Vec<OsString>> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut quote: Option<char> = None;
-    for c in s.chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => cur.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                in_word = true;
-            }
-            (None, c) if c.is_whitespace() => {
-                if in_word {
-                    out.push(OsString::from(std::mem::take(&mut cur)));
-                    in_word = false;
-                }
-            }
-            (None, c) => {
-                cur.push(c);
-                in_word = true;
-            }
-        }
-    }
-    if quote.is_some() {
+    let (words, open_quote) = hugetune_capture::launcher::shell_words(s);
+    if open_quote {
         bail!("unbalanced quote in command '{s}'");
     }
-    if in_word {
-        out.push(OsString::from(cur));
-    }
-    if out.is_empty() {
+    if words.is_empty() {
         bail!("empty command");
     }
-    Ok(out)
+    Ok(words.into_iter().map(OsString::from).collect())
 }
 
 /// The program `argv` runs: its executable and build-id. A launcher's

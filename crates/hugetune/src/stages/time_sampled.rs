@@ -12,7 +12,7 @@
 //! at an address wins; peak huge pages are those of every heap-large object
 //! ever allocated, an upper bound for programs that free and reallocate).
 
-use super::{note, sites, unnamed_site_label, Analysis, SampleOptions};
+use super::{note, sites, Analysis, SampleOptions};
 use anyhow::{bail, Context, Result};
 use hugetune_capture::inputs::inputs_from_log;
 use hugetune_format::alloclog::AllocLog;
@@ -180,26 +180,8 @@ pub fn analyze(
         }),
     };
     let native_s = b.meta.native.wall_s;
-    let mut predictions = rank::predictions(&result, cost, native_s);
-    let mut errors = rank::sampling_errors(&result, cost, native_s);
-    for p in predictions.iter_mut().filter(|p| !p.sites.is_empty()) {
-        for s in &mut p.sites {
-            s.module = inputs
-                .modules
-                .get(s.site.module as usize)
-                .cloned()
-                .unwrap_or_default();
-        }
-        p.label = rank::site_label(&p.sites);
-    }
-    for e in &mut errors {
-        if let Some(p) = predictions
-            .iter()
-            .find(|p| !p.sites.is_empty() && e.label == unnamed_site_label(p))
-        {
-            e.label = p.label.clone();
-        }
-    }
+    let (predictions, errors) =
+        super::analyze::named_predictions(&result, cost, native_s, &inputs.modules);
     let significance = rank::significance(&result, native_s);
     Ok(Analysis {
         sites: sites(&cat, &inputs.modules),
