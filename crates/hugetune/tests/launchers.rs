@@ -195,7 +195,7 @@ fn mpirun_ranks_are_recorded_and_applied() {
         "2",
         bin,
         "32",
-        "300000",
+        "2000000",
     ];
     let mut args = vec![
         "optimize",
