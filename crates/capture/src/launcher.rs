@@ -128,8 +128,26 @@ fn first_shell_command(s: &str) -> Vec<OsString> {
                 })
         })
         .count();
-    words.into_iter().skip(skip).map(OsString::from).collect()
+    let words: Vec<OsString> = words.into_iter().skip(skip).map(OsString::from).collect();
+    // The shell runs its builtins itself (`test`, `exit`, `cd`, ...): no program
+    // is exec'd first, even where a binary of the same name exists.
+    if words
+        .first()
+        .is_some_and(|w| SHELL_BUILTINS.contains(&w.to_string_lossy().as_ref()))
+    {
+        return Vec::new();
+    }
+    words
 }
+
+/// POSIX special and regular builtins, and bash's common ones: the first word of
+/// a `-c` string that the shell runs without an exec.
+const SHELL_BUILTINS: &[&str] = &[
+    ":", ".", "[", "alias", "bg", "break", "builtin", "cd", "command", "continue", "declare",
+    "echo", "eval", "exit", "export", "false", "fg", "getopts", "hash", "jobs", "kill", "let",
+    "local", "printf", "pwd", "read", "readonly", "return", "set", "shift", "source", "test",
+    "times", "trap", "true", "type", "typeset", "ulimit", "umask", "unalias", "unset", "wait",
+];
 
 /// The arguments after a launcher's options: options in `with_arg` take the
 /// next argument (unless written `--opt=value`), `positional` more arguments

@@ -67,19 +67,18 @@ pub fn split_command(s: &str) -> Result<Vec<OsString>> {
 /// command (`bash -c`, `mpirun -np 2`, …) is the program it starts, read from
 /// its arguments (docs/launchers.md); `record` confirms it with what ran.
 pub fn program_of(argv: &[OsString]) -> Result<Program> {
-    let guessed;
-    let argv = if launcher::launcher_of(argv).is_some() {
-        guessed = launcher::guess_program(argv).with_context(|| {
-            format!(
-                "`{}` is a launcher whose arguments do not say which program it starts; profile the program directly, or run the launcher on it in a form hugetune reads (`bash -c 'PROGRAM ARGS'`; docs/launchers.md)",
-                display_cmd(argv)
-            )
-        })?;
-        &guessed[..]
-    } else {
-        argv
-    };
-    program_at(argv.first().context("empty command")?)
+    let first = argv.first().context("empty command")?;
+    if launcher::launcher_of(argv).is_none() {
+        return program_at(first);
+    }
+    // Where the arguments name no program that exists (a shell builtin first:
+    // `sh -c 'exit 0'`; arguments hugetune does not read), the launcher is what
+    // runs, and it is the identity; a profile confirms what was exec'd and
+    // refuses a launcher that started no program (docs/launchers.md).
+    match launcher::guess_program(argv) {
+        Some(g) if !g.is_empty() => program_at(&g[0]).or_else(|e| program_at(first).map_err(|_| e)),
+        _ => program_at(first),
+    }
 }
 
 /// The identity of the executable `first` names (resolved like execvp).
