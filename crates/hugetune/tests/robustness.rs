@@ -165,8 +165,11 @@ fn check_apply_large(rd: &RunDir, main: &Value, pool: Option<u64>, expect: &Expe
         let hl = &s["categories"]["heap-large"];
         let n = u(&hl["allocations"]);
         // Head+tail layout: blocks below one huge page are owned on 4 KB pages and
-        // never try hugetlb; the others do.
-        let huge_capable = n.saturating_sub(u(&s["layout"]["sub_huge_allocations"]));
+        // never try hugetlb; the others do. The program's own mappings count among
+        // heap-large's allocations, and their sub-huge ones apart.
+        let huge_capable = n
+            .saturating_sub(u(&s["layout"]["sub_huge_allocations"]))
+            .saturating_sub(u(&s["mapped"]["sub_huge_mappings"]));
         if n > 0 {
             assert!(
                 backed_sum(&hl["backed"]) > 0,
