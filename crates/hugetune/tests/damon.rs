@@ -504,7 +504,9 @@ fn optimize_refs_damon_end_to_end() {
     let root = t.path();
     let d = tempfile::tempdir().unwrap();
     let db = d.path().join("h.db");
-    let cmd = randmem(20);
+    // Long enough (about 1.5 s natively) that snapshots land in the walk, not
+    // only in the initialization, when a loaded machine slows the kdamond.
+    let cmd = randmem(60);
     let b = d.path().join("o.htb");
     let k = FakeKdamond::start(root, has_array, array_hot);
     let (code, out, err) = ht(
