@@ -167,21 +167,8 @@ impl Journal {
         // (it read an empty file and reported "not a journal entry" — found by
         // the suite, two tests changing kernel state at once).
         let tmp = self.dir.join(format!(".{name}.tmp"));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .with_context(|| format!("creating the journal entry {}", tmp.display()))?;
-        let write = f
-            .write_all(&serde_json::to_vec(&e)?)
-            .and_then(|_| f.sync_all())
-            .and_then(|_| std::fs::rename(&tmp, &file));
-        if let Err(err) = write {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(err).with_context(|| format!("writing {}", file.display()));
-        }
+        write_private_replacing(&tmp, &file, &serde_json::to_vec(&e)?, true)
+            .with_context(|| format!("writing {}", file.display()))?;
         // The entry's name must survive a crash too.
         if let Ok(d) = std::fs::File::open(&self.dir) {
             let _ = d.sync_all();
@@ -406,6 +393,34 @@ fn undo(u: &Undo) -> Result<String> {
             Ok(format!("unmounted {}", path.display()))
         }
     }
+}
+
+/// Writes `bytes` to `tmp` (created 0600, never through a symlink, never over an
+/// existing file) and renames it to `dest`: readers see the whole file or none.
+/// `sync`: on disk before the rename. `tmp` is removed on failure.
+pub fn write_private_replacing(
+    tmp: &Path,
+    dest: &Path,
+    bytes: &[u8],
+    sync: bool,
+) -> std::io::Result<()> {
+    let r = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            if sync {
+                f.sync_all()?;
+            }
+            std::fs::rename(tmp, dest)
+        });
+    if r.is_err() {
+        let _ = std::fs::remove_file(tmp);
+    }
+    r
 }
 
 #[cfg(test)]

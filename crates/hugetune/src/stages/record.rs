@@ -104,32 +104,25 @@ impl RefOptions {
 
     /// The concrete source: `auto` decided, options checked.
     pub fn resolve(&self, art: &Artifacts) -> Result<Source> {
-        let sampling = match (self.rate, self.max_pages) {
-            (Some(_), Some(_)) => bail!("--rate and --max-pages exclude each other"),
-            (Some(_), None) if self.max_refs.is_some() => {
+        let sampling = match (self.rate, self.max_pages, self.max_refs) {
+            (Some(_), Some(_), _) => bail!("--rate and --max-pages exclude each other"),
+            (Some(_), None, Some(_)) => {
                 bail!("a reference budget needs fixed-size sampling, not --rate")
             }
-            (None, s) if self.max_refs.is_some() => {
-                let max_pages = s.unwrap_or(DEFAULT_MAX_PAGES);
-                match self.max_refs {
-                    Some(0) => bail!("a reference budget of 0 references"),
-                    _ if max_pages == 0 => bail!("--max-pages must be at least 1"),
-                    Some(max_refs) => Sampling::Budget {
-                        max_pages,
-                        max_refs,
-                    },
-                    None => unreachable!("checked by the guard"),
-                }
-            }
-            (Some(r), None) => {
+            (None, _, Some(0)) => bail!("a reference budget of 0 references"),
+            (None, Some(0), _) => bail!("--max-pages must be at least 1"),
+            (None, s, Some(max_refs)) => Sampling::Budget {
+                max_pages: s.unwrap_or(DEFAULT_MAX_PAGES),
+                max_refs,
+            },
+            (Some(r), None, None) => {
                 if !(r > 0.0 && r <= 1.0) {
                     bail!("--rate {r} is not in (0, 1]");
                 }
                 Sampling::Rate(r)
             }
-            (None, Some(0)) => bail!("--max-pages must be at least 1"),
-            (None, Some(s)) => Sampling::MaxPages(s),
-            (None, None) => Sampling::Complete,
+            (None, Some(s), None) => Sampling::MaxPages(s),
+            (None, None, None) => Sampling::Complete,
         };
         let sampling_is_qemus = |what: &str| -> Result<()> {
             if sampling != Sampling::Complete {

@@ -25,7 +25,7 @@ use hugetune_model::rank::{Prediction, Significance};
 use hugetune_store::db::{input_signature, Db, Host};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -331,20 +331,13 @@ fn write_entry(path: &Path, e: &Entry) -> Result<()> {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
-    let r = f
-        .write_all(serde_json::to_string(e)?.as_bytes())
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r.with_context(|| format!("writing {}", path.display()))
+    hugetune_host::journal::write_private_replacing(
+        &tmp,
+        path,
+        serde_json::to_string(e)?.as_bytes(),
+        false,
+    )
+    .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The full look-up (`stored_predictions`), its result written as the entry
