@@ -3,12 +3,20 @@
 (experiments/results/ranking.jsonl: its measured PMBs) profiled again the way
 `optimize` does by default (fixed-size sample with a reference budget), analysed,
 and its predicted PMBs set against the same measured ones. The measured side does
-not depend on the profile, so it is reused, not re-measured."""
+not depend on the profile, so it is reused, not re-measured.
+
+NATIVE=measured (the default) takes the predicted speedups over the measured
+all-small median of that same run (`analyze --native-time`), the baseline the
+measured speedups are taken over; NATIVE=profile over the profile's own native run
+(timed by `record`, on whatever load the machine had then)."""
 import json, os, subprocess, sys, math
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H = os.environ.get("HUGETUNE", os.path.join(ROOT, "target", "release", "hugetune"))
 W = os.environ.get("WORK", os.path.join(ROOT, "target", "release", "hugetune-work"))
 BUDGET = os.environ.get("BUDGET", "20000000")
+NATIVE = os.environ.get("NATIVE", "measured")
+if NATIVE not in ("measured", "profile"):
+    sys.exit("NATIVE must be 'measured' or 'profile'")
 OUT = "/var/tmp/hugetune-ranking-sampled"
 os.makedirs(OUT, exist_ok=True)
 res = os.path.join(ROOT, "experiments/results/ranking.jsonl")
@@ -23,7 +31,13 @@ for line in open(res):
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ, HUGETUNE_PROGRESS="0"))
         if r.returncode != 0:
             print(name, "record failed", r.stderr[-500:]); continue
-    r = subprocess.run([H, "analyze", "--json", "--no-db", "--max-refs", BUDGET, b],
+    extra = []
+    if NATIVE == "measured":
+        base = [m for m in w["mappings"] if m["label"] == "all-small"]
+        if not base:
+            print(name, "no all-small baseline"); continue
+        extra = ["--native-time", str(base[0]["measured_median_s"])]
+    r = subprocess.run([H, "analyze", "--json", "--no-db", "--max-refs", BUDGET] + extra + [b],
                        capture_output=True, text=True)
     if r.returncode != 0:
         print(name, "analyze failed", r.stderr[-500:]); continue
@@ -48,6 +62,7 @@ for line in open(res):
     rec = {"name": name, "sampled_error": err_s, "complete_error": err_c, "best_sampled": best_s,
            "best_complete": best_c, "best_measured": best_m, "mappings": len(pairs),
            "pred_speedup_best": bs[4], "meas_speedup_best": bs[5], "refs": a["meta"]["refs"],
-           "sampling": a["meta"]["ref_sampling"], "native_s": a["meta"]["native"]["wall_s"]}
+           "sampling": a["meta"]["ref_sampling"], "native_s": a["meta"]["native"]["wall_s"],
+           "native_from": NATIVE}
     out.write(json.dumps(rec) + "\n"); out.flush()
     print(f"{name:28s} sampled {err_s:6.2f} complete {err_c:6.2f} best {best_s} / {best_c} / measured {best_m}  pred {bs[4]:.2f} meas {bs[5]:.2f}", flush=True)

@@ -124,6 +124,34 @@ fn size_and_report_serve_a_sampled_profile() {
     let (code, out, err) = hugetune(&db, &["analyze", b.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("stored as profile"), "{out}");
+    // --native-time: the predictions are taken over the given native time (the
+    // same saving, a speedup over that time); a bad value is named.
+    let own = analyze(&db, &b, &[]);
+    let quiet = analyze(&db, &b, &["--native-time", "0.25"]);
+    assert_eq!(quiet["meta"]["native"]["wall_s"], 0.25);
+    let p = &quiet["predictions"][0];
+    let (save, speedup) = (
+        p["saving_ns"].as_f64().unwrap(),
+        p["predicted_speedup"].as_f64().unwrap(),
+    );
+    if save > 0.0 && save < 0.25e9 {
+        let want = 0.25e9 / (0.25e9 - save);
+        assert!((speedup - want).abs() < 1e-6 * want, "{speedup} vs {want}");
+    }
+    assert_ne!(own["meta"]["native"]["wall_s"], 0.25);
+    for bad in ["0", "-1", "nan"] {
+        let (code, out, err) = hugetune(
+            &db,
+            &[
+                "analyze",
+                "--no-db",
+                &format!("--native-time={bad}"),
+                b.to_str().unwrap(),
+            ],
+        );
+        assert_ne!(code, 0, "--native-time {bad}: {out}");
+        assert!(err.contains("--native-time"), "{err}");
+    }
     let mut args = vec!["size", "--json", "--", WORK];
     args.extend_from_slice(&kernel);
     let (code, out, err) = hugetune(&db, &args);

@@ -34,9 +34,19 @@ pub struct Args {
     /// further (the highest threshold that keeps no more)
     #[arg(long, value_name = "N", conflicts_with = "exact")]
     max_refs: Option<u64>,
+    /// Take the predicted speedups over this native run time (seconds) instead of
+    /// the profile's own native run, e.g. one timed on a quiet machine: the walk
+    /// overlap is estimated from it too (docs/model.md §4)
+    #[arg(long, value_name = "SECONDS")]
+    native_time: Option<f64>,
 }
 
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    if let Some(t) = a.native_time {
+        if !(t.is_finite() && t > 0.0) {
+            anyhow::bail!("--native-time {t} is not a positive number of seconds");
+        }
+    }
     let m = machine::machine(ctx.tlb.as_deref())?;
     let an = stages::analyze_sampled(
         &a.bundle,
@@ -48,6 +58,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             rate: a.rate,
             seed: a.seed,
             max_refs: a.max_refs,
+            native_s: a.native_time,
         },
     )?;
     let ids = if a.no_db {

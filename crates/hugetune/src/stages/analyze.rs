@@ -78,6 +78,10 @@ pub struct SampleOptions {
     /// A sampled stream: analyse at most about this many of its references, at
     /// the highest threshold that keeps no more (`optimize`'s budget).
     pub max_refs: Option<u64>,
+    /// The native run time the predictions are taken over, instead of the
+    /// profile's own native run (`analyze --native-time`: one timed on a quiet
+    /// machine; the walk overlap, docs/model.md §4, is estimated from it too).
+    pub native_s: Option<f64>,
 }
 
 /// Log-linear buckets of a sample key (the smallest of a reference's page and
@@ -526,12 +530,16 @@ pub fn analyze_sampled(
             path.display()
         );
     }
-    let native_s = b.meta.native.wall_s;
+    let mut meta = b.meta;
+    if let Some(t) = so.native_s {
+        meta.native.wall_s = t;
+    }
+    let native_s = meta.native.wall_s;
     let (predictions, errors) = named_predictions(&result, cost, native_s, &inputs.modules);
     let significance = rank::significance(&result, native_s);
     Ok(Analysis {
         sites: sites(&cat, &inputs.modules),
-        meta: b.meta,
+        meta,
         stream,
         result,
         predictions,
