@@ -584,19 +584,31 @@ fn redis_bgsave_with_hugetlb_heap_and_an_exhausted_pool() {
         .env("HUGETUNE_PLAN", &plan)
         .env("HUGETUNE_SUMMARY", d.path().join("summary.%p.json"))
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(d.path().join("stderr")).unwrap())
         .spawn()
         .unwrap();
     let _track = hugetune_host::kernel_state::track_child(child.id());
+    // Up to 20 s: under a loaded machine (the suite runs binaries in parallel)
+    // redis-server has taken more than 5 s to answer its first ping.
     let mut up = false;
-    for _ in 0..100 {
+    for _ in 0..400 {
         if redis_cli(port, &["ping"]) == "PONG" {
             up = true;
             break;
         }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!(
+                "redis-server exited ({st}) before answering: {}",
+                std::fs::read_to_string(d.path().join("stderr")).unwrap_or_default()
+            );
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(up, "redis-server did not start");
+    assert!(
+        up,
+        "redis-server did not answer on port {port} within 20 s: {}",
+        std::fs::read_to_string(d.path().join("stderr")).unwrap_or_default()
+    );
     // 1.5 M keys: the main dict's tables (12 MiB and more) are owned hugetlb blocks.
     assert_eq!(
         redis_cli(port, &["debug", "populate", "1500000", "key", "100"]),
