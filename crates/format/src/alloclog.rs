@@ -1187,6 +1187,50 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_system_call_log_reads_its_flag_brk_and_fixed_mappings() {
+        let h = Header {
+            syscalls: true,
+            ..v2_header(false, true)
+        };
+        let ev = |kind, seq, addr, size, arg| Record {
+            tid: 7,
+            time_ns: 100 + seq,
+            caller: 0x40_1234,
+            ..rec(kind, seq, addr, size, arg)
+        };
+        let fixed = (PROT_READ_WRITE as u64) << 32 | (MAP_PRIVATE | MAP_ANONYMOUS | 0x10) as u64;
+        let chunks = vec![Chunk {
+            tid: 7,
+            skip: 0,
+            cal: (0, 0),
+            events: vec![
+                (ev(Kind::Brk, 1, 0x4a_0000, 0, 0), vec![]),
+                (ev(Kind::Brk, 2, 0x4c_1000, 0, 0x4c_1000), vec![]),
+                (ev(Kind::Mmap, 3, 0xc0_0000_0000, 4 << 20, fixed), vec![]),
+            ],
+        }];
+        let b = build_log_v2(&h, true, (0, 0), &chunks);
+        let log = AllocLog::parse(&b, Path::new("t.log")).unwrap();
+        assert!(log.header.syscalls);
+        let brk = &log.records[1];
+        assert_eq!(
+            (brk.kind, brk.addr, brk.arg, brk.caller),
+            (Kind::Brk, 0x4c_1000, 0x4c_1000, 0x40_1234)
+        );
+        assert!(brk.has_marker(&log.header));
+        let m = &log.records[2];
+        assert!(m.is_anon_rw_mapping() && !m.is_backable_mapping());
+        // A log without the flag reads as the runtime library's.
+        let b = build_log_v2(&v2_header(false, true), true, (0, 0), &chunks);
+        assert!(
+            !AllocLog::parse(&b, Path::new("t.log"))
+                .unwrap()
+                .header
+                .syscalls
+        );
+    }
+
+    #[test]
     fn v2_without_seqs_is_ordered_by_time_keeping_each_chunk_in_order() {
         let h = v2_header(false, false);
         let ev = |kind, tid, t, addr| Record {
@@ -1412,7 +1456,7 @@ pub(crate) mod tests {
         bad[128 + 40 + 3] = 0x9; // width 9
         assert!(msg(&bad).contains("field width 9"));
         let mut bad = good.clone();
-        bad[56] = 4;
+        bad[56] = 8; // bits 0-2 are SEQ, TSC, SYSCALLS
         assert!(msg(&bad).contains("unknown header flags"));
         let mut bad = good.clone();
         bad[12] = 64;

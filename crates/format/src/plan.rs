@@ -306,6 +306,37 @@ mod tests {
     }
 
     #[test]
+    fn plans_applied_from_outside_say_so_and_use_none_of_the_librarys_mechanisms() {
+        use hugetune_model::categorize::Site;
+        use hugetune_model::plan::ProgramTraits;
+        use hugetune_model::rank::PlannedSite;
+        let outside = ProgramTraits {
+            outside: true,
+            forks: true,
+            mapping_cuts: 2,
+            ..ProgramTraits::default()
+        };
+        let opts = PlanOptions::for_program(&outside).with_sites(&[PlannedSite {
+            site: Site {
+                module: 0,
+                offset: 0x10,
+            },
+            module: "/prog".into(),
+            backing: Backing::Thp2m,
+        }]);
+        let a = [
+            (Category::HeapSmall, Backing::Thp2m),
+            (Category::Static, Backing::Thp2m),
+        ];
+        assert_eq!(
+            plan_text_with(&a, 131072, &opts),
+            "hugetune-plan 1\nthreshold 131072\n# applied from outside the process (the runtime \
+             library cannot enter it): process_madvise(MADV_COLLAPSE) of the planned ranges, THP \
+             only\nheap-small thp-2m\nstatic thp-2m\n"
+        );
+    }
+
+    #[test]
     fn programs_that_fork_get_fork_safe_thp() {
         use hugetune_model::plan::ProgramTraits;
         let a = [(Category::HeapLarge, Backing::Thp2m)];

@@ -693,6 +693,58 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn programs_applied_from_outside_get_thp_only_and_are_told_why() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        let outside = ProgramTraits {
+            outside: true,
+            ..ProgramTraits::default()
+        };
+        let d = choose(&preds(), &sig(true), &avail, &outside, 1.0, 0.01);
+        // heap-large on hugetlb would save more; from outside only THP can be had.
+        assert_eq!(
+            d.assignments,
+            vec![(Category::HeapLarge, Backing::Thp2m)],
+            "{:?}",
+            d.reasons
+        );
+        assert_eq!(d.hugetlb_pages(), 0);
+        assert_eq!(d.reasons[0], OUTSIDE_REASON);
+        assert!(d
+            .reasons
+            .iter()
+            .any(|r| r.starts_with("heap-large: ruled out") && r.contains("THP only")));
+        // The same profile of a program the library enters takes hugetlb.
+        let inside = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(inside.hugetlb_pages() > 0);
+        // A per-site mapping is ruled out from outside.
+        let mut site = preds()[2].clone();
+        site.assignments.clear();
+        site.sites = vec![crate::rank::PlannedSite {
+            site: crate::categorize::Site {
+                module: 0,
+                offset: 0x10,
+            },
+            module: "/prog".into(),
+            backing: Backing::Thp2m,
+        }];
+        assert!(feasible(&site, &avail, &outside)
+            .unwrap_err()
+            .contains("allocation sites"));
+        assert!(feasible(&site, &avail, &ProgramTraits::default()).is_ok());
+    }
+
+    #[test]
     fn picks_hugetlb_when_the_pool_allows_and_drops_tiny_categories() {
         let avail = Availability {
             hugetlb_2m_free: 100,
