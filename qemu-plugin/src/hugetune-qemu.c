@@ -131,7 +131,7 @@ static struct {
     _Atomic uint64_t seq; /* the last sequence number given out */
     int have_exe;
     char *exe;      /* the guest program's path */
-    uint64_t entry; /* its entry point as loaded */
+    uint64_t start_code; /* the lowest address of its executable segments, as loaded */
     /* The chunk being filled: one thread's events. */
     uint32_t tid;
     uint32_t n;
@@ -719,7 +719,7 @@ static void vcpu_syscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, ui
         pthread_mutex_lock(&A.lock);
         if (!A.have_exe) {
             A.exe = qemu_plugin_path_to_binary();
-            A.entry = qemu_plugin_entry_code();
+            A.start_code = qemu_plugin_start_code();
             A.have_exe = 1;
         }
         pthread_mutex_unlock(&A.lock);
@@ -781,7 +781,8 @@ static void vcpu_syscall_ret(qemu_plugin_id_t id, unsigned int vcpu, int64_t num
 
 /* The MODULE event of the guest executable (formats.md §2.8): its PT_LOAD
  * segments from its program headers, its load bias from where qemu put its
- * entry point. Nothing (and a line on stderr) when it cannot be read. */
+ * lowest executable segment. Nothing (and a line on stderr) when it cannot be
+ * read. */
 static void alloc_module(void)
 {
     if (!A.have_exe || !A.exe)
@@ -816,10 +817,12 @@ static void alloc_module(void)
     memset(payload, 0, padded);
     memcpy(payload, A.exe, pl);
     size_t o = padded;
-    uint64_t nseg = 0;
+    uint64_t nseg = 0, min_x = UINT64_MAX;
     for (unsigned i = 0; i < eh.e_phnum; i++) {
         if (ph[i].p_type != PT_LOAD)
             continue;
+        if ((ph[i].p_flags & PF_X) && ph[i].p_vaddr < min_x)
+            min_x = ph[i].p_vaddr;
         put_le64(payload + o, ph[i].p_vaddr);
         put_le64(payload + o + 8, ph[i].p_memsz);
         put_le64(payload + o + 16, ph[i].p_filesz);
@@ -828,7 +831,13 @@ static void alloc_module(void)
         o += 32;
         nseg++;
     }
-    uint64_t bias = A.entry - eh.e_entry;
+    if (min_x == UINT64_MAX || A.start_code == 0) {
+        say("hugetune-qemu: %s has no executable segment qemu reports: its static data is "
+            "not in the allocation record",
+            A.exe);
+        return;
+    }
+    uint64_t bias = A.start_code - min_x;
     alloc_event(host_tid(), HT_K_MODULE, next_seq(), bias, o, nseg, 0, 0, payload, o);
 }
 

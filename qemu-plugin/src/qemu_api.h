@@ -84,9 +84,10 @@ void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
                                             qemu_plugin_vcpu_udata_cb_t cb,
                                             enum qemu_plugin_cb_flags flags, void *userdata);
 /* User mode: the guest program's path as qemu loaded it (g_strdup'd), and the
- * address of its entry point (load bias + e_entry, also with an interpreter). */
+ * lowest address of its executable segments (load bias + that segment's p_vaddr;
+ * the entry point, qemu_plugin_entry_code, is the interpreter's when there is one). */
 char *qemu_plugin_path_to_binary(void);
-uint64_t qemu_plugin_entry_code(void);
+uint64_t qemu_plugin_start_code(void);
 void qemu_plugin_outs(const char *string);
 
 /* The plugin's own exports, checked by QEMU when it loads the plugin. */

@@ -69,7 +69,7 @@ fn go_build(go: &Path, dir: &Path, name: &str, src: &str, cgo_external: bool) ->
     let pkg = dir.join(format!("{name}-src"));
     std::fs::create_dir_all(&pkg).unwrap();
     std::fs::write(pkg.join("main.go"), src).unwrap();
-    std::fs::write(pkg.join("go.mod"), format!("module {name}\n\ngo 1.21\n")).unwrap();
+    std::fs::write(pkg.join("go.mod"), format!("module {name}\n\ngo 1.18\n")).unwrap();
     let exe = dir.join(name);
     // The build cache outlives the test: a cold standard library takes half a minute.
     let cache = std::env::temp_dir().join("hugetune-test-gocache");
@@ -295,6 +295,58 @@ fn the_plugin_records_a_static_programs_system_calls_in_stream_order() {
     assert!(calls.len() >= 8, "{calls:?}");
     assert_eq!(markers, calls);
     assert!(rr.totals().is_some(), "the stream has its END");
+}
+
+#[test]
+fn a_static_pie_programs_load_bias_is_where_qemu_put_it() {
+    let Some(qemu_bin) = qemu_or_skip() else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("g.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nchar big[1 << 20];\nint main(void) { big[0] = 1; printf(\"%lx\\n\", (unsigned long)big); return 0; }\n",
+    )
+    .unwrap();
+    let exe = d.path().join("g");
+    let built = Command::new("gcc")
+        .args(["-O2", "-static-pie", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    let nm = Command::new("nm").arg(&exe).output();
+    let (true, Ok(nm)) = (built, nm) else {
+        eprintln!("SKIPPED: gcc -static-pie or nm is not available");
+        return;
+    };
+    let vaddr = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find(|l| l.ends_with(" big"))
+        .and_then(|l| u64::from_str_radix(l.split_whitespace().next()?, 16).ok())
+        .expect("the symbol big");
+    assert_eq!(preload_barrier(&exe).unwrap(), Some(PreloadBarrier::Static));
+    let log = d.path().join("alloc.log");
+    let out = Command::new(&qemu_bin)
+        .arg("-plugin")
+        .arg(format!(
+            "{PLUGIN},out={},alloc={}",
+            d.path().join("r.raw").display(),
+            log.display()
+        ))
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let runtime = u64::from_str_radix(String::from_utf8_lossy(&out.stdout).trim(), 16).unwrap();
+    let l = AllocLog::read(&log).unwrap();
+    let m = l
+        .modules
+        .iter()
+        .find(|m| Path::new(&m.path) == exe)
+        .unwrap();
+    assert_eq!(m.bias + vaddr, runtime, "bias {:#x}", m.bias);
 }
 
 /// `record` + `analyze` + `plan` of `argv`: the share of modelled 4 KB walks
