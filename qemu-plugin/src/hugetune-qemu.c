@@ -677,7 +677,10 @@ static void alloc_event(uint32_t tid, unsigned kind, uint64_t seq, uint64_t addr
 
 /* A marker reference for event seq, in thread t's stream at this point: counted
  * in the thread's references (seq) like the runtime library's marker loads,
- * and always written. */
+ * and always written. The thread's buffer goes out with it, so that in the file
+ * the marker comes before every chunk another thread writes later: another
+ * thread's references to memory this call mapped are not read before the
+ * mapping (system calls are rare; a write each costs nothing that matters). */
 static void put_marker(struct vthread *t, uint64_t aseq)
 {
     uint64_t addr = ALLOC_MARKERS + (aseq & (ALLOC_MARKER_SPAN - 1));
@@ -686,13 +689,11 @@ static void put_marker(struct vthread *t, uint64_t aseq)
     if (g.mode == M_SIZE) {
         pthread_mutex_lock(&t->lock);
         put_ref(t, addr, 0, seq);
-        if (t->len > BUF_CAP - 2 * HTRS_MAX_REC)
-            full_buffer(t, 1);
+        full_buffer(t, 1);
         pthread_mutex_unlock(&t->lock);
     } else {
         put_ref(t, addr, 0, seq);
-        if (t->len > BUF_CAP - 2 * HTRS_MAX_REC)
-            full_buffer(t, 0);
+        full_buffer(t, 0);
     }
 }
 
