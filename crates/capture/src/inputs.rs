@@ -328,3 +328,109 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
         outside: syscalls,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugetune_format::alloclog::{Header, Record, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ_WRITE};
+    use hugetune_model::categorize::Categorizer;
+    use hugetune_model::category::Category;
+
+    fn rec(kind: Kind, seq: u64, addr: u64, size: u64, arg: u64, arg2: u64) -> Record {
+        Record {
+            kind,
+            flags: 0,
+            tid: 1,
+            seq,
+            time_ns: seq,
+            addr,
+            size,
+            arg,
+            arg2,
+            caller: 0x40_1000,
+        }
+    }
+
+    /// A system-call log (formats.md §2.10): the brk heap is heap-small, a
+    /// MAP_FIXED read-write mapping over a reservation and a reservation that
+    /// mprotect opens are heap-large, the reservation itself is other.
+    #[test]
+    fn a_system_call_log_categorizes_brk_fixed_mappings_and_opened_reservations() {
+        const MB: u64 = 1 << 20;
+        let anon = (MAP_PRIVATE | MAP_ANONYMOUS) as u64;
+        let rw = (PROT_READ_WRITE as u64) << 32;
+        let fixed = 0x10;
+        let (r1, r2) = (0xc0_0000_0000u64, 0xd0_0000_0000u64);
+        let log = AllocLog {
+            header: Header {
+                version: 2,
+                pid: 1,
+                ppid: 0,
+                start_ns: 0,
+                marker_base: 1 << 63,
+                marker_span: 1 << 20,
+                threshold: 131072,
+                exec_gen: 0,
+                tsc_clock: false,
+                syscalls: true,
+            },
+            records: vec![
+                rec(Kind::Brk, 1, 0x4a_0000, 0, 0, 0),
+                rec(Kind::Brk, 2, 0x4c_0000, 0, 0x4c_0000, 0),
+                rec(
+                    Kind::Mmap,
+                    3,
+                    r1,
+                    64 * MB,
+                    anon,
+                    u32::MAX as u64 * (1 << 32),
+                ),
+                rec(Kind::Mmap, 4, r1, 4 * MB, rw | anon | fixed, 0),
+                rec(Kind::Mmap, 5, r2, 64 * MB, anon, 0),
+                rec(
+                    Kind::RangeCall,
+                    6,
+                    r2 + 8 * MB,
+                    2 * MB,
+                    PROT_READ_WRITE as u64,
+                    0,
+                ),
+            ],
+            modules: vec![],
+            maps: vec![],
+            execs: vec![],
+            hole_bytes: 0,
+        };
+        let inputs = inputs_from_log(&log);
+        assert!(inputs.outside);
+        assert_eq!(inputs.space.heap_ranges, vec![(0x4a_0000, 0x4c_0000)]);
+        let mut c = Categorizer::new(inputs.space.clone(), inputs.threshold);
+        let mut at = |seq: u64, addr: u64| {
+            for ev in inputs.events.iter().filter(|e| e.seq == seq) {
+                c.apply(ev);
+            }
+            let id = c.classify(addr).unwrap();
+            c.object(id).category
+        };
+        assert_eq!(at(2, 0x4b_0000), Category::HeapSmall);
+        assert_eq!(at(3, r1 + MB), Category::Other, "a PROT_NONE reservation");
+        assert_eq!(at(4, r1 + MB), Category::HeapLarge, "MAP_FIXED read-write");
+        assert_eq!(at(5, r2 + 9 * MB), Category::Other);
+        assert_eq!(
+            at(6, r2 + 9 * MB),
+            Category::HeapLarge,
+            "opened by mprotect"
+        );
+        // The runtime library's logs keep their rule: MAP_FIXED is not backable.
+        let mut own = log.clone();
+        own.header.syscalls = false;
+        let inputs = inputs_from_log(&own);
+        assert!(!inputs.outside);
+        let mut c = Categorizer::new(inputs.space.clone(), inputs.threshold);
+        for ev in &inputs.events {
+            c.apply(ev);
+        }
+        let id = c.classify(r1 + MB).unwrap();
+        assert_eq!(c.object(id).category, Category::Other);
+    }
+}
