@@ -26,6 +26,9 @@
 # MPI program and follow `mpirun -np 2` into its ranks
 # (crates/hugetune/tests/launchers.rs, docs/launchers.md); util-linux (taskset)
 # and coreutils (env, nice, timeout) are the other launchers they follow.
+# golang-go: the tests of programs the runtime library cannot enter build a Go
+# program, static and dynamically linked, and profile it under qemu
+# (crates/hugetune/tests/static_programs.rs, docs/static-programs.md).
 #
 #   scripts/setup.sh            everything above (the test suite's set-up)
 #   scripts/setup.sh --demo     only what `hugetune demo` needs (scripts/demo.sh):
@@ -49,7 +52,7 @@ else
   packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
     libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
     chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin systemd
-    postgresql openmpi-bin libopenmpi-dev util-linux)
+    postgresql openmpi-bin libopenmpi-dev util-linux golang-go)
 fi
 if [ "$list" = 1 ]; then
   printf '%s\n' "${packages[@]}"

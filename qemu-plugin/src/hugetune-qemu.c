@@ -32,7 +32,21 @@
  * ratio of the thresholds. T only falls, so the final sample is a fixed-rate sample at
  * the final T, as with max_pages (docs/model.md §3.1); the stream keeps the REFs
  * written before each fall (the analysis drops those above the final T), at most
- * about max_refs per halving. */
+ * about max_refs per halving.
+ *
+ * The allocation record (`alloc=PATH`, for programs the runtime library cannot
+ * enter: static and Go binaries) is an allocation log version 2 (docs/formats.md
+ * §2, §2.10) written from the guest's own system calls: mmap, munmap, mremap,
+ * mprotect and brk, each with its arguments, result, and the guest address of its
+ * syscall instruction as caller. Each event takes a global sequence number and the
+ * plugin puts a marker reference for it into the calling thread's reference
+ * stream at that point (after the call for mmap, mremap and brk, before it for
+ * munmap and mprotect, as the runtime library's markers: §2.4), in a marker area
+ * no guest access can reach (ALLOC_MARKERS: the non-canonical half of the address
+ * space), so the analysis applies every event exactly where it happened in the
+ * thread's references. Events go to one buffer under their own lock (system calls
+ * are rare), a chunk per run of one thread's events; the marker is put before that
+ * lock is taken (lock order: the stream's locks never wait for it). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -43,10 +57,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <elf.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../../include/hugetune/refstream.h"
+#include "../../runtime/src/enc.h"
 #include "qemu_api.h"
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
@@ -64,6 +81,23 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 enum mode { M_COMPLETE, M_RATE, M_SIZE };
 
+/* The allocation record's marker area: non-canonical x86-64 addresses, which no
+ * guest access can have (formats.md §2.10). */
+#define ALLOC_MARKERS ((uint64_t)0x8000000000000000ULL)
+#define ALLOC_MARKER_SPAN ((uint64_t)1 << 20)
+/* glibc's default mmap threshold: the log header's heap-large threshold. */
+#define ALLOC_THRESHOLD 131072u
+#define ALLOC_BUF (1u << 16)
+#define ALLOC_HDR 128u
+#define ALLOC_F_SEQ 1u
+#define ALLOC_F_SYSCALLS 4u
+/* x86-64 system call numbers recorded. */
+#define NR_MMAP 9
+#define NR_MPROTECT 10
+#define NR_MUNMAP 11
+#define NR_BRK 12
+#define NR_MREMAP 25
+
 struct vthread {
     struct htrs_thread st;
     uint64_t tid;                /* the guest thread's number: 0, 1, ... in creation order */
@@ -78,7 +112,35 @@ struct vthread {
     uint64_t last_region; /* region + 1, 0 = none */
     uint64_t last_t;
     int last_keep;
+    /* alloc=: the guest address of the syscall instruction executing, and the
+     * call between its entry and return callbacks. */
+    uint64_t sys_pc;
+    int64_t p_num; /* -1: none */
+    uint64_t p_args[6];
+    uint64_t p_pc;
+    uint64_t p_seq; /* munmap, mprotect: taken (and marked) before the call */
     unsigned char buf[BUF_CAP];
+};
+
+/* The allocation record (alloc=). */
+static struct {
+    int on;
+    int fd;
+    int broken;
+    pthread_mutex_t lock; /* the buffer and the file; never held while taking g.lock */
+    _Atomic uint64_t seq; /* the last sequence number given out */
+    int have_exe;
+    char *exe;      /* the guest program's path */
+    uint64_t start_code; /* the lowest address of its executable segments, as loaded */
+    /* The chunk being filled: one thread's events. */
+    uint32_t tid;
+    uint32_t n;
+    size_t len;
+    struct ht_enc enc;
+    unsigned char buf[ALLOC_BUF + HT_EV_MAX];
+} A = {
+    .fd = -1,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
 /* The set of sampled pages: open addressing (linear probing, backward-shift
@@ -533,13 +595,325 @@ static void vcpu_mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vad
     }
 }
 
+/* ------------------------------------------------------------------ allocation record */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void put_le32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_le64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static void alloc_write(const unsigned char *p, size_t n)
+{
+    if (A.broken || getpid() != g.owner)
+        return;
+    while (n > 0) {
+        ssize_t w = write(A.fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            say("hugetune-qemu: writing the allocation record failed: %s", strerror(errno));
+            A.broken = 1;
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Writes the chunk being filled (formats.md §2.2); A.lock held. */
+static void alloc_flush_locked(void)
+{
+    if (A.n == 0)
+        return;
+    unsigned char h[HT_CHUNK_HDR] = {0};
+    uint64_t now = mono_ns();
+    put_le32(h, HT_CHUNK_TAG);
+    put_le32(h + 4, A.tid);
+    put_le32(h + 8, (uint32_t)A.len);
+    put_le32(h + 12, A.n);
+    put_le64(h + 24, now); /* times are CLOCK_MONOTONIC ns: the pair is (t, t) */
+    put_le64(h + 32, now);
+    alloc_write(h, sizeof h);
+    alloc_write(A.buf, A.len);
+    static const unsigned char zeros[8];
+    if (A.len % 8)
+        alloc_write(zeros, 8 - A.len % 8);
+    A.n = 0;
+    A.len = 0;
+}
+
+/* Appends one event of thread tid (payload: MODULE's blob). */
+static void alloc_event(uint32_t tid, unsigned kind, uint64_t seq, uint64_t addr, uint64_t size,
+                        uint64_t arg, uint64_t arg2, uint64_t caller, const void *payload,
+                        size_t plen)
+{
+    if (plen > ALLOC_BUF / 2) {
+        say("hugetune-qemu: an allocation record event of %zu bytes is too large; dropped", plen);
+        return;
+    }
+    pthread_mutex_lock(&A.lock);
+    if (A.n > 0 && (A.tid != tid || A.len + HT_EV_MAX + plen > ALLOC_BUF))
+        alloc_flush_locked();
+    if (A.n == 0) {
+        A.tid = tid;
+        memset(&A.enc, 0, sizeof A.enc);
+    }
+    /* The clock is read under the lock: times never go backwards in a chunk. */
+    unsigned char *end = ht_enc_event(A.buf + A.len, &A.enc, kind, 0, 1, seq, mono_ns(), addr,
+                                      size, arg, arg2, caller);
+    if (plen) {
+        memcpy(end, payload, plen);
+        end += plen;
+    }
+    A.len = (size_t)(end - A.buf);
+    A.n++;
+    pthread_mutex_unlock(&A.lock);
+}
+
+/* A marker reference for event seq, in thread t's stream at this point: counted
+ * in the thread's references (seq) like the runtime library's marker loads,
+ * and always written. The thread's buffer goes out with it, so that in the file
+ * the marker comes before every chunk another thread writes later: another
+ * thread's references to memory this call mapped are not read before the
+ * mapping (system calls are rare; a write each costs nothing that matters). */
+static void put_marker(struct vthread *t, uint64_t aseq)
+{
+    uint64_t addr = ALLOC_MARKERS + (aseq & (ALLOC_MARKER_SPAN - 1));
+    uint64_t seq = atomic_load_explicit(&t->seen, memory_order_relaxed);
+    atomic_store_explicit(&t->seen, seq + 1, memory_order_relaxed);
+    if (g.mode == M_SIZE) {
+        pthread_mutex_lock(&t->lock);
+        put_ref(t, addr, 0, seq);
+        full_buffer(t, 1);
+        pthread_mutex_unlock(&t->lock);
+    } else {
+        put_ref(t, addr, 0, seq);
+        full_buffer(t, 0);
+    }
+}
+
+static uint64_t next_seq(void) { return atomic_fetch_add(&A.seq, 1) + 1; }
+
+static uint32_t host_tid(void) { return (uint32_t)syscall(SYS_gettid); }
+
+/* The syscall instruction about to execute (registered on every `syscall`). */
+static void vcpu_syscall_insn(unsigned int vcpu, void *ud)
+{
+    if (vcpu < MAX_VCPUS && g.by_vcpu[vcpu])
+        g.by_vcpu[vcpu]->sys_pc = (uint64_t)(uintptr_t)ud;
+}
+
+static void vcpu_syscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
+                         uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6,
+                         uint64_t a7, uint64_t a8)
+{
+    (void)id;
+    (void)a7;
+    (void)a8;
+    if (!A.have_exe) {
+        /* The loader's facts need a vCPU context: the first system call has one. */
+        pthread_mutex_lock(&A.lock);
+        if (!A.have_exe) {
+            A.exe = qemu_plugin_path_to_binary();
+            A.start_code = qemu_plugin_start_code();
+            A.have_exe = 1;
+        }
+        pthread_mutex_unlock(&A.lock);
+    }
+    if (vcpu >= MAX_VCPUS || !g.by_vcpu[vcpu])
+        return;
+    struct vthread *t = g.by_vcpu[vcpu];
+    t->p_num = -1;
+    if (num != NR_MMAP && num != NR_MUNMAP && num != NR_MREMAP && num != NR_MPROTECT &&
+        num != NR_BRK)
+        return;
+    t->p_num = num;
+    t->p_args[0] = a1;
+    t->p_args[1] = a2;
+    t->p_args[2] = a3;
+    t->p_args[3] = a4;
+    t->p_args[4] = a5;
+    t->p_args[5] = a6;
+    t->p_pc = t->sys_pc;
+    if (num == NR_MUNMAP || num == NR_MPROTECT) {
+        /* The range may change under the call: the marker goes before it. */
+        t->p_seq = next_seq();
+        put_marker(t, t->p_seq);
+    }
+}
+
+static void vcpu_syscall_ret(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_t ret)
+{
+    (void)id;
+    if (vcpu >= MAX_VCPUS || !g.by_vcpu[vcpu])
+        return;
+    struct vthread *t = g.by_vcpu[vcpu];
+    if (t->p_num != num)
+        return;
+    t->p_num = -1;
+    const uint64_t *a = t->p_args;
+    uint32_t tid = host_tid();
+    /* A failed mmap or mremap returns -errno: MAP_FAILED in the log. */
+    uint64_t res = ret < 0 && ret >= -4095 ? UINT64_MAX : (uint64_t)ret;
+    if (num == NR_MUNMAP) {
+        alloc_event(tid, HT_K_MUNMAP, t->p_seq, a[0], a[1], (uint64_t)ret, 0, t->p_pc, NULL, 0);
+        return;
+    }
+    if (num == NR_MPROTECT) {
+        alloc_event(tid, HT_K_RANGE_CALL, t->p_seq, a[0], a[1], a[2] & 0xffffffffu,
+                    (uint64_t)ret, t->p_pc, NULL, 0);
+        return;
+    }
+    uint64_t seq = next_seq();
+    put_marker(t, seq);
+    if (num == NR_MMAP)
+        alloc_event(tid, HT_K_MMAP, seq, res, a[1], (a[2] & 0xffffffffu) << 32 | (a[3] & 0xffffffffu),
+                    (a[4] & 0xffffffffu) << 32 | ((a[5] >> 12) & 0xffffffffu), t->p_pc, NULL, 0);
+    else if (num == NR_MREMAP)
+        alloc_event(tid, HT_K_MREMAP, seq, res, a[2], a[0], a[1], t->p_pc, NULL, 0);
+    else
+        alloc_event(tid, HT_K_BRK, seq, (uint64_t)ret, 0, a[0], 0, t->p_pc, NULL, 0);
+}
+
+/* The MODULE event of the guest executable (formats.md §2.8): its PT_LOAD
+ * segments from its program headers, its load bias from where qemu put its
+ * lowest executable segment. Nothing (and a line on stderr) when it cannot be
+ * read. */
+static void alloc_module(void)
+{
+    if (!A.have_exe || !A.exe)
+        return;
+    int fd = open(A.exe, O_RDONLY | O_CLOEXEC);
+    Elf64_Ehdr eh;
+    if (fd < 0 || pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh ||
+        memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum > 256) {
+        say("hugetune-qemu: cannot read the program headers of %s: its static data is not "
+            "in the allocation record",
+            A.exe);
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    Elf64_Phdr ph[256];
+    size_t want = (size_t)eh.e_phnum * sizeof(Elf64_Phdr);
+    ssize_t got = pread(fd, ph, want, (off_t)eh.e_phoff);
+    close(fd);
+    if (got != (ssize_t)want) {
+        say("hugetune-qemu: cannot read the program headers of %s", A.exe);
+        return;
+    }
+    size_t pl = strlen(A.exe) + 1;
+    size_t padded = (pl + 7) / 8 * 8;
+    unsigned char payload[4096 + 256 * 32];
+    if (padded > 4096) {
+        say("hugetune-qemu: the program's path is too long for the allocation record");
+        return;
+    }
+    memset(payload, 0, padded);
+    memcpy(payload, A.exe, pl);
+    size_t o = padded;
+    uint64_t nseg = 0, min_x = UINT64_MAX;
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        if (ph[i].p_type != PT_LOAD)
+            continue;
+        if ((ph[i].p_flags & PF_X) && ph[i].p_vaddr < min_x)
+            min_x = ph[i].p_vaddr;
+        put_le64(payload + o, ph[i].p_vaddr);
+        put_le64(payload + o + 8, ph[i].p_memsz);
+        put_le64(payload + o + 16, ph[i].p_filesz);
+        put_le32(payload + o + 24, ph[i].p_flags);
+        put_le32(payload + o + 28, 0);
+        o += 32;
+        nseg++;
+    }
+    if (min_x == UINT64_MAX || A.start_code == 0) {
+        say("hugetune-qemu: %s has no executable segment qemu reports: its static data is "
+            "not in the allocation record",
+            A.exe);
+        return;
+    }
+    uint64_t bias = A.start_code - min_x;
+    alloc_event(host_tid(), HT_K_MODULE, next_seq(), bias, o, nseg, 0, 0, payload, o);
+}
+
+/* The log's header (formats.md §2.1). */
+static int alloc_open(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        say("hugetune-qemu: cannot create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    A.fd = fcntl(fd, F_DUPFD_CLOEXEC, FD_MIN);
+    if (A.fd < 0)
+        A.fd = fd;
+    else
+        close(fd);
+    unsigned char h[ALLOC_HDR] = {0};
+    uint64_t now = mono_ns();
+    memcpy(h, "HTALLOC", 8);
+    put_le32(h + 8, 2);
+    put_le32(h + 12, ALLOC_HDR);
+    put_le32(h + 16, (uint32_t)getpid());
+    put_le32(h + 20, (uint32_t)getppid());
+    put_le64(h + 24, now);
+    put_le64(h + 32, ALLOC_MARKERS);
+    put_le64(h + 40, ALLOC_MARKER_SPAN);
+    put_le64(h + 48, ALLOC_THRESHOLD);
+    put_le32(h + 56, ALLOC_F_SEQ | ALLOC_F_SYSCALLS);
+    put_le64(h + 64, now);
+    put_le64(h + 72, now);
+    A.on = 1;
+    alloc_write(h, sizeof h);
+    return A.broken ? -1 : 0;
+}
+
+/* At exit: the executable, the last chunk, the exit calibration pair. */
+static void alloc_close(void)
+{
+    if (!A.on || getpid() != g.owner)
+        return;
+    alloc_module();
+    pthread_mutex_lock(&A.lock);
+    alloc_flush_locked();
+    unsigned char pair[16];
+    uint64_t now = mono_ns();
+    put_le64(pair, now);
+    put_le64(pair + 8, now);
+    if (!A.broken && pwrite(A.fd, pair, sizeof pair, 96) != (ssize_t)sizeof pair) {
+        say("hugetune-qemu: writing the allocation record failed: %s", strerror(errno));
+        A.broken = 1;
+    }
+    if (close(A.fd) != 0)
+        say("hugetune-qemu: closing the allocation record failed: %s", strerror(errno));
+    A.fd = -1;
+    A.on = 0;
+    pthread_mutex_unlock(&A.lock);
+}
+
 static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     (void)id;
     size_t n = qemu_plugin_tb_n_insns(tb);
-    for (size_t i = 0; i < n; i++)
-        qemu_plugin_register_vcpu_mem_cb(qemu_plugin_tb_get_insn(tb, i), vcpu_mem,
-                                         QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, NULL);
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        qemu_plugin_register_vcpu_mem_cb(insn, vcpu_mem, QEMU_PLUGIN_CB_NO_REGS,
+                                         QEMU_PLUGIN_MEM_RW, NULL);
+        /* alloc=: every `syscall` (0f 05) tells its address before it runs. */
+        if (A.on && qemu_plugin_insn_size(insn) == 2) {
+            const unsigned char *b = qemu_plugin_insn_data(insn);
+            if (b[0] == 0x0f && b[1] == 0x05)
+                qemu_plugin_register_vcpu_insn_exec_cb(
+                    insn, vcpu_syscall_insn, QEMU_PLUGIN_CB_NO_REGS,
+                    (void *)(uintptr_t)qemu_plugin_insn_vaddr(insn));
+        }
+    }
 }
 
 static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
@@ -566,6 +940,7 @@ static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu)
         return;
     }
     pthread_mutex_init(&t->lock, NULL);
+    t->p_num = -1;
     t->tid = g.n_all;
     g.all[g.n_all++] = t;
     g.by_vcpu[vcpu] = t;
@@ -594,6 +969,7 @@ static void at_exit(qemu_plugin_id_t id, void *ud)
 {
     (void)id;
     (void)ud;
+    alloc_close();
     pthread_mutex_lock(&g.lock);
     uint64_t seen = 0, written = 0;
     for (size_t i = 0; i < g.n_all; i++) {
@@ -635,7 +1011,8 @@ static int usage(const char *what, const char *val)
 {
     say("hugetune-qemu: bad argument %s%s%s (arguments: out=FILE "
         "[sampling=rate|size|complete] [rate=R | threshold=T] [modulus=P] [max_pages=S] "
-        "[max_refs=N] [seed=N] [markers=BASE:SPAN] [progress=FILE]; see qemu-plugin/README.md)",
+        "[max_refs=N] [seed=N] [markers=BASE:SPAN] [progress=FILE] [alloc=FILE]; see "
+        "qemu-plugin/README.md)",
         what, val ? "=" : "", val ? val : "");
     return -1;
 }
@@ -643,7 +1020,7 @@ static int usage(const char *what, const char *val)
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc,
                                            char **argv)
 {
-    const char *out = NULL;
+    const char *out = NULL, *alloc = NULL;
     double rate = -1;
     uint64_t threshold = 0;
     int have_threshold = 0;
@@ -705,6 +1082,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             if (parse_u64(base, &g.mbase) != 0 || parse_u64(c + 1, &g.mspan) != 0 ||
                 g.mbase + g.mspan < g.mbase)
                 return usage("markers", v);
+        } else if (KEY("alloc")) {
+            if (strlen(v) == 0)
+                return usage("alloc", v);
+            alloc = v;
         } else if (KEY("progress")) {
             if (strlen(v) == 0 || strlen(v) > 4000)
                 return usage("progress", v);
@@ -720,6 +1101,13 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         return usage("max_refs without sampling=size", NULL);
     if (rate > 0 && have_threshold)
         return usage("rate and threshold", NULL);
+    /* With the runtime library in the guest (markers=) its log is the record. */
+    if (alloc && g.mspan)
+        return usage("alloc and markers", NULL);
+    if (alloc) {
+        g.mbase = ALLOC_MARKERS;
+        g.mspan = ALLOC_MARKER_SPAN;
+    }
     if (g.mode == M_COMPLETE) {
         threshold = g.modulus;
     } else if (rate > 0) {
@@ -767,6 +1155,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         close(fd);
     g.owner = getpid();
     clock_gettime(CLOCK_MONOTONIC, &g.last_progress);
+    if (alloc && alloc_open(alloc) != 0)
+        return -1;
 
     char json[1024];
     const char *samp = g.mode == M_COMPLETE ? "complete"
@@ -785,6 +1175,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     if (g.mspan)
         n += snprintf(json + n, sizeof json - (size_t)n,
                       ",\"marker_base\":%" PRIu64 ",\"marker_span\":%" PRIu64, g.mbase, g.mspan);
+    if (alloc)
+        n += snprintf(json + n, sizeof json - (size_t)n, ",\"alloc\":\"syscalls\"");
     snprintf(json + n, sizeof json - (size_t)n, "}");
     unsigned char head[2048];
     size_t hl = htrs_header(head, sizeof head, json);
@@ -796,5 +1188,9 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
     qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     qemu_plugin_register_atexit_cb(id, at_exit, NULL);
+    if (alloc) {
+        qemu_plugin_register_vcpu_syscall_cb(id, vcpu_syscall);
+        qemu_plugin_register_vcpu_syscall_ret_cb(id, vcpu_syscall_ret);
+    }
     return 0;
 }

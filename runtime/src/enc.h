@@ -38,6 +38,7 @@ enum ht_kind {
     HT_K_STACK = 24,
     HT_K_FORK = 25,
     HT_K_EXEC = 26,
+    HT_K_BRK = 27, /* written by the QEMU plugin only (formats.md §2.10) */
 };
 
 /* Delta encoder state of one chunk: every field is stored relative to the
@@ -91,6 +92,7 @@ static inline unsigned ht_kind_fields(unsigned kind)
     case HT_K_STACK: return HT_F_SIZE | HT_F_ARG | HT_F_ARG2;
     case HT_K_FORK: return HT_F_ARG | HT_F_CALLER;
     case HT_K_EXEC: return HT_F_ALL;
+    case HT_K_BRK: return HT_F_ARG | HT_F_CALLER;
     default: return HT_F_ALL;
     }
 }

@@ -1,8 +1,14 @@
 //! Turning what the runtime library recorded into the model's inputs: allocation
 //! events with resolved sites, static segments, heap and stack ranges, and the
 //! ranges of the tools' own memory.
+//!
+//! A log the QEMU plugin wrote from the guest's system calls (formats.md §2.10:
+//! static and Go programs) reads alike, with three differences: every anonymous
+//! private read-write mapping is the program's own (heap-large from the
+//! threshold on), an mprotect that opens a PROT_NONE reservation read-write
+//! makes the reservation such a mapping, and the brk heap is heap-small.
 
-use hugetune_format::alloclog::{AllocLog, Kind, Module, PF_W, PF_X};
+use hugetune_format::alloclog::{self, AllocLog, Kind, Module, PF_W, PF_X};
 use hugetune_host::procfs::{parse_maps, MapEntry};
 use hugetune_model::categorize::{
     AddressSpace, AllocEvent, AllocOp, AllocVia, Site, StaticSegment,
@@ -34,6 +40,10 @@ pub struct ProfileInputs {
     /// without a copy (`AllocLog::mapping_cuts`).
     #[serde(default)]
     pub mapping_cuts: u64,
+    /// The log is the QEMU plugin's record of the system calls of a program the
+    /// runtime library cannot enter: its plans are applied from outside.
+    #[serde(default)]
+    pub outside: bool,
 }
 
 /// Distinct loaded modules (a module appears in the start and the exit snapshot).
@@ -127,6 +137,11 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
 
     let threshold = log.header.threshold.max(1);
     let mut events = Vec::new();
+    // A log of system calls (the QEMU plugin's, formats.md §2.10): the brk heap
+    // as far as it grew, and the anonymous reservations an mprotect may open.
+    let syscalls = log.header.syscalls;
+    let mut brk: Option<(u64, u64)> = None;
+    let mut reserved: std::collections::BTreeMap<u64, (u64, Option<Site>)> = Default::default();
     for r in &log.records {
         let site = || resolve_site(&modules, &names, r.caller);
         let op = match r.kind {
@@ -154,20 +169,78 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
                 site: site(),
             },
             Kind::Free => AllocOp::Free { addr: r.addr },
-            Kind::Mmap => AllocOp::Alloc {
-                addr: r.addr,
-                size: r.size,
-                via: if r.is_backable_mapping() {
-                    AllocVia::MmapAnon
+            Kind::Mmap => {
+                // Memory an outside applier backs is every anonymous private
+                // read-write mapping (MAP_FIXED included); the runtime library
+                // backs those it can place itself.
+                let backable = if syscalls {
+                    r.is_anon_rw_mapping()
                 } else {
-                    AllocVia::Mmap
-                },
-                site: site(),
-            },
-            Kind::Munmap => AllocOp::Munmap {
-                addr: r.addr,
-                len: r.size,
-            },
+                    r.is_backable_mapping()
+                };
+                let flags = r.arg as u32;
+                if syscalls && !backable && r.addr != u64::MAX {
+                    let anon_private = flags & alloclog::MAP_ANONYMOUS != 0
+                        && flags & 0x0f == alloclog::MAP_PRIVATE;
+                    if anon_private && (r.arg >> 32) as u32 == 0 {
+                        reserved.insert(r.addr, (r.addr.saturating_add(r.size), site()));
+                    }
+                }
+                AllocOp::Alloc {
+                    addr: r.addr,
+                    size: r.size,
+                    via: if backable {
+                        AllocVia::MmapAnon
+                    } else {
+                        AllocVia::Mmap
+                    },
+                    site: site(),
+                }
+            }
+            Kind::Munmap => {
+                if syscalls {
+                    let hi = r.addr.saturating_add(r.size);
+                    let gone: Vec<u64> = reserved.range(r.addr..hi).map(|(&a, _)| a).collect();
+                    for a in gone {
+                        reserved.remove(&a);
+                    }
+                }
+                AllocOp::Munmap {
+                    addr: r.addr,
+                    len: r.size,
+                }
+            }
+            Kind::Brk => {
+                // brk returns the break (the old one when it fails): the heap
+                // is everything between the lowest and the highest.
+                if r.addr != 0 {
+                    brk = Some(brk.map_or((r.addr, r.addr), |(lo, hi)| {
+                        (lo.min(r.addr), hi.max(r.addr))
+                    }));
+                }
+                continue;
+            }
+            Kind::RangeCall if syscalls => {
+                // mprotect(PROT_READ | PROT_WRITE) opening a PROT_NONE
+                // reservation: from now on the reservation is the program's
+                // read-write memory, as if mapped so (glibc's thread arenas and
+                // runtimes that reserve, then commit).
+                let mprotect_rw =
+                    r.arg >> 32 == 0 && r.arg as u32 == alloclog::PROT_READ_WRITE && r.arg2 == 0;
+                let Some((&start, &(end, res_site))) = reserved.range(..=r.addr).next_back() else {
+                    continue;
+                };
+                if !mprotect_rw || r.addr >= end {
+                    continue;
+                }
+                reserved.remove(&start);
+                AllocOp::Alloc {
+                    addr: start,
+                    size: end - start,
+                    via: AllocVia::MmapAnon,
+                    site: res_site,
+                }
+            }
             Kind::Mremap => AllocOp::Mremap {
                 old: r.arg,
                 addr: r.addr,
@@ -197,6 +270,9 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
             _ => continue,
         };
         events.push(AllocEvent { seq: r.seq, op });
+    }
+    if let Some((lo, hi)) = brk.filter(|&(lo, hi)| hi > lo) {
+        push_range(&mut space.heap_ranges, (lo, hi));
     }
     let markers = (log.header.marker_base, log.header.marker_span);
     if markers.1 != 0 {
@@ -249,5 +325,112 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
         forks: log.forks(),
         execs,
         mapping_cuts: log.mapping_cuts(),
+        outside: syscalls,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugetune_format::alloclog::{Header, Record, MAP_ANONYMOUS, MAP_PRIVATE, PROT_READ_WRITE};
+    use hugetune_model::categorize::Categorizer;
+    use hugetune_model::category::Category;
+
+    fn rec(kind: Kind, seq: u64, addr: u64, size: u64, arg: u64, arg2: u64) -> Record {
+        Record {
+            kind,
+            flags: 0,
+            tid: 1,
+            seq,
+            time_ns: seq,
+            addr,
+            size,
+            arg,
+            arg2,
+            caller: 0x40_1000,
+        }
+    }
+
+    /// A system-call log (formats.md §2.10): the brk heap is heap-small, a
+    /// MAP_FIXED read-write mapping over a reservation and a reservation that
+    /// mprotect opens are heap-large, the reservation itself is other.
+    #[test]
+    fn a_system_call_log_categorizes_brk_fixed_mappings_and_opened_reservations() {
+        const MB: u64 = 1 << 20;
+        let anon = (MAP_PRIVATE | MAP_ANONYMOUS) as u64;
+        let rw = (PROT_READ_WRITE as u64) << 32;
+        let fixed = 0x10;
+        let (r1, r2) = (0xc0_0000_0000u64, 0xd0_0000_0000u64);
+        let log = AllocLog {
+            header: Header {
+                version: 2,
+                pid: 1,
+                ppid: 0,
+                start_ns: 0,
+                marker_base: 1 << 63,
+                marker_span: 1 << 20,
+                threshold: 131072,
+                exec_gen: 0,
+                tsc_clock: false,
+                syscalls: true,
+            },
+            records: vec![
+                rec(Kind::Brk, 1, 0x4a_0000, 0, 0, 0),
+                rec(Kind::Brk, 2, 0x4c_0000, 0, 0x4c_0000, 0),
+                rec(
+                    Kind::Mmap,
+                    3,
+                    r1,
+                    64 * MB,
+                    anon,
+                    u32::MAX as u64 * (1 << 32),
+                ),
+                rec(Kind::Mmap, 4, r1, 4 * MB, rw | anon | fixed, 0),
+                rec(Kind::Mmap, 5, r2, 64 * MB, anon, 0),
+                rec(
+                    Kind::RangeCall,
+                    6,
+                    r2 + 8 * MB,
+                    2 * MB,
+                    PROT_READ_WRITE as u64,
+                    0,
+                ),
+            ],
+            modules: vec![],
+            maps: vec![],
+            execs: vec![],
+            hole_bytes: 0,
+        };
+        let inputs = inputs_from_log(&log);
+        assert!(inputs.outside);
+        assert_eq!(inputs.space.heap_ranges, vec![(0x4a_0000, 0x4c_0000)]);
+        let mut c = Categorizer::new(inputs.space.clone(), inputs.threshold);
+        let mut at = |seq: u64, addr: u64| {
+            for ev in inputs.events.iter().filter(|e| e.seq == seq) {
+                c.apply(ev);
+            }
+            let id = c.classify(addr).unwrap();
+            c.object(id).category
+        };
+        assert_eq!(at(2, 0x4b_0000), Category::HeapSmall);
+        assert_eq!(at(3, r1 + MB), Category::Other, "a PROT_NONE reservation");
+        assert_eq!(at(4, r1 + MB), Category::HeapLarge, "MAP_FIXED read-write");
+        assert_eq!(at(5, r2 + 9 * MB), Category::Other);
+        assert_eq!(
+            at(6, r2 + 9 * MB),
+            Category::HeapLarge,
+            "opened by mprotect"
+        );
+        // The runtime library's logs keep their rule: MAP_FIXED is not backable.
+        let mut own = log.clone();
+        own.header.syscalls = false;
+        let inputs = inputs_from_log(&own);
+        assert!(!inputs.outside);
+        let mut c = Categorizer::new(inputs.space.clone(), inputs.threshold);
+        for ev in &inputs.events {
+            c.apply(ev);
+        }
+        let id = c.classify(r1 + MB).unwrap();
+        assert_eq!(c.object(id).category, Category::Other);
     }
 }

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// Where the runtime library maps its marker area under qemu (1 MiB, 1 MiB aligned,
 /// far from where either the kernel or qemu-user put mappings by default).
 pub const MARKER_ADDR: u64 = 0x2000_0000_0000;
+/// The marker area of the plugin's own allocation record (`alloc=`,
+/// formats.md §2.10): non-canonical addresses, which no guest access can have.
+pub const ALLOC_MARKER_ADDR: u64 = 0x8000_0000_0000_0000;
 /// The marker span of the runtime library (`HT_MARKER_SPAN`, formats.md §2.4).
 pub const MARKER_SPAN: u64 = 1 << 20;
 
@@ -191,6 +194,10 @@ pub struct QemuSpec<'a> {
     /// The program is a server driven by this client (session.rs): qemu gets
     /// SIGTERM, which the guest's handler sees, when the driver ends.
     pub driver: Option<&'a crate::session::Driver>,
+    /// The plugin writes the allocation record itself, from the guest's system
+    /// calls, to this file (`alloc=`; formats.md §2.10): for programs the runtime
+    /// library cannot enter. Excludes `markers`.
+    pub alloc: Option<&'a Path>,
 }
 
 /// qemu's `-plugin` value: the plugin, its output stream `out`, the sampling,
@@ -209,8 +216,18 @@ pub fn plugin_option(spec: &QemuSpec<'_>, out: &Path, progress: &Path) -> Result
         plugin.push(a);
     }
     plugin.push(format!(",seed={}", spec.seed));
+    if spec.markers && spec.alloc.is_some() {
+        bail!(
+            "the plugin's allocation record is for programs without the runtime library's markers"
+        );
+    }
     if spec.markers {
         plugin.push(format!(",markers={MARKER_ADDR:#x}:{MARKER_SPAN}"));
+    }
+    if let Some(a) = spec.alloc {
+        no_comma("the allocation record's path", a.as_os_str())?;
+        plugin.push(",alloc=");
+        plugin.push(a);
     }
     plugin.push(",progress=");
     plugin.push(progress);
@@ -300,14 +317,18 @@ pub fn capture(
             messages.join("\n")
         );
     }
-    let scan = scan_stream(spec.out, spec.markers.then_some((MARKER_ADDR, MARKER_SPAN)))
-        .with_context(|| {
-            format!(
-                "the plugin's reference stream {} ({status}); qemu said:\n{}",
-                spec.out.display(),
-                messages.join("\n")
-            )
-        })?;
+    let markers = if spec.alloc.is_some() {
+        Some((ALLOC_MARKER_ADDR, MARKER_SPAN))
+    } else {
+        spec.markers.then_some((MARKER_ADDR, MARKER_SPAN))
+    };
+    let scan = scan_stream(spec.out, markers).with_context(|| {
+        format!(
+            "the plugin's reference stream {} ({status}); qemu said:\n{}",
+            spec.out.display(),
+            messages.join("\n")
+        )
+    })?;
     Ok(QemuRun {
         status,
         header: scan.header,
@@ -508,6 +529,7 @@ mod tests {
             markers: true,
             scratch: Path::new("/tmp"),
             driver: None,
+            alloc: None,
         };
         let e = command(&spec).err().unwrap().to_string();
         assert!(e.contains("comma"), "{e}");

@@ -1,5 +1,8 @@
 //! A recording session: the program under the runtime library (record mode, with
-//! markers) and a reference source, in a scratch directory.
+//! markers) and a reference source, in a scratch directory. A program the
+//! library cannot enter (`elf::preload_can_enter`: static and Go binaries) is
+//! recorded under qemu alone, the plugin writing its allocation record from the
+//! guest's system calls (`record_outside`).
 
 use crate::damon::{self, DamonOptions};
 use crate::lackey::{self, LackeyRun};
@@ -298,6 +301,13 @@ pub fn record(
     if let Some(launcher) = launcher::launcher_of(argv) {
         return record_followed(source, &launcher, &env, argv, dir, stdout, driver, progress);
     }
+    if let Some(program) = crate::elf::resolve_program(&argv[0]) {
+        if let Some(barrier) = crate::elf::preload_barrier(&program)? {
+            return record_outside(
+                source, &program, barrier, argv, dir, stdout, driver, progress,
+            );
+        }
+    }
     let capture = match source {
         Source::Valgrind => {
             let run: LackeyRun =
@@ -334,6 +344,7 @@ pub fn record(
                     markers: true,
                     scratch: dir,
                     driver,
+                    alloc: None,
                 },
                 stdout,
                 |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),
@@ -475,6 +486,100 @@ pub fn record(
     })
 }
 
+/// A program the runtime library cannot enter (`elf::preload_barrier`: static
+/// or Go): it runs under qemu without the library, and the plugin writes the
+/// allocation record itself from the guest's mmap, munmap, mremap, mprotect and
+/// brk system calls (`alloc=`, formats.md §2.10), with its own markers in the
+/// reference stream. Only the qemu source can do that.
+#[allow(clippy::too_many_arguments)]
+fn record_outside(
+    source: &Source,
+    program: &Path,
+    barrier: crate::elf::PreloadBarrier,
+    argv: &[OsString],
+    dir: &Path,
+    stdout: Stdio,
+    driver: Option<&crate::session::Driver>,
+    progress: ProgressFn<'_>,
+) -> Result<Recorded> {
+    let Source::Qemu {
+        qemu: qemu_bin,
+        plugin,
+        sampling,
+        seed,
+    } = source
+    else {
+        bail!(
+            "`{}` is {}: the runtime library cannot enter it, so hugetune records its allocations from its system calls under qemu; profile it with --refs qemu ({})",
+            program.display(),
+            barrier.describe(),
+            qemu::INSTALL_HINT
+        );
+    };
+    let raw = dir.join("refs.raw");
+    let log_path = dir.join("alloc.syscalls.log");
+    let refs_path = dir.join("refs.zst");
+    let run: QemuRun = qemu::capture(
+        &qemu::QemuSpec {
+            qemu: qemu_bin,
+            plugin,
+            argv,
+            guest_env: &[],
+            out: &raw,
+            sampling: *sampling,
+            seed: *seed,
+            markers: false,
+            scratch: dir,
+            driver,
+            alloc: Some(&log_path),
+        },
+        stdout,
+        |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),
+    )?;
+    if run.status.code() != Some(0) {
+        bail!("{}", command_failed("qemu", run.status, &run.messages));
+    }
+    qemu::compress(&raw, &refs_path)?;
+    let _ = std::fs::remove_file(&raw);
+    let log = AllocLog::read(&log_path).with_context(|| {
+        format!(
+            "the plugin's allocation record of `{}`; qemu said:\n{}",
+            program.display(),
+            tail(&run.messages)
+        )
+    })?;
+    if !log.header.syscalls || log.header.marker_base != qemu::ALLOC_MARKER_ADDR {
+        bail!(
+            "{}: not the plugin's system-call record (markers at {:#x})",
+            log_path.display(),
+            log.header.marker_base
+        );
+    }
+    if !log.modules.iter().any(|m| Path::new(&m.path) == program) {
+        eprintln!(
+            "hugetune: the allocation record does not describe `{}` itself (its program headers could not be read): its static data counts as other memory",
+            program.display()
+        );
+    }
+    Ok(Recorded {
+        refs_path: Some(refs_path),
+        log_path,
+        log,
+        capture: Capture {
+            source: "qemu",
+            sampling: sampling.name(),
+            refs_written: run.totals.refs_written,
+            refs_seen: run.totals.refs_seen,
+            instructions: 0,
+            pages: run.pages,
+            elapsed: run.elapsed,
+        },
+        summary: None,
+        extra: Vec::new(),
+        followed_program: None,
+    })
+}
+
 /// An image's runtime summary: `%p` is `<pid>.x<g>` for an exec'd image
 /// (formats.md §1).
 fn image_summary(dir: &Path, log: &AllocLog) -> Option<serde_json::Value> {
@@ -556,6 +661,7 @@ fn record_followed(
         markers: true,
         scratch: dir,
         driver,
+        alloc: None,
     };
     let plugin_opt = qemu::plugin_option(&spec, spec.out, &dir.join("qemu-progress.%p"))?;
     let follow_log = dir.join("follow.log");

@@ -23,6 +23,8 @@ const CHUNK_TAG: u32 = 0x4b43_5448; // "HTCK"
 /// Header flags (version 2).
 const HF_SEQ: u32 = 1;
 const HF_TSC: u32 = 2;
+/// Written by the QEMU plugin from the guest's system calls (section 2.10).
+const HF_SYSCALLS: u32 = 4;
 /// Upper bound on a blob payload (a /proc/self/maps of a huge process is < 64 MiB).
 const MAX_BLOB: u64 = 256 << 20;
 
@@ -54,6 +56,9 @@ pub enum Kind {
     Stack,
     Fork,
     Exec,
+    /// A brk system call (QEMU plugin logs only, section 2.10): `addr` = the
+    /// break after it, `arg` = the break asked for (0: a query).
+    Brk,
 }
 
 impl Kind {
@@ -81,6 +86,7 @@ impl Kind {
             24 => Stack,
             25 => Fork,
             26 => Exec,
+            27 => Brk,
             _ => return None,
         })
     }
@@ -110,6 +116,7 @@ impl Kind {
             Stack => 24,
             Fork => 25,
             Exec => 26,
+            Brk => 27,
         }
     }
 
@@ -148,7 +155,7 @@ impl Kind {
             Module | Maps => F_SIZE | F_ARG,
             OwnRegion => F_SIZE,
             Stack => F_SIZE | F_ARG | F_ARG2,
-            Fork => F_ARG | F_CALLER,
+            Fork | Brk => F_ARG | F_CALLER,
             Calloc | PosixMemalign | Mmap | Mremap | RangeCall | Exec => {
                 F_SIZE | F_ARG | F_ARG2 | F_CALLER
             }
@@ -174,6 +181,9 @@ pub struct Header {
     pub exec_gen: u32,
     /// Event times were TSC ticks (converted to ns by the reader).
     pub tsc_clock: bool,
+    /// The QEMU plugin wrote the log from the guest's system calls, not the
+    /// runtime library from libc calls (section 2.10).
+    pub syscalls: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,6 +229,25 @@ impl Record {
             && flags & !allowed == 0
             && prot == PROT_READ_WRITE
             && off_pages == 0
+    }
+
+    /// An MMAP record of memory an outside applier can back (section 2.10): an
+    /// anonymous private read-write mapping, wherever it was placed (`MAP_FIXED`
+    /// over a `PROT_NONE` reservation is how the Go runtime maps its heap),
+    /// except stacks and the program's own hugetlb or shared memory.
+    pub fn is_anon_rw_mapping(&self) -> bool {
+        if self.kind != Kind::Mmap {
+            return false;
+        }
+        const MAP_GROWSDOWN: u32 = 0x100;
+        const MAP_STACK: u32 = 0x20000;
+        const MAP_HUGETLB: u32 = 0x40000;
+        let prot = (self.arg >> 32) as u32;
+        let flags = self.arg as u32;
+        flags & MAP_ANONYMOUS != 0
+            && flags & 0x0f == MAP_PRIVATE
+            && flags & (MAP_GROWSDOWN | MAP_STACK | MAP_HUGETLB) == 0
+            && prot == PROT_READ_WRITE
     }
 
     /// Whether the runtime library made a marker load for this record (section 2.4).
@@ -437,7 +466,7 @@ impl AllocLog {
             ));
         }
         let flags = if version == 2 { u32_at(b, 56) } else { HF_SEQ };
-        if flags & !(HF_SEQ | HF_TSC) != 0 {
+        if flags & !(HF_SEQ | HF_TSC | HF_SYSCALLS) != 0 {
             return Err(err(56, format!("unknown header flags {flags:#x}")));
         }
         let header = Header {
@@ -450,6 +479,7 @@ impl AllocLog {
             threshold: u64_at(b, 48),
             exec_gen: if version == 2 { u32_at(b, 60) } else { 0 },
             tsc_clock: flags & HF_TSC != 0,
+            syscalls: flags & HF_SYSCALLS != 0,
         };
         if header.marker_span != 0 && !header.marker_span.is_power_of_two() {
             return Err(err(
@@ -970,7 +1000,9 @@ pub(crate) mod tests {
         for v in [h.start_ns, h.marker_base, h.marker_span, h.threshold] {
             b.extend_from_slice(&v.to_le_bytes());
         }
-        let flags = (with_seq as u32) * HF_SEQ + (h.tsc_clock as u32) * HF_TSC;
+        let flags = (with_seq as u32) * HF_SEQ
+            + (h.tsc_clock as u32) * HF_TSC
+            + (h.syscalls as u32) * HF_SYSCALLS;
         b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&h.exec_gen.to_le_bytes());
         for v in [cal0.0, cal0.1, 0, 0, 0, 0, 0, 0] {
@@ -1089,6 +1121,7 @@ pub(crate) mod tests {
             threshold: 131072,
             exec_gen: 0,
             tsc_clock: false,
+            syscalls: false,
         }
     }
 
@@ -1148,8 +1181,53 @@ pub(crate) mod tests {
             marker_span: if markers { 1 << 20 } else { 0 },
             exec_gen: 3,
             tsc_clock: tsc,
+            syscalls: false,
             ..header()
         }
+    }
+
+    #[test]
+    fn a_system_call_log_reads_its_flag_brk_and_fixed_mappings() {
+        let h = Header {
+            syscalls: true,
+            ..v2_header(false, true)
+        };
+        let ev = |kind, seq, addr, size, arg| Record {
+            tid: 7,
+            time_ns: 100 + seq,
+            caller: 0x40_1234,
+            ..rec(kind, seq, addr, size, arg)
+        };
+        let fixed = (PROT_READ_WRITE as u64) << 32 | (MAP_PRIVATE | MAP_ANONYMOUS | 0x10) as u64;
+        let chunks = vec![Chunk {
+            tid: 7,
+            skip: 0,
+            cal: (0, 0),
+            events: vec![
+                (ev(Kind::Brk, 1, 0x4a_0000, 0, 0), vec![]),
+                (ev(Kind::Brk, 2, 0x4c_1000, 0, 0x4c_1000), vec![]),
+                (ev(Kind::Mmap, 3, 0xc0_0000_0000, 4 << 20, fixed), vec![]),
+            ],
+        }];
+        let b = build_log_v2(&h, true, (0, 0), &chunks);
+        let log = AllocLog::parse(&b, Path::new("t.log")).unwrap();
+        assert!(log.header.syscalls);
+        let brk = &log.records[1];
+        assert_eq!(
+            (brk.kind, brk.addr, brk.arg, brk.caller),
+            (Kind::Brk, 0x4c_1000, 0x4c_1000, 0x40_1234)
+        );
+        assert!(brk.has_marker(&log.header));
+        let m = &log.records[2];
+        assert!(m.is_anon_rw_mapping() && !m.is_backable_mapping());
+        // A log without the flag reads as the runtime library's.
+        let b = build_log_v2(&v2_header(false, true), true, (0, 0), &chunks);
+        assert!(
+            !AllocLog::parse(&b, Path::new("t.log"))
+                .unwrap()
+                .header
+                .syscalls
+        );
     }
 
     #[test]
@@ -1378,7 +1456,7 @@ pub(crate) mod tests {
         bad[128 + 40 + 3] = 0x9; // width 9
         assert!(msg(&bad).contains("field width 9"));
         let mut bad = good.clone();
-        bad[56] = 4;
+        bad[56] = 8; // bits 0-2 are SEQ, TSC, SYSCALLS
         assert!(msg(&bad).contains("unknown header flags"));
         let mut bad = good.clone();
         bad[12] = 64;

@@ -68,6 +68,10 @@ pub struct PlanOptions {
     /// `mapped thp`: the program's own mappings go on THP even where their
     /// directive says hugetlb (the profile saw them cut).
     pub mapped_thp: bool,
+    /// The plan is applied from outside the process (`ProgramTraits::outside`):
+    /// category backings only, heap-small in the plain form, and a comment
+    /// line that says so.
+    pub outside: bool,
 }
 
 impl Default for PlanOptions {
@@ -84,6 +88,7 @@ impl Default for PlanOptions {
             arena_bytes: None,
             sites: Vec::new(),
             mapped_thp: false,
+            outside: false,
         }
     }
 }
@@ -92,6 +97,10 @@ impl PlanOptions {
     /// Adds the `site` directives of a per-site plan; sites whose module the
     /// profile could not name are skipped (the library could not match them).
     pub fn with_sites(mut self, sites: &[hugetune_model::rank::PlannedSite]) -> Self {
+        if self.outside {
+            // The outside applier cannot see sites (the planner plans none).
+            return self;
+        }
         self.sites = sites
             .iter()
             .filter(|s| !s.module.is_empty() && !s.module.contains(char::is_whitespace))
@@ -108,6 +117,15 @@ impl PlanOptions {
     /// take hugetlb pages, its mappings take THP, which the kernel splits where the
     /// program cuts (hugetlb would need a copy, runtime/src/mapped.c).
     pub fn for_program(program: &hugetune_model::plan::ProgramTraits) -> Self {
+        if program.outside {
+            // Applied from outside the process: no library, so none of its
+            // mechanisms (arena, fork protection, mapped memory).
+            return PlanOptions {
+                heap_small_arena: false,
+                outside: true,
+                ..PlanOptions::default()
+            };
+        }
         PlanOptions {
             fork_safe: program.forks.then_some(ForkSafe::Thp),
             mapped_thp: program.mapping_cuts > 0,
@@ -128,6 +146,12 @@ pub fn plan_text_with(
     opts: &PlanOptions,
 ) -> String {
     let mut s = format!("hugetune-plan 1\nthreshold {threshold}\n");
+    if opts.outside {
+        s.push_str(
+            "# applied from outside the process (the runtime library cannot enter it): \
+             process_madvise(MADV_COLLAPSE) of the planned ranges, THP only\n",
+        );
+    }
     if let Some(l) = opts.layout {
         s.push_str(&format!("layout {}\n", l.name()));
     }
@@ -166,7 +190,7 @@ pub fn plan_text_with(
     }
     // glibc's THP tunable (used for heap-small) also advises glibc's own large
     // chunks; owning heap-large allocations on 4 KB pages keeps the categories apart.
-    if tunable && !assignments.iter().any(|&(c, _)| c == Category::HeapLarge) {
+    if tunable && !opts.outside && !assignments.iter().any(|&(c, _)| c == Category::HeapLarge) {
         s.push_str("heap-large 4k\n");
     }
     s
@@ -248,6 +272,7 @@ mod tests {
             arena_bytes: Some(1 << 30),
             sites: vec![],
             mapped_thp: true,
+            outside: false,
         };
         let a = [
             (Category::HeapLarge, Backing::Hugetlb2m),
@@ -277,6 +302,37 @@ mod tests {
         assert_eq!(
             plan_text_with(&[], 1, &PlanOptions::default()),
             plan_text(&[], 1)
+        );
+    }
+
+    #[test]
+    fn plans_applied_from_outside_say_so_and_use_none_of_the_librarys_mechanisms() {
+        use hugetune_model::categorize::Site;
+        use hugetune_model::plan::ProgramTraits;
+        use hugetune_model::rank::PlannedSite;
+        let outside = ProgramTraits {
+            outside: true,
+            forks: true,
+            mapping_cuts: 2,
+            ..ProgramTraits::default()
+        };
+        let opts = PlanOptions::for_program(&outside).with_sites(&[PlannedSite {
+            site: Site {
+                module: 0,
+                offset: 0x10,
+            },
+            module: "/prog".into(),
+            backing: Backing::Thp2m,
+        }]);
+        let a = [
+            (Category::HeapSmall, Backing::Thp2m),
+            (Category::Static, Backing::Thp2m),
+        ];
+        assert_eq!(
+            plan_text_with(&a, 131072, &opts),
+            "hugetune-plan 1\nthreshold 131072\n# applied from outside the process (the runtime \
+             library cannot enter it): process_madvise(MADV_COLLAPSE) of the planned ranges, THP \
+             only\nheap-small thp-2m\nstatic thp-2m\n"
         );
     }
 

@@ -114,6 +114,7 @@ fn run(qemu_bin: &Path, dir: &Path, sampling: Sampling, seed: u64, args: &[&str]
         markers: false,
         scratch: dir,
         driver: None,
+        alloc: None,
     };
     let mut cmd = qemu::command(&spec).unwrap();
     let o = cmd.stdin(Stdio::null()).output().unwrap();

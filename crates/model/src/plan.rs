@@ -70,7 +70,21 @@ pub struct ProgramTraits {
     /// mappings get THP (plan `mapped thp`), which the kernel splits safely.
     #[serde(default)]
     pub mapping_cuts: u64,
+    /// The plan is applied from outside the process: the runtime library cannot
+    /// enter the program (static or Go binaries,
+    /// `hugetune_capture::elf::preload_can_enter`), so the plan is carried out
+    /// with `process_madvise(MADV_COLLAPSE)` on the ranges of /proc/PID/maps.
+    /// Only THP backings then (hugetlb pages cannot be given to memory a
+    /// process mapped itself), and no allocation sites (the ranges do not say
+    /// which call made them).
+    #[serde(default)]
+    pub outside: bool,
 }
+
+/// What a plan applied from outside the process can do, said in its reasons.
+pub const OUTSIDE_REASON: &str = "the runtime library cannot enter this program (static or Go): \
+    its plan is applied from outside the process, process_madvise(MADV_COLLAPSE) on the planned \
+    ranges of /proc/PID/maps, so THP backings only: no hugetlb, pool, arena or allocation sites";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanDecision {
@@ -196,6 +210,25 @@ fn mapped_thp_reason(p: &Prediction, program: &ProgramTraits) -> Option<String> 
 }
 
 fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Result<(), String> {
+    if program.outside {
+        if !p.sites.is_empty() {
+            return Err(
+                "applied from outside the process, which cannot tell allocation \
+                        sites apart"
+                    .into(),
+            );
+        }
+        if let Some(&(_, b)) = p
+            .assignments
+            .iter()
+            .find(|&&(_, b)| !b.is_thp() && b.is_huge())
+        {
+            return Err(format!(
+                "{b}: applied from outside the process, which can collapse memory into \
+                 THP only"
+            ));
+        }
+    }
     if program.forks && uses_hugetlb(p) {
         return Err(format!(
             "the program forks ({} {} in the profile): private hugetlb pages shared \
@@ -313,6 +346,9 @@ fn choose_core(
 ) -> PlanDecision {
     let min_gain = policy.min_gain;
     let mut reasons = Vec::new();
+    if program.outside {
+        reasons.push(OUTSIDE_REASON.to_string());
+    }
     let empty = |reasons| PlanDecision {
         assignments: vec![],
         sites: vec![],
@@ -330,7 +366,7 @@ fn choose_core(
         return empty(reasons);
     }
     let bar = pmb_bar(avail);
-    if bar > 0.0 {
+    if bar > 0.0 && !program.outside {
         reasons.push(format!(
             "other programs hold {} of the {} pool pages: a hugetlb mapping needs PMB >= {:.0}%",
             avail.hugetlb_2m_total.saturating_sub(avail.hugetlb_2m_free),
@@ -654,6 +690,58 @@ pub(crate) mod tests {
                 0,
             ),
         ]
+    }
+
+    #[test]
+    fn programs_applied_from_outside_get_thp_only_and_are_told_why() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        let outside = ProgramTraits {
+            outside: true,
+            ..ProgramTraits::default()
+        };
+        let d = choose(&preds(), &sig(true), &avail, &outside, 1.0, 0.01);
+        // heap-large on hugetlb would save more; from outside only THP can be had.
+        assert_eq!(
+            d.assignments,
+            vec![(Category::HeapLarge, Backing::Thp2m)],
+            "{:?}",
+            d.reasons
+        );
+        assert_eq!(d.hugetlb_pages(), 0);
+        assert_eq!(d.reasons[0], OUTSIDE_REASON);
+        assert!(d
+            .reasons
+            .iter()
+            .any(|r| r.starts_with("heap-large: ruled out") && r.contains("THP only")));
+        // The same profile of a program the library enters takes hugetlb.
+        let inside = choose(
+            &preds(),
+            &sig(true),
+            &avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(inside.hugetlb_pages() > 0);
+        // A per-site mapping is ruled out from outside.
+        let mut site = preds()[2].clone();
+        site.assignments.clear();
+        site.sites = vec![crate::rank::PlannedSite {
+            site: crate::categorize::Site {
+                module: 0,
+                offset: 0x10,
+            },
+            module: "/prog".into(),
+            backing: Backing::Thp2m,
+        }];
+        assert!(feasible(&site, &avail, &outside)
+            .unwrap_err()
+            .contains("allocation sites"));
+        assert!(feasible(&site, &avail, &ProgramTraits::default()).is_ok());
     }
 
     #[test]

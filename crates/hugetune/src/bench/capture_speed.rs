@@ -140,6 +140,7 @@ pub fn capture_speed(quick: bool, runs: usize) -> Result<CaptureReport> {
                                 markers: false,
                                 scratch: dir.path(),
                                 driver: None,
+                                alloc: None,
                             },
                             std::process::Stdio::null(),
                             |_, _| {},

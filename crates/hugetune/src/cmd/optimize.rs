@@ -519,6 +519,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         forks: an.program.forks || sizing.program.forks,
         fork_children: an.program.fork_children.max(sizing.program.fork_children),
         mapping_cuts: an.program.mapping_cuts.max(sizing.program.mapping_cuts),
+        outside: an.program.outside,
     };
     if program.forks {
         stages::note(format!(
@@ -526,6 +527,9 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
              the library runs with fork-safe thp",
             program.fork_children
         ));
+    }
+    if program.outside {
+        stages::note(plan::OUTSIDE_REASON);
     }
     let mut plan_options = PlanOptions::for_program(&program);
     let native_s = meta.native.wall_s;

@@ -81,6 +81,9 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
             p.predicted_speedup, p.pmb, p.hugetlb_pages, p.hugetlb_1g_pages, p.thp_pages
         );
     }
+    if st.program.outside && !a.explain {
+        println!("  - {}", hugetune_model::plan::OUTSIDE_REASON);
+    }
     let shown = if a.explain { d.reasons.len() } else { 0 };
     for r in d.reasons.iter().take(shown) {
         println!("  - {r}");

@@ -550,6 +550,7 @@ pub fn analyze_sampled(
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
             mapping_cuts: inputs.mapping_cuts,
+            outside: inputs.outside,
         },
         frequency: None,
         mrc: mrcs

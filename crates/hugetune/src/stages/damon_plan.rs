@@ -130,6 +130,7 @@ fn from_log(log: &AllocLog) -> LogView {
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
             mapping_cuts: inputs.mapping_cuts,
+            outside: inputs.outside,
         },
         sites: super::sites(&cat, &inputs.modules),
         threshold: inputs.threshold,

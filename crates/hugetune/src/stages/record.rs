@@ -246,7 +246,38 @@ pub fn record_with_native(
     } else {
         Some(program_of(argv)?)
     };
-    let source = refs.resolve(art)?;
+    let mut source = refs.resolve(art)?;
+    // A program the runtime library cannot enter is profiled under qemu, whose
+    // plugin records its allocations from its system calls (formats.md §2.10).
+    let barrier = match &guessed {
+        Some(p) if hugetune_capture::launcher::launcher_of(argv).is_none() => {
+            hugetune_capture::elf::preload_barrier(Path::new(&p.path))?
+        }
+        _ => None,
+    };
+    if let Some(b) = barrier {
+        if refs.source == RefSource::Auto && !matches!(source, Source::Qemu { .. }) {
+            source = RefOptions {
+                source: RefSource::Qemu,
+                ..refs.clone()
+            }
+            .resolve(art)
+            .with_context(|| {
+                format!(
+                    "`{}` is {}: only qemu can profile it",
+                    display_cmd(argv),
+                    b.describe()
+                )
+            })?;
+        }
+        if matches!(source, Source::Qemu { .. }) {
+            note(format!(
+                "`{}` is {}: the runtime library cannot enter it; the qemu plugin records its mmap, munmap, mremap, mprotect and brk system calls, and its plan is applied from outside the process (THP only)",
+                display_cmd(argv),
+                b.describe()
+            ));
+        }
+    }
     let dir = tempfile::Builder::new()
         .prefix("hugetune-record.")
         .tempdir()

@@ -196,6 +196,7 @@ pub fn analyze(
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
             mapping_cuts: inputs.mapping_cuts,
+            outside: inputs.outside,
         },
         mrc: mrc.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         errors,
