@@ -354,19 +354,54 @@ VmFlags: rd wr mr mw me ac nh
         assert!(parse_smaps("00400000-00401000 r--p 0 fe:01 1 /x\n7f00").is_err());
     }
 
+    fn check(v: &[Vma]) -> Result<(), proptest::test_runner::TestCaseError> {
+        for w in v.windows(2) {
+            proptest::prop_assert!(w[0].end <= w[1].start);
+        }
+        for m in v {
+            proptest::prop_assert!(m.start < m.end && m.perms.len() == 4);
+            proptest::prop_assert!(m.start % 4096 == 0 && m.end % 4096 == 0);
+        }
+        Ok(())
+    }
+
     proptest::proptest! {
         /// Any text at all: an error or mappings that keep the invariants, never a panic.
         #[test]
         fn any_text_parses_or_fails_cleanly(s in "\\PC{0,300}") {
-            for r in [parse_maps(&s), parse_smaps(&s)] {
-                if let Ok(v) = r {
-                    for w in v.windows(2) {
-                        proptest::prop_assert!(w[0].end <= w[1].start);
-                    }
-                    for m in &v {
-                        proptest::prop_assert!(m.start < m.end && m.perms.len() == 4);
-                    }
-                }
+            for v in [parse_maps(&s), parse_smaps(&s)].into_iter().flatten() {
+                check(&v)?;
+            }
+        }
+
+        /// Kernel-like lines, one byte of them replaced anywhere: parsed or
+        /// refused, the invariants kept either way.
+        #[test]
+        fn mangled_maps_keep_the_invariants(
+            maps in proptest::collection::vec(
+                (0u64..1 << 24, 1u64..1 << 12, "[r-][w-][x-][ps]", "[ -~]{0,12}"),
+                0..8,
+            ),
+            at in 0usize..2000,
+            byte in proptest::num::u8::ANY,
+        ) {
+            let mut text = String::new();
+            let mut addr = 0u64;
+            for (gap, pages, perms, name) in &maps {
+                let start = (addr + gap) << 12;
+                let end = start + (pages << 12);
+                addr = end >> 12;
+                text.push_str(&format!("{start:x}-{end:x} {perms} 00000000 00:00 0 {name}\n"));
+                text.push_str("Rss:  4 kB\nAnonHugePages: 0 kB\n");
+            }
+            let mut b = text.into_bytes();
+            if !b.is_empty() {
+                let i = at % b.len();
+                b[i] = byte;
+            }
+            let text = String::from_utf8_lossy(&b);
+            if let Ok(v) = parse_smaps(&text) {
+                check(&v)?;
             }
         }
 

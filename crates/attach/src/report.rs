@@ -4,7 +4,8 @@
 //! Invariants: `huge_bytes` is the largest total verified in smaps at one
 //! moment (never a sum over moments, so a range freed and another mapped do not
 //! count twice); a range's `huge_bytes` is the largest seen for it, at most its
-//! interior; failures are counted in 2 MiB pieces per errno name.
+//! interior; failures are counted in refused MADV_COLLAPSE calls (up to
+//! 32 MiB each) per errno name.
 
 use crate::ranges::Kind;
 use serde::{Deserialize, Serialize};
@@ -29,7 +30,7 @@ pub struct RangeReport {
     /// Bytes of the interior left alone at the last look because the program
     /// had populated less than half of their 2 MiB piece.
     pub unpopulated_bytes: u64,
-    /// Refused pieces per reason.
+    /// Refused calls per reason.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failures: BTreeMap<String, u64>,
 }
@@ -53,7 +54,7 @@ pub struct Report {
     /// The largest total verified huge at one look (smaps).
     pub huge_bytes: u64,
     pub collapsed_bytes: u64,
-    /// Refused 2 MiB pieces per reason (errno name), over all ranges.
+    /// Refused MADV_COLLAPSE calls per reason (errno name), over all ranges.
     pub failures: BTreeMap<String, u64>,
     /// Mappings of planned categories left alone, per reason.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

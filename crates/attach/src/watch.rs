@@ -14,9 +14,11 @@
 //!
 //! Invariants: a piece is collapsed at most `MAX_TRIES` times (a range the
 //! kernel keeps refusing, or one the program keeps splitting, is not hammered);
-//! ESRCH ends the application (the process is gone), any other refusal is
-//! counted and the next piece is tried; EPERM before any success is the
-//! permission error, named.
+//! ESRCH ends the application (the process is gone); ENOMEM (no free huge
+//! page, after the kernel's compaction tried) ends the look, since the next
+//! pieces would pay for a failing compaction too; any other refusal is counted
+//! and the next piece is tried; EPERM before any success is the permission
+//! error, named.
 
 use crate::plan::OutsidePlan;
 use crate::process::{errno_name, populated, AttachError, Collapse, Process};
@@ -35,6 +37,13 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_POLL: Duration = Duration::from_millis(50);
 /// Collapse attempts per 2 MiB piece.
 pub const MAX_TRIES: u8 = 3;
+/// 2 MiB pieces per MADV_COLLAPSE call (32 MiB). Each call begins with the
+/// kernel draining every CPU's LRU caches (`lru_add_drain_all`, a wait on a
+/// worker of each CPU): on a loaded machine that wait, not the copy, dominated
+/// 2 MiB calls (0.1–0.3 GiB/s against 2+ GiB/s at 32 MiB, docs/attach.md). A
+/// call stops at its first ENOMEM, and a process that exits or remaps mid-way
+/// costs one call.
+pub const CALL_PIECES: u64 = 16;
 /// Populated 4 KiB pages a 2 MiB piece needs before it is collapsed.
 pub const MIN_PRESENT: u32 = (HUGE / BASE / 2) as u32;
 
@@ -191,7 +200,7 @@ fn look(
         *n = (*n).max(nohuge);
     }
     let mut collapsed_any = false;
-    for t in &targets {
+    'targets: for t in &targets {
         let v = &vmas[t.vma];
         let huge_now = if t.file { v.file_pmd } else { v.anon_huge };
         let interior = t.end - t.start;
@@ -226,21 +235,37 @@ fn look(
             due.push(a);
         }
         r.range_mut(t.kind, v.start).unpopulated_bytes = unpopulated;
+        // Runs of adjacent due pieces, at most CALL_PIECES per call.
+        let mut runs: Vec<(u64, u64)> = vec![];
         for a in due {
-            *st.tries.entry(a).or_default() += 1;
+            match runs.last_mut() {
+                Some((s, e)) if *e == a && (*e - *s) / HUGE < CALL_PIECES => *e += HUGE,
+                _ => runs.push((a, a + HUGE)),
+            }
+        }
+        for (n, (s, e)) in runs.into_iter().enumerate() {
+            // Verified after each call (one smaps read per 32 MiB, small beside
+            // the copy): what was made huge is on record even when the process
+            // exits in the middle of a long look.
+            if n > 0 && !reverify(p, plan, exe, r)? {
+                return Ok(false);
+            }
+            for a in (s..e).step_by(HUGE as usize) {
+                *st.tries.entry(a).or_default() += 1;
+            }
             *calls += 1;
             r.collapse_calls += 1;
             let c0 = Instant::now();
             let out = match opt.inject {
-                Some((e, every)) if *calls % every == 0 => Collapse::Failed(e),
-                _ => p.collapse(a, a + HUGE),
+                Some((e, every)) if (*calls).is_multiple_of(every) => Collapse::Failed(e),
+                _ => p.collapse(s, e),
             };
             r.collapse_s += c0.elapsed().as_secs_f64();
             match out {
                 Collapse::Done => {
-                    st.done.insert(a);
-                    r.collapsed_bytes += HUGE;
-                    r.range_mut(t.kind, v.start).collapsed_bytes += HUGE;
+                    st.done.extend((s..e).step_by(HUGE as usize));
+                    r.collapsed_bytes += e - s;
+                    r.range_mut(t.kind, v.start).collapsed_bytes += e - s;
                     collapsed_any = true;
                 }
                 Collapse::Failed(libc::ESRCH) => {
@@ -251,26 +276,44 @@ fn look(
                     return Err(p.permission_error());
                 }
                 Collapse::Failed(e) => {
+                    // Pieces before the refused one may be huge now: smaps says.
+                    collapsed_any = true;
                     let mut why = errno_name(e);
                     if opt.inject.is_some_and(|(ie, _)| ie == e) {
                         why.push_str(" (injected)");
                     }
                     r.fail(t.kind, v.start, &why);
+                    if e == libc::ENOMEM {
+                        // No huge page to be had now (the kernel's compaction
+                        // failed): the next look tries again.
+                        break 'targets;
+                    }
                 }
             }
         }
     }
-    if collapsed_any {
-        // What the collapses made: read back, the proof that counts.
-        match p.smaps()? {
-            Some(vmas) => {
-                let (targets, _) = ranges::targets(&vmas, exe, plan);
-                verify(&vmas, &targets, r);
-            }
-            None => return Ok(false),
-        }
+    // What the collapses made: read back, the proof that counts.
+    if collapsed_any && !reverify(p, plan, exe, r)? {
+        return Ok(false);
     }
     Ok(true)
+}
+
+/// Reads smaps again and records what is huge; false once the process is gone.
+fn reverify(
+    p: &Process,
+    plan: &OutsidePlan,
+    exe: &str,
+    r: &mut Report,
+) -> Result<bool, AttachError> {
+    match p.smaps()? {
+        Some(vmas) => {
+            let (targets, _) = ranges::targets(&vmas, exe, plan);
+            verify(&vmas, &targets, r);
+            Ok(true)
+        }
+        None => Ok(false),
+    }
 }
 
 /// Records what smaps says of the planned ranges now.
