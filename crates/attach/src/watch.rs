@@ -214,7 +214,8 @@ fn look(
             }
         }
         if huge_now >= interior || v.rss == 0 {
-            r.range_mut(t.kind, v.start).unpopulated_bytes = 0;
+            r.range_mut(t.kind, v.start).unpopulated_bytes =
+                if huge_now >= interior { 0 } else { interior };
             continue;
         }
         let counts = pagemap.and_then(|pm| populated(pm, t.start, t.end));
@@ -243,7 +244,7 @@ fn look(
                 _ => runs.push((a, a + HUGE)),
             }
         }
-        for (n, (s, e)) in runs.into_iter().enumerate() {
+        'runs: for (n, (s, e)) in runs.into_iter().enumerate() {
             // Verified after each call (one smaps read per 32 MiB, small beside
             // the copy): what was made huge is on record even when the process
             // exits in the middle of a long look.
@@ -274,6 +275,22 @@ fn look(
                 }
                 Collapse::Failed(libc::EPERM) if r.collapsed_bytes == 0 && opt.inject.is_none() => {
                     return Err(p.permission_error());
+                }
+                Collapse::Failed(libc::EINVAL) if t.file && opt.inject.is_none() => {
+                    // The executable's writable segment is a private file
+                    // mapping: its written pages are anonymous copies, not
+                    // page cache, and the kernel refuses to collapse it
+                    // (measured on 6.18, docs/attach.md). Not a failure: it
+                    // is left alone for good.
+                    for a in pieces.iter() {
+                        st.tries.insert(*a, MAX_TRIES);
+                    }
+                    *r.skipped
+                        .entry(
+                            "writable file segments the kernel does not collapse (EINVAL)".into(),
+                        )
+                        .or_default() += 1;
+                    break 'runs;
                 }
                 Collapse::Failed(e) => {
                     // Pieces before the refused one may be huge now: smaps says.

@@ -367,3 +367,84 @@ fn failures_are_clear_and_leave_the_program_unharmed() {
         r.check_rounds(1, "after another user's attempt");
     }
 }
+
+/// A static program's .bss (the anonymous mapping after its writable segment)
+/// is `static`; the writable file segment itself (.data) the kernel refuses to
+/// collapse, and it is reported as left alone, not as a failure.
+const STATIC_DATA: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static char data[8 << 20] = {1};
+static char bss[64 << 20];
+int main(void) {
+    memset(bss, 3, sizeof bss);
+    memset(data, 2, sizeof data);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) {
+        sleep(1);
+        unsigned long s = 0;
+        for (size_t i = 0; i < sizeof bss; i += 4096) s += bss[i] + data[i % sizeof data];
+        printf("%lu\n", s == (sizeof bss / 4096) * 5 ? 0ul : s);
+        fflush(stdout);
+    }
+}
+"#;
+
+#[test]
+fn a_static_programs_bss_is_static_and_its_data_segment_is_left_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let Some(exe) = build(d.path(), "static-data", STATIC_DATA, true) else {
+        return;
+    };
+    let mut cmd = Command::new(&exe);
+    cmd.stdout(Stdio::piped());
+    let mut proc = Proc::spawn(&mut cmd);
+    let out = proc.child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines().map_while(Result::ok);
+    assert_eq!(lines.next().as_deref(), Some("ready"));
+    let plan = plan_file(d.path(), "p", "hugetune-plan 1\nstatic thp-2m\n");
+    let (code, out, err) = hugetune_at(
+        None,
+        &[
+            "run",
+            "-p",
+            &proc.pid.to_string(),
+            "--plan",
+            &plan,
+            "--json",
+        ],
+    );
+    if !permitted() {
+        assert_eq!(code, 1, "{err}");
+        return;
+    }
+    assert_eq!(code, 0, "{out}{err}");
+    let j = json_line(&out);
+    let ranges = j["attach"]["ranges"].as_array().unwrap();
+    let bss = ranges
+        .iter()
+        .find(|r| r["huge_bytes"].as_u64().unwrap() > 0)
+        .unwrap_or_else(|| panic!("nothing became huge: {j}"));
+    assert_eq!(bss["category"], "static");
+    // 64 MiB at an unaligned start: at least 60 MiB of whole huge pages.
+    assert!(bss["huge_bytes"].as_u64().unwrap() >= 60 << 20, "{j}");
+    assert!(
+        j["attach"]["skipped"]
+            .as_object()
+            .is_some_and(|m| m.keys().any(|k| k.contains("writable file segments"))),
+        "{j}"
+    );
+    assert_eq!(
+        j["attach"]["failures"].as_object().map_or(0, |m| m.len()),
+        0,
+        "{j}"
+    );
+    assert_eq!(
+        lines.next().as_deref(),
+        Some("0"),
+        "the program's memory changed"
+    );
+    assert!(!proc.exited());
+}

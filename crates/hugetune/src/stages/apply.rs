@@ -149,6 +149,14 @@ pub fn attach_lines(r: &hugetune_attach::Report) -> Vec<String> {
             r.categories.join(", ")
         ));
     }
+    let unpopulated: u64 = r.ranges.iter().map(|x| x.unpopulated_bytes).sum();
+    if unpopulated > 0 {
+        v.push(format!(
+            "{} left alone at the last look: the program had populated less than half of \
+             those 2 MiB pieces (collapsing them would allocate memory it never touched)",
+            hugetune_render::bytes(unpopulated)
+        ));
+    }
     if let Some(f) = r.failure_text() {
         v.push(format!(
             "refused MADV_COLLAPSE calls: {f} (the process is unharmed)"
