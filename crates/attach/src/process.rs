@@ -115,8 +115,8 @@ impl Process {
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Err(AttachError::Permission {
                 pid: self.pid,
                 why: format!(
-                    "{path} cannot be read: no ptrace read access to it (another user's process: \
-                     run as that user or as root)"
+                    "{path} cannot be read: no ptrace access to the process (another user's, or \
+                     one this user may not trace: run as its user or as root)"
                 ),
             }),
             Err(e) => Err(AttachError::Io {
@@ -149,7 +149,8 @@ impl Process {
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Err(AttachError::Permission {
                 pid: self.pid,
                 why: format!(
-                    "{path} cannot be read: another user's process (run as that user or as root)"
+                    "{path} cannot be read: no ptrace access to the process (another user's, or \
+                     one this user may not trace: run as its user or as root)"
                 ),
             }),
             // A kernel thread has no executable.

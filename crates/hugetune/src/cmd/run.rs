@@ -93,6 +93,11 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     if let Some(pid) = a.pid {
         return attach_pid(ctx, &a, pid);
     }
+    if a.watch.is_some() {
+        anyhow::bail!(
+            "--watch goes with -p PID (a program hugetune starts is watched until it ends)"
+        );
+    }
     // A wrapper in a unit file: signals are the program's, and hugetune waits
     // for its end (exit status included) before it records the run. Under
     // --exec the program is the process itself: nothing to forward.

@@ -401,6 +401,55 @@ pub fn run_applied_then(
 mod tests {
     use super::*;
 
+    /// The measured runs of `run`, `validate` and `optimize` preload the
+    /// library into a dynamic program, and apply the plan from outside to a
+    /// static one (no LD_PRELOAD, a watcher on start).
+    #[test]
+    fn a_static_program_gets_its_plan_from_outside() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("s.c");
+        std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+        let exe = d.path().join("s");
+        let built = std::process::Command::new("cc")
+            .args(["-O2", "-static", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        let art = Artifacts {
+            runtime_lib: d.path().join("libhugetune.so"),
+            work: d.path().join("work"),
+            qemu_plugin: d.path().join("plugin.so"),
+        };
+        let plan = [(Category::HeapLarge, Backing::Hugetlb2m)];
+        let spec = |argv: Vec<OsString>| {
+            applied_spec(
+                &art,
+                &argv,
+                &plan,
+                1 << 20,
+                &PlanOptions::default(),
+                Output::Null,
+            )
+            .unwrap()
+            .spec
+        };
+        let dynamic = spec(vec!["/bin/true".into()]);
+        assert!(dynamic.env.iter().any(|(k, _)| k == "LD_PRELOAD"));
+        assert!(dynamic.on_start.is_none());
+        if !built {
+            eprintln!("skipped the static half: no static C library");
+            return;
+        }
+        let outside = spec(vec![exe.into_os_string()]);
+        assert!(
+            outside.env.iter().all(|(k, _)| k != "LD_PRELOAD"),
+            "{:?}",
+            outside.env
+        );
+        assert!(outside.on_start.is_some());
+    }
+
     #[test]
     fn a_run_without_a_summary_is_explained() {
         let one = vec![serde_json::json!({"pid": 1})];
