@@ -448,3 +448,25 @@ fn a_static_programs_bss_is_static_and_its_data_segment_is_left_alone() {
     );
     assert!(!proc.exited());
 }
+
+/// `run --plan FILE` on a program the library can enter: the library applies
+/// the file (its summary in `--json`), nothing from outside.
+#[test]
+fn a_plan_file_for_a_dynamic_program_goes_to_the_runtime_library() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = build(d.path(), "walk", WALK, false).unwrap();
+    let plan = plan_file(d.path(), "p", "hugetune-plan 1\nheap-large thp-2m\n");
+    let exe_s = exe.display().to_string();
+    let (code, out, err) = hugetune_at(
+        None,
+        &["run", "--plan", &plan, "--json", "--", &exe_s, "16", "1000"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let j = json_line(&out);
+    assert_eq!(j["attach"].as_array().map(|a| a.len()), Some(0), "{j}");
+    let s = &j["summaries"][0];
+    assert!(
+        s["backed"]["thp-2m"]["bytes"].as_u64().unwrap() >= 16 << 20,
+        "{j}"
+    );
+}
