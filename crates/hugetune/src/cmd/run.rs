@@ -518,15 +518,15 @@ fn attach_pid(ctx: &Ctx, a: &Args, pid: u32) -> Result<i32> {
         }
     ));
     let r = hugetune_attach::attach(&proc, &plan, &opt, Some(&STOP))?;
+    if r.ended == "exited" && r.passes == 0 {
+        return Err(gone());
+    }
     if a.json {
         println!(
             "{}",
             serde_json::json!({"pid": pid, "program": exe, "plan": source, "attach": r})
         );
         return Ok(0);
-    }
-    if r.ended == "exited" && r.passes == 0 {
-        return Err(gone());
     }
     println!(
         "process {pid} ({exe}): {} of {} planned on huge pages (verified in smaps)",
