@@ -48,6 +48,20 @@ pub struct RunSpec {
     /// The command is a server: this client drives it, and the run ends when
     /// the driver does (session.rs). `wall_s` is then the driver's time.
     pub driver: Option<Driver>,
+    /// Called with the child's PID once it runs the command; what it returns is
+    /// called after the child was reaped (`hugetune run` applies a plan from
+    /// outside this way: hugetune-attach).
+    pub on_start: Option<OnStart>,
+}
+
+/// A hook on a started child (see `RunSpec::on_start`).
+#[derive(Clone)]
+pub struct OnStart(pub std::sync::Arc<dyn Fn(u32) -> Box<dyn FnOnce() + Send> + Send + Sync>);
+
+impl std::fmt::Debug for OnStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnStart")
+    }
 }
 
 /// Pause between folio censuses: each reads the whole pagemap of the process.
@@ -67,6 +81,7 @@ impl RunSpec {
             folio_census: false,
             cpu: None,
             driver: None,
+            on_start: None,
         }
     }
 }
@@ -164,6 +179,7 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     let _tracked = track_child(pid);
     drop(spawning);
     let driver = spec.driver.as_ref().map(|d| session::start(d, pid));
+    let started = spec.on_start.as_ref().map(|h| (h.0)(pid));
     let reader = |r: Option<Box<dyn Read + Send>>| {
         r.map(|mut r| {
             std::thread::spawn(move || {
@@ -227,6 +243,9 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     let wall = start.elapsed();
     // The child is reaped: keep std from waiting on it again.
     std::mem::forget(child);
+    if let Some(f) = started {
+        f();
+    }
     let (mut exit_code, mut signal) = if libc::WIFEXITED(status) {
         (libc::WEXITSTATUS(status), None)
     } else if libc::WIFSIGNALED(status) {

@@ -4,6 +4,12 @@
 //! alone; its exit status is hugetune's. With `--exec` hugetune becomes the
 //! program instead (a service's main process), and records nothing. `--json`
 //! ends with where the plan came from (profile, machine class, hosts).
+//! A program the runtime library cannot enter (static, Go) takes its plan from
+//! outside (stages::apply, docs/attach.md). `--plan FILE` applies a plan file
+//! instead of the stored plan (not recorded). `-p PID` applies the stored plan
+//! (or `--plan FILE`) to a running process from outside, once or for
+//! `--watch DURATION`: only MADV_COLLAPSE, which never changes its memory's
+//! contents.
 
 use crate::{stages, Ctx};
 use anyhow::{Context, Result};
@@ -12,6 +18,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -42,12 +49,55 @@ pub struct Args {
     /// Do not use or write the start-up cache (look the plan up in the store)
     #[arg(long)]
     no_cache: bool,
+    /// Apply this plan file (docs/formats.md §3) instead of the stored plan; the
+    /// run is not recorded
+    #[arg(long, value_name = "FILE", conflicts_with = "exec")]
+    plan: Option<PathBuf>,
+    /// Apply the plan to the running process PID from outside (MADV_COLLAPSE of
+    /// its planned ranges, which keeps their contents) and print what became huge.
+    /// The plan is the one stored for its program and arguments (/proc/PID/exe
+    /// and cmdline), or --plan FILE
+    #[arg(short = 'p', long, value_name = "PID", conflicts_with_all = ["exec", "command"])]
+    pid: Option<u32>,
+    /// With -p: keep applying for this long (e.g. 30s, 500ms, 10m), collapsing
+    /// ranges as the process populates them, or until it exits
+    #[arg(long, value_name = "DURATION", requires = "pid", value_parser = parse_duration)]
+    watch: Option<std::time::Duration>,
     /// The program and its arguments (after --)
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "pid")]
     command: Vec<OsString>,
 }
 
+/// A duration: a number with `ms`, `s`, `m` or `h` (seconds without a unit).
+fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (e.g. 30s, 500ms, 10m)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("'{s}': the unit is ms, s, m or h")),
+    };
+    std::time::Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("'{s}' is not a duration hugetune can wait"))
+}
+
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
+    if let Some(pid) = a.pid {
+        return attach_pid(ctx, &a, pid);
+    }
+    if a.watch.is_some() {
+        anyhow::bail!(
+            "--watch goes with -p PID (a program hugetune starts is watched until it ends)"
+        );
+    }
     // A wrapper in a unit file: signals are the program's, and hugetune waits
     // for its end (exit status included) before it records the run. Under
     // --exec the program is the process itself: nothing to forward.
@@ -55,6 +105,9 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         hugetune_host::kernel_state::forward_signals();
     }
     let art = crate::artifacts::find()?;
+    if let Some(f) = &a.plan {
+        return plan_file_run(&a, &art, f);
+    }
     let cache = start_cache(ctx, &a);
     let ttl = std::time::Duration::from_secs(a.cache_ttl);
     let entry = cache
@@ -242,8 +295,16 @@ fn applied(
         r.stats.wall_s,
         hugetune_render::bytes(r.huge_bytes)
     ));
-    if let Some(m) = stages::missing_summary(&r.stats, &r.summaries) {
-        stages::note(m);
+    for rep in &r.attach {
+        stages::note(format!("applied from outside to process {}:", rep.pid));
+        for l in stages::attach_lines(rep) {
+            stages::note(format!("  {l}"));
+        }
+    }
+    if r.attach.is_empty() {
+        if let Some(m) = stages::missing_summary(&r.stats, &r.summaries) {
+            stages::note(m);
+        }
     }
     for f in stages::fallbacks(&[serde_json::Value::Array(r.summaries)]) {
         stages::note(format!("fallback: {f}"));
@@ -261,6 +322,7 @@ fn applied(
                 },
                 "host": hugetune_store::identity::host_id(),
                 "start": {"plan": how, "store_error": failed},
+                "attach": r.attach,
             })
         );
     }
@@ -300,4 +362,233 @@ fn kept_plan(text: &str) -> Result<PathBuf> {
     drop(f);
     std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// `run --plan FILE -- CMD`: the plan file applied as it is, by the runtime
+/// library, or from outside for a program the library cannot enter. Not
+/// recorded (no profile says what the plan was chosen for).
+fn plan_file_run(
+    a: &Args,
+    art: &crate::artifacts::Artifacts,
+    file: &std::path::Path,
+) -> Result<i32> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading the plan {}", file.display()))?;
+    let outside = hugetune_attach::OutsidePlan::parse(&text)
+        .with_context(|| format!("{} is not a plan hugetune can apply", file.display()))?;
+    let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
+    let mut spec = if stages::preload_can_enter(&a.command) {
+        stages::note(format!("applying the plan {}", file.display()));
+        let plan_path = std::fs::canonicalize(file)?;
+        // glibc's THP tunable serves `heap-small thp-2m` (not the arena form).
+        let tunable = text.lines().any(|l| {
+            l.split('#')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                == ["heap-small", "thp-2m"]
+        });
+        let assignments: Vec<_> = if tunable {
+            vec![(
+                hugetune_model::category::Category::HeapSmall,
+                hugetune_model::page::Backing::Thp2m,
+            )]
+        } else {
+            vec![]
+        };
+        let mut spec = hugetune_capture::runner::RunSpec::new(a.command.clone());
+        spec.env = env::apply_env(
+            &art.runtime_lib,
+            &plan_path,
+            Some(&dir.path().join("summary.%p.json")),
+            &assignments,
+        );
+        spec
+    } else {
+        stages::note(format!(
+            "{}: the runtime library cannot enter this program (static or Go): the plan {} ({}) \
+             is applied from outside with MADV_COLLAPSE",
+            stages::display_cmd(&a.command[..1]),
+            file.display(),
+            outside.categories().join(", ")
+        ));
+        for n in &outside.notes {
+            stages::note(n);
+        }
+        stages::outside_spec(&a.command, outside, dir.path())?
+    };
+    spec.stdout = hugetune_capture::runner::Output::Inherit;
+    let stats = hugetune_capture::runner::run(&spec)?;
+    let summaries = stages::take_summaries(dir.path());
+    let attach = stages::take_attach_reports(dir.path());
+    let huge = stages::summary_huge_bytes(&summaries)
+        .max(stages::attach_huge_bytes(&attach))
+        .max(stats.peak.huge());
+    stages::note(format!(
+        "done in {:.3} s; {} on huge pages",
+        stats.wall_s,
+        hugetune_render::bytes(huge)
+    ));
+    for rep in &attach {
+        stages::note(format!("applied from outside to process {}:", rep.pid));
+        for l in stages::attach_lines(rep) {
+            stages::note(format!("  {l}"));
+        }
+    }
+    for f in stages::fallbacks(&[serde_json::Value::Array(summaries.clone())]) {
+        stages::note(format!("fallback: {f}"));
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "exit_code": stats.exit_code, "wall_s": stats.wall_s, "huge_bytes": huge,
+                "plan": {"file": file.display().to_string()},
+                "summaries": summaries, "attach": attach,
+            })
+        );
+    }
+    Ok(stats.exit_code)
+}
+
+/// Set by SIGINT/SIGTERM while `run -p` watches: it stops and reports.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// `run -p PID`: the stored plan of the process's program (or `--plan FILE`)
+/// applied to it from outside; what became huge printed.
+fn attach_pid(ctx: &Ctx, a: &Args, pid: u32) -> Result<i32> {
+    use hugetune_attach::process::{AttachError, Process};
+    let proc = Process::open(pid).map_err(|e| match e {
+        AttachError::NoProcess(_) => {
+            anyhow::anyhow!("no process {pid} (it does not exist or has exited)")
+        }
+        e => e.into(),
+    })?;
+    let gone = || anyhow::anyhow!("process {pid} exited before its plan could be applied");
+    let exe = proc.exe()?.ok_or_else(gone)?;
+    let (plan, source) = match &a.plan {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("reading the plan {}", f.display()))?;
+            let p = hugetune_attach::OutsidePlan::parse(&text)
+                .with_context(|| format!("{} is not a plan hugetune can apply", f.display()))?;
+            (p, serde_json::json!({"file": f.display().to_string()}))
+        }
+        None => stored_plan_of(ctx, a, &proc, &exe)?,
+    };
+    for n in &plan.notes {
+        stages::note(n);
+    }
+    if plan.is_empty() {
+        stages::note(format!(
+            "the plan for {exe} puts nothing on huge pages: nothing to apply"
+        ));
+    }
+    let opt = hugetune_attach::Options {
+        once: a.watch.is_none(),
+        duration: a.watch,
+        ..Default::default()
+    }
+    .with_env_injection()
+    .map_err(anyhow::Error::msg)?;
+    if a.watch.is_some() {
+        // Ctrl-C or a stop ends the watch with its report; the process is not
+        // signalled.
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
+            libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
+        }
+    }
+    stages::note(format!(
+        "applying {} to process {pid} ({exe}) from outside{}",
+        if plan.is_empty() {
+            "nothing".to_string()
+        } else {
+            plan.categories().join(", ")
+        },
+        match a.watch {
+            Some(d) => format!(", watching for {:.1} s", d.as_secs_f64()),
+            None => String::new(),
+        }
+    ));
+    let r = hugetune_attach::attach(&proc, &plan, &opt, Some(&STOP))?;
+    if r.ended == "exited" && r.passes == 0 {
+        return Err(gone());
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"pid": pid, "program": exe, "plan": source, "attach": r})
+        );
+        return Ok(0);
+    }
+    println!(
+        "process {pid} ({exe}): {} of {} planned on huge pages (verified in smaps)",
+        hugetune_render::bytes(r.huge_bytes),
+        hugetune_render::bytes(r.planned_bytes)
+    );
+    for l in stages::attach_lines(&r) {
+        println!("  {l}");
+    }
+    Ok(0)
+}
+
+/// The stored plan for the process's program and arguments (the identity `run`
+/// uses for a command: the executable's build-id and the argument signature).
+fn stored_plan_of(
+    ctx: &Ctx,
+    a: &Args,
+    proc: &hugetune_attach::process::Process,
+    exe: &str,
+) -> Result<(hugetune_attach::OutsidePlan, serde_json::Value)> {
+    if exe.ends_with(" (deleted)") {
+        anyhow::bail!(
+            "process {}'s executable {exe} was replaced or deleted since it started: its identity \
+             cannot be checked; give the plan with --plan FILE",
+            proc.pid
+        );
+    }
+    let cmdline = proc
+        .read("cmdline")?
+        .ok_or_else(|| anyhow::anyhow!("process {} exited", proc.pid))?;
+    let mut argv: Vec<OsString> = vec![OsString::from(exe)];
+    argv.extend(
+        cmdline
+            .split('\0')
+            .skip(1)
+            .filter(|s| !s.is_empty())
+            .map(OsString::from),
+    );
+    let db = ctx.db()?;
+    let Some(st) = stages::stored_predictions(&db, &argv)? else {
+        anyhow::bail!(
+            "no plan stored for {exe} in {}: profile it first (`hugetune optimize -- {}`), \
+             or give a plan with --plan FILE",
+            ctx.db_path.display(),
+            stages::display_cmd(&argv)
+        );
+    };
+    let d = st.choose(&stages::availability_now(), a.min_gain);
+    if a.explain || d.prediction.is_none() {
+        for r in &d.reasons {
+            stages::note(format!("  - {r}"));
+        }
+    }
+    if stages::preload_can_enter(&argv) {
+        stages::note(format!(
+            "{exe} can take the runtime library at its next start (`hugetune run -- ...`); \
+             running now, it gets the THP part of its plan from outside"
+        ));
+    }
+    let plan = hugetune_attach::OutsidePlan::from_assignments(&d.assignments, st.threshold);
+    Ok((
+        plan,
+        serde_json::json!({"profile": st.profile_id, "mapping": d.label(), "assignments": d.assignments}),
+    ))
 }

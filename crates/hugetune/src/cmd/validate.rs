@@ -138,10 +138,18 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         v.verdict.name(),
     );
     println!(
-        "backing: {} huge at peak (/proc smaps_rollup), {} reported by the runtime library",
+        "backing: {} huge at peak (/proc smaps_rollup), {} {}",
         hugetune_render::bytes(v.huge_bytes_proc),
         hugetune_render::bytes(v.huge_bytes_runtime),
+        if v.attach.is_empty() {
+            "reported by the runtime library"
+        } else {
+            "verified by the outside applier (MADV_COLLAPSE; the library cannot enter this program)"
+        }
     );
+    if let Some(f) = v.attach.iter().find_map(|r| r.failure_text()) {
+        println!("         refused MADV_COLLAPSE calls in a run: {f}");
+    }
     if let Some(p) = super::folio_proof(&v) {
         println!("         {p}");
     }

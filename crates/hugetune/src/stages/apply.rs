@@ -2,13 +2,18 @@
 //! library's environment (hugetune_format::{plan, env}) in a private directory,
 //! the hugetlb pool grown for the plan's pages (given back when the guard
 //! drops), the library's summaries collected, and `hugetune run`'s applied run
-//! recorded in the database.
+//! recorded in the database. A program the library cannot enter (static, Go)
+//! runs without it and takes the plan from outside instead (hugetune-attach,
+//! docs/attach.md): a watcher collapses its planned ranges while it runs and
+//! leaves its report (`attach.PID.json`) in the same directory as the library's
+//! summaries.
 
 use super::{display_cmd, note, strings, Stored};
 use crate::artifacts::Artifacts;
 use anyhow::Result;
+use hugetune_attach::OutsidePlan;
 use hugetune_capture::launcher;
-use hugetune_capture::runner::{self, Output, RunSpec};
+use hugetune_capture::runner::{self, OnStart, Output, RunSpec};
 use hugetune_format::env;
 use hugetune_format::plan::{self, PlanOptions};
 use hugetune_format::summary::Summary;
@@ -20,6 +25,7 @@ use hugetune_model::plan::{Availability, PlanDecision};
 use hugetune_store::db::NewRun;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub struct Applied {
     /// Holds the plan file and the runtime library's summaries.
@@ -27,7 +33,152 @@ pub struct Applied {
     pub spec: RunSpec,
 }
 
-/// The optimized run's spec: the plan file written, the runtime library preloaded.
+/// Whether the runtime library can enter the program `argv` runs; false (with
+/// the plan applied from outside) for static and Go binaries. A launcher's
+/// command is the launcher's process: the library follows it into its program,
+/// and outside application is not tried (it follows one process only).
+pub fn preload_can_enter(argv: &[OsString]) -> bool {
+    if launcher::launcher_of(argv).is_some() {
+        return true;
+    }
+    let Ok(p) = super::program_of(argv) else {
+        // It will not start: the run says why.
+        return true;
+    };
+    // hugetune_capture::elf::preload_can_enter is the rule's home (issue 19);
+    // until it is in, hugetune-attach's copy decides.
+    match hugetune_attach::enter::preload_can_enter_fallback(Path::new(&p.path)) {
+        Ok(b) => b,
+        Err(e) => {
+            note(format!(
+                "cannot tell whether the runtime library can enter {e}: assuming it can"
+            ));
+            true
+        }
+    }
+}
+
+/// A spec that applies `plan` from outside: the program runs without the
+/// runtime library, and a watcher collapses its planned ranges from its start
+/// to its end, its report left in `dir` as `attach.PID.json`.
+pub fn outside_spec(argv: &[OsString], plan: OutsidePlan, dir: &Path) -> Result<RunSpec> {
+    let opt = hugetune_attach::Options::default()
+        .with_env_injection()
+        .map_err(anyhow::Error::msg)?;
+    let mut spec = RunSpec::new(argv.to_vec());
+    let (plan, dir) = (Arc::new(plan), dir.to_path_buf());
+    spec.on_start = Some(OnStart(Arc::new(
+        move |pid: u32| -> Box<dyn FnOnce() + Send> {
+            // The pidfd is opened before the runner can reap the child, so it
+            // names this child even if it ended at once.
+            let proc = hugetune_attach::process::Process::open(pid);
+            let (plan, opt, dir) = (plan.clone(), opt.clone(), dir.clone());
+            let t = std::thread::spawn(move || {
+                let r = proc.and_then(|p| hugetune_attach::attach(&p, &plan, &opt, None));
+                let report = r.unwrap_or_else(|e| {
+                    note(format!("the plan could not be applied from outside: {e}"));
+                    hugetune_attach::Report {
+                        pid,
+                        ended: "error".into(),
+                        notes: vec![e.to_string()],
+                        ..Default::default()
+                    }
+                });
+                let path = dir.join(format!("attach.{pid}.json"));
+                if let Err(e) = serde_json::to_vec(&report)
+                    .map_err(std::io::Error::other)
+                    .and_then(|b| std::fs::write(&path, b))
+                {
+                    note(format!("cannot write {}: {e}", path.display()));
+                }
+            });
+            Box::new(move || {
+                let _ = t.join();
+            })
+        },
+    )));
+    Ok(spec)
+}
+
+/// Collects (and removes) the outside applier's reports written in `dir`.
+pub fn take_attach_reports(dir: &Path) -> Vec<hugetune_attach::Report> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("attach."))
+        })
+        .collect();
+    paths.sort();
+    let mut out = vec![];
+    for p in paths {
+        match std::fs::read(&p).map(|b| serde_json::from_slice(&b)) {
+            Ok(Ok(r)) => out.push(r),
+            Ok(Err(e)) => note(format!(
+                "outside report {} is not readable: {e}",
+                p.display()
+            )),
+            Err(_) => {}
+        }
+        let _ = std::fs::remove_file(&p);
+    }
+    out
+}
+
+/// Huge bytes the outside applier verified, summed over its reports.
+pub fn attach_huge_bytes(reports: &[hugetune_attach::Report]) -> u64 {
+    reports.iter().map(|r| r.huge_bytes).sum()
+}
+
+/// What an outside report says, one line per category and one for failures.
+pub fn attach_lines(r: &hugetune_attach::Report) -> Vec<String> {
+    let mut v = vec![];
+    for (c, planned, huge) in r.per_category() {
+        v.push(format!(
+            "{c}: {} of {} planned became huge",
+            hugetune_render::bytes(huge),
+            hugetune_render::bytes(planned)
+        ));
+    }
+    if r.per_category().is_empty() {
+        v.push(format!(
+            "no planned range ({}) held a whole 2 MiB page",
+            r.categories.join(", ")
+        ));
+    }
+    let unpopulated: u64 = r.ranges.iter().map(|x| x.unpopulated_bytes).sum();
+    if unpopulated > 0 {
+        v.push(format!(
+            "{} left alone at the last look: the program had populated less than half of \
+             those 2 MiB pieces (collapsing them would allocate memory it never touched)",
+            hugetune_render::bytes(unpopulated)
+        ));
+    }
+    if let Some(f) = r.failure_text() {
+        v.push(format!(
+            "refused MADV_COLLAPSE calls: {f} (the process is unharmed)"
+        ));
+    }
+    for (k, n) in &r.skipped {
+        v.push(format!("left alone: {n} {k}"));
+    }
+    v.push(format!(
+        "{} collapsed in {} calls, {:.3} s ({} looks over {:.2} s; ended: {})",
+        hugetune_render::bytes(r.collapsed_bytes),
+        r.collapse_calls,
+        r.collapse_s,
+        r.passes,
+        r.elapsed_s,
+        r.ended
+    ));
+    v
+}
+
+/// The optimized run's spec: the plan file written, the runtime library
+/// preloaded; for a program it cannot enter, the plan applied from outside.
 pub fn applied_spec(
     art: &Artifacts,
     argv: &[OsString],
@@ -37,6 +188,21 @@ pub fn applied_spec(
     stdout: Output,
 ) -> Result<Applied> {
     let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
+    if !assignments.is_empty() && !preload_can_enter(argv) {
+        let plan = OutsidePlan::from_assignments(assignments, threshold);
+        note(format!(
+            "{}: the runtime library cannot enter this program (static or Go): the plan ({}) \
+             is applied from outside with MADV_COLLAPSE",
+            display_cmd(&argv[..1]),
+            plan.categories().join(", ")
+        ));
+        for n in &plan.notes {
+            note(n);
+        }
+        let mut spec = outside_spec(argv, plan, dir.path())?;
+        spec.stdout = stdout;
+        return Ok(Applied { dir, spec });
+    }
     let plan_file = dir.path().join("plan");
     std::fs::write(
         &plan_file,
@@ -176,7 +342,10 @@ pub fn run_unchanged(argv: &[OsString]) -> Result<i32> {
 pub struct AppliedRun {
     pub stats: RunStats,
     pub summaries: Vec<serde_json::Value>,
-    /// Huge bytes backed: the library's summaries or /proc's peak, the larger.
+    /// The outside applier's reports (a program the library cannot enter).
+    pub attach: Vec<hugetune_attach::Report>,
+    /// Huge bytes backed: the library's summaries, the outside applier's
+    /// verification or /proc's peak, the largest.
     pub huge_bytes: u64,
 }
 
@@ -201,7 +370,10 @@ pub fn run_applied_then(
     )?;
     let stats = runner::run(&applied.spec)?;
     let summaries = take_summaries(applied.dir.path());
-    let huge_bytes = summary_huge_bytes(&summaries).max(stats.peak.huge());
+    let attach = take_attach_reports(applied.dir.path());
+    let huge_bytes = summary_huge_bytes(&summaries)
+        .max(attach_huge_bytes(&attach))
+        .max(stats.peak.huge());
     let mapping = d.label();
     record(&NewRun {
         program_id: st.program_id,
@@ -215,11 +387,12 @@ pub fn run_applied_then(
         speedup: None,
         huge_bytes_backed: huge_bytes,
         verdict: "applied".into(),
-        details: serde_json::json!({"stats": stats, "summaries": summaries}),
+        details: serde_json::json!({"stats": stats, "summaries": summaries, "attach": attach}),
     })?;
     Ok(AppliedRun {
         stats,
         summaries,
+        attach,
         huge_bytes,
     })
 }
@@ -227,6 +400,55 @@ pub fn run_applied_then(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The measured runs of `run`, `validate` and `optimize` preload the
+    /// library into a dynamic program, and apply the plan from outside to a
+    /// static one (no LD_PRELOAD, a watcher on start).
+    #[test]
+    fn a_static_program_gets_its_plan_from_outside() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("s.c");
+        std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+        let exe = d.path().join("s");
+        let built = std::process::Command::new("cc")
+            .args(["-O2", "-static", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        let art = Artifacts {
+            runtime_lib: d.path().join("libhugetune.so"),
+            work: d.path().join("work"),
+            qemu_plugin: d.path().join("plugin.so"),
+        };
+        let plan = [(Category::HeapLarge, Backing::Hugetlb2m)];
+        let spec = |argv: Vec<OsString>| {
+            applied_spec(
+                &art,
+                &argv,
+                &plan,
+                1 << 20,
+                &PlanOptions::default(),
+                Output::Null,
+            )
+            .unwrap()
+            .spec
+        };
+        let dynamic = spec(vec!["/bin/true".into()]);
+        assert!(dynamic.env.iter().any(|(k, _)| k == "LD_PRELOAD"));
+        assert!(dynamic.on_start.is_none());
+        if !built {
+            eprintln!("skipped the static half: no static C library");
+            return;
+        }
+        let outside = spec(vec![exe.into_os_string()]);
+        assert!(
+            outside.env.iter().all(|(k, _)| k != "LD_PRELOAD"),
+            "{:?}",
+            outside.env
+        );
+        assert!(outside.on_start.is_some());
+    }
 
     #[test]
     fn a_run_without_a_summary_is_explained() {

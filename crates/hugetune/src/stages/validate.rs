@@ -1,7 +1,13 @@
 //! Stage 5, validate: baseline and optimized runs (`apply`'s spec) interleaved,
-//! the verdict and its agreement with the prediction.
+//! the verdict and its agreement with the prediction. A program the runtime
+//! library cannot enter is measured with its plan applied from outside
+//! (`apply`'s spec does it); the outside applier's verified bytes count as the
+//! library's would.
 
-use super::{applied_spec, note, session_why, summary_huge_bytes, take_summaries};
+use super::{
+    applied_spec, attach_huge_bytes, note, session_why, summary_huge_bytes, take_attach_reports,
+    take_summaries,
+};
 use crate::artifacts::Artifacts;
 use anyhow::{bail, Result};
 use hugetune_capture::ab::{self, AbResult, RunCount, Verdict};
@@ -36,7 +42,8 @@ pub struct Validation {
     pub optimized_minor_faults: u64,
     /// Median over optimized runs of the peak huge memory seen in /proc.
     pub huge_bytes_proc: u64,
-    /// Median over optimized runs of what the runtime library reports backed.
+    /// Median over optimized runs of what the runtime library reports backed
+    /// (or, for a program it cannot enter, what the outside applier verified).
     pub huge_bytes_runtime: u64,
     pub baseline_huge_bytes_proc: u64,
     pub runtime_summaries: Vec<serde_json::Value>,
@@ -60,6 +67,10 @@ pub struct Validation {
     /// kpageflags, root only): mTHP sizes that smaps_rollup does not show.
     #[serde(default)]
     pub folio_bytes: Vec<(u64, u64)>,
+    /// The outside applier's report of each optimized run, for a program the
+    /// runtime library cannot enter (docs/attach.md); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attach: Vec<hugetune_attach::Report>,
 }
 
 impl Validation {
@@ -127,6 +138,7 @@ pub fn validate(
         note("warm-up run with the plan applied (not timed)");
         let w = runner::run(&applied.spec)?;
         take_summaries(&dir);
+        take_attach_reports(&dir);
         if w.exit_code != 0 {
             note(format!(
                 "warning: the warm-up run exited with status {}{}",
@@ -136,6 +148,7 @@ pub fn validate(
         }
     }
     let mut per_run_runtime: Vec<u64> = Vec::new();
+    let mut attach = Vec::new();
     // Optimized runs that left no runtime summary (killed, or the library inert).
     let mut no_summary = 0usize;
     // Folio counters just before and after each optimized run.
@@ -167,8 +180,10 @@ pub fn validate(
                 }
             }
             let s = take_summaries(&dir);
-            no_summary += usize::from(s.is_empty() && !assignments.is_empty());
-            per_run_runtime.push(summary_huge_bytes(&s));
+            let a = take_attach_reports(&dir);
+            no_summary += usize::from(s.is_empty() && a.is_empty() && !assignments.is_empty());
+            per_run_runtime.push(summary_huge_bytes(&s) + attach_huge_bytes(&a));
+            attach.extend(a);
             Some(serde_json::Value::Array(s))
         },
         |which, i, s| {
@@ -282,5 +297,6 @@ pub fn validate(
         exit_codes_match: codes_match,
         broken_run: r.broke,
         pool_changes: r.pool_changes,
+        attach,
     })
 }

@@ -1,0 +1,170 @@
+//! What an outside application did, as `hugetune run` prints it and stores it
+//! (the counterpart of the runtime library's exit summary, docs/attach.md).
+//!
+//! Invariants: `huge_bytes` is the largest total verified in smaps at one
+//! moment (never a sum over moments, so a range freed and another mapped do not
+//! count twice); a range's `huge_bytes` is the largest seen for it, at most its
+//! interior; failures are counted in refused MADV_COLLAPSE calls (up to
+//! 32 MiB each) per errno name.
+
+use crate::ranges::Kind;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RangeReport {
+    pub category: String,
+    /// The mapping (as last seen).
+    pub mapping_start: u64,
+    pub mapping_end: u64,
+    /// The 2 MiB-aligned interior that was planned.
+    pub start: u64,
+    pub end: u64,
+    /// Resident bytes of the mapping at the last look.
+    pub rss: u64,
+    /// The most bytes of it seen huge in smaps (AnonHugePages, FilePmdMapped for
+    /// a file mapping).
+    pub huge_bytes: u64,
+    /// Bytes MADV_COLLAPSE reported collapsed.
+    pub collapsed_bytes: u64,
+    /// Bytes of the interior left alone at the last look because the program
+    /// had populated less than half of their 2 MiB piece.
+    pub unpopulated_bytes: u64,
+    /// Refused calls per reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failures: BTreeMap<String, u64>,
+}
+
+impl RangeReport {
+    pub fn planned_bytes(&self) -> u64 {
+        self.end - self.start
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub pid: u32,
+    /// /proc/PID/exe.
+    pub program: String,
+    /// The categories applied (`heap-large`, `heap-small`, `static`).
+    pub categories: Vec<String>,
+    pub ranges: Vec<RangeReport>,
+    /// The largest total of planned interiors seen at one look.
+    pub planned_bytes: u64,
+    /// The largest total verified huge at one look (smaps).
+    pub huge_bytes: u64,
+    pub collapsed_bytes: u64,
+    /// Refused MADV_COLLAPSE calls per reason (errno name), over all ranges.
+    pub failures: BTreeMap<String, u64>,
+    /// Mappings of planned categories left alone, per reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub skipped: BTreeMap<String, u64>,
+    /// Looks at the process (smaps reads followed by collapses).
+    pub passes: u64,
+    pub collapse_calls: u64,
+    /// Seconds spent in MADV_COLLAPSE calls, and from attach to the end.
+    pub collapse_s: f64,
+    pub elapsed_s: f64,
+    /// How it ended: `once`, `exited` (the process ended), `duration`, `stopped`.
+    pub ended: String,
+    /// Translations and limits (hugetlb as THP, directives not applied, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Planned and huge bytes per category (each range at its largest).
+    pub fn per_category(&self) -> Vec<(String, u64, u64)> {
+        let mut m: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for r in &self.ranges {
+            let e = m.entry(r.category.as_str()).or_default();
+            e.0 += r.planned_bytes();
+            e.1 += r.huge_bytes;
+        }
+        m.into_iter()
+            .map(|(c, (p, h))| (c.to_string(), p, h))
+            .collect()
+    }
+
+    /// Collapse throughput: bytes collapsed per second of MADV_COLLAPSE.
+    pub fn throughput(&self) -> Option<f64> {
+        (self.collapse_s > 0.0 && self.collapsed_bytes > 0)
+            .then(|| self.collapsed_bytes as f64 / self.collapse_s)
+    }
+
+    /// Failures as `N × REASON` text, None without any.
+    pub fn failure_text(&self) -> Option<String> {
+        if self.failures.is_empty() {
+            return None;
+        }
+        Some(
+            self.failures
+                .iter()
+                .map(|(r, n)| format!("{n} × {r}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    }
+
+    pub(crate) fn range_mut(&mut self, kind: Kind, mapping_start: u64) -> &mut RangeReport {
+        let i = match self
+            .ranges
+            .iter()
+            .position(|r| r.mapping_start == mapping_start && r.category == kind.name())
+        {
+            Some(i) => i,
+            None => {
+                self.ranges.push(RangeReport {
+                    category: kind.name().to_string(),
+                    mapping_start,
+                    ..Default::default()
+                });
+                self.ranges.len() - 1
+            }
+        };
+        &mut self.ranges[i]
+    }
+
+    pub(crate) fn fail(&mut self, kind: Kind, mapping_start: u64, reason: &str) {
+        *self.failures.entry(reason.to_string()).or_default() += 1;
+        *self
+            .range_mut(kind, mapping_start)
+            .failures
+            .entry(reason.to_string())
+            .or_default() += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_and_failures_are_summed() {
+        let mut r = Report::default();
+        for (k, s, e, h) in [
+            (Kind::HeapLarge, 0x200000u64, 0x600000u64, 0x400000u64),
+            (Kind::HeapLarge, 0x800000, 0xa00000, 0),
+            (Kind::Static, 0x1000000, 0x1200000, 0x200000),
+        ] {
+            let x = r.range_mut(k, s);
+            x.start = s;
+            x.end = e;
+            x.huge_bytes = h;
+        }
+        r.fail(Kind::HeapLarge, 0x800000, "ENOMEM");
+        r.fail(Kind::HeapLarge, 0x800000, "ENOMEM");
+        r.fail(Kind::Static, 0x1000000, "EINVAL");
+        assert_eq!(
+            r.per_category(),
+            [
+                ("heap-large".to_string(), 6 << 20, 4 << 20),
+                ("static".to_string(), 2 << 20, 2 << 20)
+            ]
+        );
+        assert_eq!(r.failure_text().unwrap(), "1 × EINVAL, 2 × ENOMEM");
+        assert_eq!(r.ranges[1].failures["ENOMEM"], 2);
+        let back: Report = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+}
