@@ -14,7 +14,6 @@
 //! it. The process is named by a pidfd, so a PID reused after it exited is never
 //! touched.
 
-pub mod enter;
 pub mod maps;
 pub mod plan;
 pub mod process;

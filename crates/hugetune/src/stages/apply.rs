@@ -45,13 +45,12 @@ pub fn preload_can_enter(argv: &[OsString]) -> bool {
         // It will not start: the run says why.
         return true;
     };
-    // hugetune_capture::elf::preload_can_enter is the rule's home (issue 19);
-    // until it is in, hugetune-attach's copy decides.
-    match hugetune_attach::enter::preload_can_enter_fallback(Path::new(&p.path)) {
+    match hugetune_capture::elf::preload_can_enter(Path::new(&p.path)) {
         Ok(b) => b,
         Err(e) => {
             note(format!(
-                "cannot tell whether the runtime library can enter {e}: assuming it can"
+                "cannot tell whether the runtime library can enter {}: {e:#}: assuming it can",
+                p.path
             ));
             true
         }
