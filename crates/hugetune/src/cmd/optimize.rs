@@ -861,9 +861,14 @@ pub fn render(r: &Report) -> String {
     );
     s += "\n\n";
     s += &format!(
-        "huge pages   {} huge at peak per /proc/PID/smaps_rollup (baseline {}); runtime library reports {} backed\n",
+        "huge pages   {} huge at peak per /proc/PID/smaps_rollup (baseline {}); {} {} backed\n",
         bytes(v.huge_bytes_proc),
         bytes(v.baseline_huge_bytes_proc),
+        if r.plan.program.outside {
+            "collapsed from outside and verified in smaps:"
+        } else {
+            "runtime library reports"
+        },
         bytes(v.huge_bytes_runtime)
     );
     if let Some(p) = super::folio_proof(v) {
