@@ -281,4 +281,12 @@ fn bench_programs_measures_what_runs_and_skips_what_cannot() {
         m["glibc-hugetlb=2"]["huge_bytes"].as_u64().unwrap() < 8 << 20,
         "{m}"
     );
+    // What `run` applied, from the runs it recorded: the warm-up and the timed run.
+    let h = &c["hugetune_run"];
+    assert_eq!(h["runs"], 2, "{h}");
+    assert!(
+        h["applied"][0].as_str().unwrap().contains("heap-large"),
+        "{h}"
+    );
+    assert!(h["runtime_huge_bytes"].as_u64().unwrap() >= 8 << 20, "{h}");
 }

@@ -81,10 +81,11 @@ fn walk_steps(mib: u64) -> u64 {
     mib << 13
 }
 
-/// Elements gathered over `mib` MiB: one per 64 bytes (a gather is cheaper
-/// than a dependent step).
+/// Elements gathered over `mib` MiB: one per 16 bytes (a gather is much
+/// cheaper than a dependent step; fewer leave python's start and the array's
+/// first touch most of the run).
 fn gather_steps(mib: u64) -> u64 {
-    mib << 14
+    mib << 16
 }
 
 /// Every program of the suite, in report order.
@@ -118,7 +119,7 @@ pub const PROGRAMS: &[Program] = &[
     },
     Program {
         name: "mpi",
-        about: "an MPI program under mpirun -np 2: each rank mallocs half the data and walks it at random, then a reduction",
+        about: "an MPI program under mpirun -np 2: each rank mallocs half the data and walks it at random (the steps of the others each), then a reduction",
         prepare: |dir, mib| {
             for t in ["mpicc", "mpirun"] {
                 need(t, "openmpi-bin, libopenmpi-dev")?;
@@ -143,7 +144,7 @@ pub const PROGRAMS: &[Program] = &[
                     "2".into(),
                     exe.display().to_string(),
                     per_rank.to_string(),
-                    (walk_steps(mib) / 2).to_string(),
+                    walk_steps(mib).to_string(),
                 ],
                 footprint: (2 * per_rank + 128) << 20,
             })
@@ -404,7 +405,7 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
     let wrapper = run_wrapper(ctx)?;
     // Build and optimize every program first (optimize takes the kernel-state
     // lock itself to grow the pool for its runs); what cannot run is skipped.
-    let mut ready: Vec<(Workload, Vec<Config>, Value)> = Vec::new();
+    let mut ready: Vec<(Workload, Vec<Config>, Value, i64)> = Vec::new();
     let mut entries: Vec<Value> = Vec::new();
     for p in chosen {
         let dir = scratch.path().join(p.name);
@@ -468,12 +469,12 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
             !r.plan.assignments.is_empty(),
             wrapper.clone(),
         );
-        ready.push((w, cs, opt));
+        ready.push((w, cs, opt, r.profile_id));
     }
-    let refs: Vec<&Config> = ready.iter().flat_map(|(_, cs, _)| cs).collect();
+    let refs: Vec<&Config> = ready.iter().flat_map(|(_, cs, _, _)| cs).collect();
     let bench = sr.bench(&refs)?;
     let mut results = Vec::new();
-    for (w, cs, opt) in &ready {
+    for (w, cs, opt, profile_id) in &ready {
         let res = bench.measure(w, cs, reps);
         let measured: Value = res
             .results
@@ -495,7 +496,8 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
             .collect::<serde_json::Map<String, Value>>()
             .into();
         let mut e = json!({"program": w.name, "about": w.about, "command": w.command(&bench.art.work),
-                           "optimize": opt, "measured": measured});
+                           "optimize": opt, "measured": measured,
+                           "hugetune_run": applied_runs(ctx, *profile_id)?});
         if !res.skipped.is_empty() {
             e["configs_skipped"] = serde_json::to_value(&res.skipped)?;
         }
@@ -510,7 +512,7 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
     });
     let configs: Vec<Config> = ready
         .first()
-        .map(|(_, cs, _)| cs.clone())
+        .map(|(_, cs, _, _)| cs.clone())
         .unwrap_or_default();
     let extra = json!({"size_mib": a.size, "programs": entries});
     let report = sr.finish(Some(bench), false, reps, configs, results, extra);
@@ -523,6 +525,37 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
         configs: vec![],
     };
     emit(&report, &o, &text_extra(&report), html(&report))
+}
+
+/// What `hugetune run` did in the `hugetune` configuration's runs, from the
+/// runs it recorded with the profile: the plans it applied (it plans for the
+/// pages free at each start), the program's own median wall time inside `run`
+/// and the median bytes the runtime library proved huge.
+fn applied_runs(ctx: &Ctx, profile_id: i64) -> Result<Value> {
+    let db = ctx.db()?;
+    let runs: Vec<_> = db
+        .runs_of_profile(profile_id)?
+        .into_iter()
+        .filter(|r| r.verdict == "applied")
+        .collect();
+    let mut plans: Vec<String> = Vec::new();
+    for r in &runs {
+        let label = if r.mapping.is_empty() {
+            "nothing".to_string()
+        } else {
+            r.mapping.clone()
+        };
+        if !plans.contains(&label) {
+            plans.push(label);
+        }
+    }
+    let walls: Vec<f64> = runs.iter().flat_map(|r| r.optimized_s.clone()).collect();
+    Ok(json!({
+        "runs": runs.len(),
+        "applied": plans,
+        "program_median_s": hugetune_model::stats::median_finite(&walls),
+        "runtime_huge_bytes": hugetune_model::stats::median_u64(runs.iter().map(|r| r.huge_bytes_backed)),
+    }))
 }
 
 const MEASURED: [&str; 3] = ["hugetune", "thp-always", "glibc-hugetlb=2"];
@@ -615,12 +648,56 @@ fn text_extra(r: &SuiteReport) -> String {
         r.extra["size_mib"], r.runs
     );
     s += &table(&FIGURES_HEADERS, &figures_rows(&r.extra));
+    s += "\n\nwhat `hugetune run` applied in its runs (the program's own time inside `run`, the bytes the runtime library proved huge):\n";
+    s += &table(&RUN_HEADERS, &run_rows(&r.extra));
     s += "\n";
     for l in skipped_lines(&r.extra) {
         s += &l;
         s += "\n";
     }
     s
+}
+
+pub const RUN_HEADERS: [&str; 5] = [
+    "program",
+    "applied",
+    "program s inside run",
+    "whole command s",
+    "huge (runtime library)",
+];
+
+/// One row per measured program: what `hugetune run` applied.
+pub fn run_rows(extra: &Value) -> Vec<Vec<String>> {
+    extra["programs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| !e["hugetune_run"].is_null())
+        .map(|e| {
+            let h = &e["hugetune_run"];
+            let applied: Vec<&str> = h["applied"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            vec![
+                e["program"].as_str().unwrap_or("?").to_string(),
+                if applied.is_empty() {
+                    format!("no run recorded ({} runs)", h["runs"])
+                } else {
+                    applied.join(", ")
+                },
+                h["program_median_s"]
+                    .as_f64()
+                    .map_or("-".into(), output::num),
+                e["measured"]["hugetune"]["median_s"]
+                    .as_f64()
+                    .map_or("-".into(), output::num),
+                bytes(h["runtime_huge_bytes"].as_u64().unwrap_or(0)),
+            ]
+        })
+        .collect()
 }
 
 /// `skipped: PROGRAM: REASON` for every program that did not run.
@@ -643,6 +720,7 @@ fn html(r: &SuiteReport) -> String {
     let mut p = output::page_head(r);
     p.push_heading("Figures");
     p.push_table(&FIGURES_HEADERS, &figures_rows(&r.extra));
+    p.push_table(&RUN_HEADERS, &run_rows(&r.extra));
     let skipped = skipped_lines(&r.extra);
     if !skipped.is_empty() {
         p.push_preformatted(&skipped.join("\n"));
@@ -735,6 +813,22 @@ mod tests {
         assert_eq!(rows[1][8], "1.30x 512.0 MiB");
         assert_eq!(rows[1][9], "FAILED (2)");
         assert_eq!(rows[1][10], "-");
+        // Only measured programs have a `hugetune run` row.
+        let mut extra = extra;
+        extra["programs"][1]["hugetune_run"] = json!({"runs": 4, "applied": ["heap-large:hugetlb-2m"],
+            "program_median_s": 1.2, "runtime_huge_bytes": 1u64 << 29});
+        extra["programs"][1]["measured"]["hugetune"]["median_s"] = json!(1.25);
+        let rows = run_rows(&extra);
+        assert_eq!(
+            rows,
+            [[
+                "c-mmap",
+                "heap-large:hugetlb-2m",
+                "1.200",
+                "1.250",
+                "512.0 MiB"
+            ]]
+        );
     }
 
     #[test]
