@@ -497,7 +497,7 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
             .into();
         let mut e = json!({"program": w.name, "about": w.about, "command": w.command(&bench.art.work),
                            "optimize": opt, "measured": measured,
-                           "hugetune_run": applied_runs(ctx, *profile_id)?});
+                           "hugetune_run": applied_runs(ctx, *profile_id, reps)?});
         if !res.skipped.is_empty() {
             e["configs_skipped"] = serde_json::to_value(&res.skipped)?;
         }
@@ -527,17 +527,20 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
     emit(&report, &o, &text_extra(&report), html(&report))
 }
 
-/// What `hugetune run` did in the `hugetune` configuration's runs, from the
-/// runs it recorded with the profile: the plans it applied (it plans for the
-/// pages free at each start), the program's own median wall time inside `run`
-/// and the median bytes the runtime library proved huge.
-fn applied_runs(ctx: &Ctx, profile_id: i64) -> Result<Value> {
+/// What `hugetune run` did in the `hugetune` configuration's timed runs (the
+/// last `reps` it recorded with the profile; the warm-up round's came first):
+/// the plans it applied (it plans for the pages free at each start), the
+/// program's own median wall time inside `run` and the median bytes the
+/// runtime library backed huge (every block over the run).
+fn applied_runs(ctx: &Ctx, profile_id: i64, reps: usize) -> Result<Value> {
     let db = ctx.db()?;
-    let runs: Vec<_> = db
+    let mut runs: Vec<_> = db
         .runs_of_profile(profile_id)?
         .into_iter()
         .filter(|r| r.verdict == "applied")
         .collect();
+    let warm_up = runs.len().saturating_sub(reps);
+    runs.drain(..warm_up);
     let mut plans: Vec<String> = Vec::new();
     for r in &runs {
         let label = if r.mapping.is_empty() {
@@ -648,7 +651,7 @@ fn text_extra(r: &SuiteReport) -> String {
         r.extra["size_mib"], r.runs
     );
     s += &table(&FIGURES_HEADERS, &figures_rows(&r.extra));
-    s += "\n\nwhat `hugetune run` applied in its runs (the program's own time inside `run`, the bytes the runtime library proved huge):\n";
+    s += "\n\nwhat `hugetune run` applied in its timed runs (medians: the program's own time inside `run`, the whole command's, the bytes the runtime library backed huge, every block over the run):\n";
     s += &table(&RUN_HEADERS, &run_rows(&r.extra));
     s += "\n";
     for l in skipped_lines(&r.extra) {
@@ -663,7 +666,7 @@ pub const RUN_HEADERS: [&str; 5] = [
     "applied",
     "program s inside run",
     "whole command s",
-    "huge (runtime library)",
+    "backed by the runtime library",
 ];
 
 /// One row per measured program: what `hugetune run` applied.
