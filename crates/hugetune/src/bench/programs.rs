@@ -346,7 +346,7 @@ fn optimize_entry(r: &optimize::Report) -> Value {
         "to_plan_s": (t.total_s - t.validate_s).max(0.0),
         "total_s": t.total_s,
         "timings": t,
-        "plan": r.plan.assignments.iter().map(|(c, b)| format!("{c} {b}")).collect::<Vec<_>>(),
+        "plan": plan_lines(&r.plan.text),
         "plan_text": r.plan.text,
         "reasons": r.plan.reasons,
         "hugetlb_pages": r.plan.hugetlb_pages,
@@ -359,6 +359,27 @@ fn optimize_entry(r: &optimize::Report) -> Value {
         "exit_codes_match": r.validation.exit_codes_match,
         "pairs": r.validation.runs,
     })
+}
+
+/// The directives of a plan file, one entry each (categories and sites; a
+/// site's module by its file name): what the plan column shows.
+pub fn plan_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("hugetune-plan") && !l.starts_with("threshold"))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["site", module, offset, rest @ ..] => {
+                    let name = Path::new(module)
+                        .file_name()
+                        .map_or(*module, |n| n.to_str().unwrap_or(module));
+                    format!("site {name}+{offset} {}", rest.join(" "))
+                }
+                _ => l.to_string(),
+            }
+        })
+        .collect()
 }
 
 /// `hugetune [global options] run --`: the wrapper of the `hugetune` configuration.
@@ -832,6 +853,15 @@ mod tests {
                 "512.0 MiB"
             ]]
         );
+    }
+
+    #[test]
+    fn plan_columns() {
+        assert_eq!(
+            plan_lines("hugetune-plan 1\nthreshold 131072\nheap-large hugetlb-2m\nsite /tmp/x/mpi_walk 0x1185 hugetlb-2m\n"),
+            ["heap-large hugetlb-2m", "site mpi_walk+0x1185 hugetlb-2m"]
+        );
+        assert!(plan_lines("hugetune-plan 1\nthreshold 131072\n").is_empty());
     }
 
     #[test]
