@@ -29,6 +29,10 @@
 # golang-go: the tests of programs the runtime library cannot enter build a Go
 # program, static and dynamically linked, and profile it under qemu
 # (crates/hugetune/tests/static_programs.rs, docs/static-programs.md).
+# python3-numpy (numpy's random gathers), golang-go (go) and
+# openjdk-17-jdk-headless (javac, java): the real programs of
+# crates/hugetune/tests/real_programs.rs and `hugetune bench programs`
+# (workloads/programs/; a program whose tool is missing is skipped, saying so).
 #
 #   scripts/setup.sh            everything above (the test suite's set-up)
 #   scripts/setup.sh --demo     only what `hugetune demo` needs (scripts/demo.sh):
@@ -52,7 +56,8 @@ else
   packages=(gcc make libc6-dev valgrind python3 procps qemu-user linux-perf
     libpython3.11-testsuite sqlite3 redis-server redis-tools gzip coreutils clang afl++
     chromium-headless-shell libjemalloc2 libmimalloc2.0 libhugetlbfs0 libhugetlbfs-bin systemd
-    postgresql openmpi-bin libopenmpi-dev util-linux golang-go)
+    postgresql openmpi-bin libopenmpi-dev util-linux python3-numpy golang-go
+    openjdk-17-jdk-headless)
 fi
 if [ "$list" = 1 ]; then
   printf '%s\n' "${packages[@]}"

@@ -9,6 +9,9 @@
 //!   fig. 4), `peers`: configurations interleaved and repeated, every run with
 //!   its proof of backing, the machine's settings restored also on error and
 //!   Ctrl-C; `--json`, `--out DIR` (SUITE.json + SUITE.html).
+//! - `programs`: real programs (own mmap allocator, numpy, MPI, bash -c,
+//!   static C, Go, Java) through `hugetune optimize` and `hugetune run`, next to
+//!   THP always and glibc's hugetlb tunable; what cannot run is skipped with why.
 //!
 //! The shared parts: `config` (configurations as data), `run` (the
 //! interleaved runner and proof of backing), `stats` (pure computation),
@@ -22,6 +25,7 @@ pub mod integration;
 pub mod output;
 pub mod pages_sweep;
 pub mod peers;
+pub mod programs;
 pub mod redis;
 pub mod reuse_engines;
 pub mod run;
@@ -154,6 +158,11 @@ enum Suite {
         #[arg(long = "peer-lib", value_name = "PEER=PATH")]
         peer_lib: Vec<String>,
     },
+    /// Real programs (own mmap allocator, numpy, mpirun, bash -c, static C, Go, Java):
+    /// optimize's timings, plan and predicted/validated speedup, then `hugetune run`
+    /// next to THP always and glibc.malloc.hugetlb=2, interleaved; a program that
+    /// cannot run here is skipped with the reason
+    Programs(programs::Args),
     /// Redis under the runtime library's plan for a long time: writes, a BGSAVE every
     /// 10 s, the pool shrunk by another process half-way; checks that nothing
     /// breaks and memory stays steady (root)
@@ -223,6 +232,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         Suite::Soak(a) => return soak::run(a),
         Suite::Store(a) => return store::run(ctx, a),
         Suite::Peers { opts, peer_lib } => peers::run(ctx, &opts, &peer_lib)?,
+        Suite::Programs(a) => programs::run(ctx, &a)?,
         Suite::RedisClient {
             port,
             keys,
