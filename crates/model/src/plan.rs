@@ -70,6 +70,18 @@ pub struct ProgramTraits {
     /// mappings get THP (plan `mapped thp`), which the kernel splits safely.
     #[serde(default)]
     pub mapping_cuts: u64,
+    /// The program is a Java virtual machine: `libjvm.so` was loaded
+    /// ([`is_jvm_module`]). Its heap is memory the JVM maps and commits itself
+    /// (category `other`); the JVM's own huge page switch backs it (plan `jvm`,
+    /// docs/runtimes.md).
+    #[serde(default)]
+    pub jvm: bool,
+}
+
+/// Whether a loaded module is HotSpot's (or OpenJ9's) JVM library.
+pub fn is_jvm_module(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name == "libjvm.so" || name == "libj9vm29.so"
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,6 +94,10 @@ pub struct PlanDecision {
     pub prediction: Option<Prediction>,
     /// Human-readable reasons, in the order the planner considered them.
     pub reasons: Vec<String>,
+    /// A JVM's heap on huge pages through the JVM's own switch (plan `jvm B`,
+    /// `thp-2m` or `hugetlb-2m`); set by hugetune's JVM planner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jvm: Option<Backing>,
 }
 
 impl PlanDecision {
@@ -91,9 +107,15 @@ impl PlanDecision {
 
     /// The applied mapping's label (a directive's `mapping`); empty when nothing is applied.
     pub fn label(&self) -> String {
-        self.prediction
+        let own = self
+            .prediction
             .as_ref()
-            .map_or(String::new(), |p| p.label.clone())
+            .map_or(String::new(), |p| p.label.clone());
+        match self.jvm {
+            Some(b) if own.is_empty() => format!("jvm:{b}"),
+            Some(b) => format!("{own}+jvm:{b}"),
+            None => own,
+        }
     }
 }
 
@@ -318,6 +340,7 @@ fn choose_core(
         sites: vec![],
         prediction: None,
         reasons,
+        jvm: None,
     };
     if !sig.passes {
         reasons.push(format!(
@@ -461,6 +484,7 @@ fn choose_core(
             sites: k.sites.clone(),
             prediction: Some(k),
             reasons,
+            jvm: None,
         };
     }
     reasons.push(format!(
@@ -478,6 +502,7 @@ fn choose_core(
         sites: best.sites.clone(),
         prediction: Some(best.clone()),
         reasons,
+        jvm: None,
     }
 }
 

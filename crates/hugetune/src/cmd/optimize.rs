@@ -519,6 +519,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         forks: an.program.forks || sizing.program.forks,
         fork_children: an.program.fork_children.max(sizing.program.fork_children),
         mapping_cuts: an.program.mapping_cuts.max(sizing.program.mapping_cuts),
+        jvm: an.program.jvm || sizing.program.jvm,
     };
     if program.forks {
         stages::note(format!(
@@ -562,7 +563,10 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         }
     }
     let availability = stages::availability_now();
-    plan_options = plan_options.with_sites(&decision.sites);
+    stages::jvm::plan(&mut decision, &program, &an.significance, &availability);
+    plan_options = plan_options
+        .with_sites(&decision.sites)
+        .with_jvm(decision.jvm);
     let plan_text =
         hugetune_format::plan::plan_text_with(&decision.assignments, an.threshold, &plan_options);
     stages::note(format!("plan: {}", super::decision_text(&decision)));

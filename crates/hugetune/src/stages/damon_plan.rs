@@ -130,6 +130,10 @@ fn from_log(log: &AllocLog) -> LogView {
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
             mapping_cuts: inputs.mapping_cuts,
+            jvm: inputs
+                .modules
+                .iter()
+                .any(|m| hugetune_model::plan::is_jvm_module(m)),
         },
         sites: super::sites(&cat, &inputs.modules),
         threshold: inputs.threshold,

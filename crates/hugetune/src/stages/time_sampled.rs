@@ -196,6 +196,10 @@ pub fn analyze(
             forks: inputs.forks,
             fork_children: inputs.children.len() as u64,
             mapping_cuts: inputs.mapping_cuts,
+            jvm: inputs
+                .modules
+                .iter()
+                .any(|m| hugetune_model::plan::is_jvm_module(m)),
         },
         mrc: mrc.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         errors,
