@@ -78,10 +78,10 @@ pub struct ProgramTraits {
     pub jvm: bool,
 }
 
-/// Whether a loaded module is HotSpot's (or OpenJ9's) JVM library.
+/// Whether a loaded module is a JVM's library (`libjvm.so`: HotSpot's; OpenJ9
+/// ships one too).
 pub fn is_jvm_module(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    name == "libjvm.so" || name == "libj9vm29.so"
+    path.rsplit('/').next() == Some("libjvm.so")
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

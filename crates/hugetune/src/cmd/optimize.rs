@@ -567,6 +567,8 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     plan_options = plan_options
         .with_sites(&decision.sites)
         .with_jvm(decision.jvm);
+    // The JVM's switch as the runs will get it (said once, at the runs).
+    let plan_options = stages::jvm::for_command(&plan_options, &cmds.command, &availability, false);
     let plan_text =
         hugetune_format::plan::plan_text_with(&decision.assignments, an.threshold, &plan_options);
     stages::note(format!("plan: {}", super::decision_text(&decision)));
@@ -771,7 +773,19 @@ pub fn render(r: &Report) -> String {
     );
     s += &super::predictions_table(&r.predicted);
     s += "\n\nplan         ";
-    s += &super::assignments_text(&r.plan.assignments);
+    // A JVM's heap goes through the JVM's own switch (plan `jvm B`).
+    match r.plan.text.lines().find_map(|l| l.strip_prefix("jvm ")) {
+        Some(b) if r.plan.assignments.is_empty() => {
+            s += &format!("the JVM's heap → {b} (the JVM's own switch)")
+        }
+        Some(b) => {
+            s += &format!(
+                "{}, the JVM's heap → {b} (the JVM's own switch)",
+                super::assignments_text(&r.plan.assignments)
+            )
+        }
+        None => s += &super::assignments_text(&r.plan.assignments),
+    }
     s += "\n";
     for why in &r.plan.reasons {
         s += &format!("             - {why}\n");

@@ -190,6 +190,7 @@ fn exec_plan(
             .with_jvm(d.jvm),
         &a.command,
         &stages::availability_now(),
+        true,
     );
     let text = plan::plan_text_with(&d.assignments, st.threshold, &opts);
     let plan_file = kept_plan(&text)?;

@@ -218,8 +218,13 @@ fn java_argv(argv: &[OsString]) -> Vec<OsString> {
 /// The plan options for this command: the `jvm` directive kept as THP,
 /// turned into hugetlb where the command's `-Xmx` heap (and code cache) fits
 /// the free pool now, or dropped where the command sets its own switch. Says
-/// what it decided. hugetune never grows a pool for a JVM.
-pub fn for_command(opts: &PlanOptions, argv: &[OsString], avail: &Availability) -> PlanOptions {
+/// what it decided when `say`. hugetune never grows a pool for a JVM.
+pub fn for_command(
+    opts: &PlanOptions,
+    argv: &[OsString],
+    avail: &Availability,
+    say: bool,
+) -> PlanOptions {
     let mut out = opts.clone();
     if opts.jvm.is_none() {
         return out;
@@ -227,7 +232,9 @@ pub fn for_command(opts: &PlanOptions, argv: &[OsString], avail: &Availability) 
     let j = JavaOptions::of(&java_argv(argv), &|k| std::env::var(k).ok());
     let (b, why) = choose(&j, avail);
     out.jvm = b;
-    note(why);
+    if say {
+        note(why);
+    }
     out
 }
 
