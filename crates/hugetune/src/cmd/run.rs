@@ -195,7 +195,7 @@ fn exec_plan(
     let text = plan::plan_text_with(&d.assignments, st.threshold, &opts);
     let plan_file = kept_plan(&text)?;
     let mut e = env::apply_env(&art.runtime_lib, &plan_file, None, &d.assignments);
-    stages::jvm::environment(&opts, None, &mut e);
+    stages::jvm::environment(&opts, &a.command, None, &mut e);
     exec(&a.command, &e)
 }
 

@@ -46,7 +46,7 @@ pub fn applied_spec(
     let summary = dir.path().join("summary.%p.json");
     let mut spec = RunSpec::new(argv.to_vec());
     spec.env = env::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
-    super::jvm::environment(options, Some(dir.path()), &mut spec.env);
+    super::jvm::environment(options, argv, Some(dir.path()), &mut spec.env);
     // A launcher stays inert and the program it starts (every rank) takes the
     // plan: the runtime library's follow mode (docs/launchers.md). Only the
     // program the arguments name, when they name one.

@@ -33,7 +33,7 @@ use std::path::Path;
 
 /// The smallest share of the modelled 4 KB page walks in memory the JVM maps
 /// itself (category `other`: its heap) for which its heap is planned on huge
-/// pages. The random walk over a 32 MiB array has 95 % there
+/// pages. The random walks of workloads/java/Walk.java have 99-100 % there
 /// (docs/runtimes.md); a JVM whose misses are elsewhere (its malloc'd C heap,
 /// which the ordinary directives cover) gains nothing from the switch.
 pub const MIN_HEAP_WALK_SHARE: f64 = 0.5;
@@ -279,11 +279,46 @@ pub fn choose(j: &JavaOptions, avail: &Availability) -> (Option<Backing>, String
     }
 }
 
+/// The feature release of the JDK whose `java` `argv` runs, from its
+/// `release` file (`JAVA_VERSION="17.0.15"`, `"1.8.0_402"` is 8); None when
+/// it cannot be found.
+pub fn java_release(argv: &[OsString]) -> Option<u32> {
+    let argv = java_argv(argv);
+    let exe = hugetune_capture::elf::resolve_program(argv.first()?)?;
+    let home = std::fs::canonicalize(exe)
+        .ok()?
+        .parent()?
+        .parent()?
+        .to_path_buf();
+    let text = std::fs::read_to_string(home.join("release")).ok()?;
+    release_major(&text)
+}
+
+fn release_major(release: &str) -> Option<u32> {
+    let v = release
+        .lines()
+        .find_map(|l| l.strip_prefix("JAVA_VERSION="))?
+        .trim_matches('"');
+    let mut parts = v.split(['.', '_', '-', '+']);
+    match parts.next()?.parse().ok()? {
+        1 => parts.next()?.parse().ok(),
+        n => Some(n),
+    }
+}
+
 /// The JVM's switch for a plan's `jvm` directive, appended to the user's
 /// `JAVA_TOOL_OPTIONS` (in `env` or inherited), with the JVM's page size log
-/// written to `log_dir/jvm.%p.log` (the heap's range for [`heap_report`]).
-/// The JVM prints "Picked up JAVA_TOOL_OPTIONS: ..." on stderr.
-pub fn environment(opts: &PlanOptions, log_dir: Option<&Path>, env: &mut Vec<(String, String)>) {
+/// written to `log_dir/jvm.%p.log` (the heap's range for [`heap_report`])
+/// where the JDK of `argv` has unified logging (9+: an older JVM refuses
+/// `-Xlog` and would not start). The JVM prints "Picked up
+/// JAVA_TOOL_OPTIONS: ..." on stderr.
+pub fn environment(
+    opts: &PlanOptions,
+    argv: &[OsString],
+    log_dir: Option<&Path>,
+    env: &mut Vec<(String, String)>,
+) {
+    let log_dir = log_dir.filter(|_| java_release(argv).is_some_and(|r| r >= 9));
     let switch = match opts.jvm {
         Some(Backing::Hugetlb2m) => "-XX:+UseLargePages -XX:LargePageSizeInBytes=2m",
         Some(b) if b == Backing::Thp2m => "-XX:+UseTransparentHugePages",
@@ -410,6 +445,18 @@ pub fn heap_report(dir: &Path, summaries: &[serde_json::Value]) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jdk_release_from_its_release_file() {
+        assert_eq!(
+            release_major("IMPLEMENTOR=\"Debian\"\nJAVA_VERSION=\"17.0.15\"\n"),
+            Some(17)
+        );
+        assert_eq!(release_major("JAVA_VERSION=\"1.8.0_402\""), Some(8));
+        assert_eq!(release_major("JAVA_VERSION=\"21\""), Some(21));
+        assert_eq!(release_major("JAVA_VERSION=\"x\""), None);
+        assert_eq!(release_major(""), None);
+    }
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
@@ -544,18 +591,24 @@ mod tests {
     fn environment_appends_to_the_users_options() {
         let opts = PlanOptions::default().with_jvm(Some(Backing::Thp2m));
         let mut env = vec![("JAVA_TOOL_OPTIONS".to_string(), "-Dx=1".to_string())];
-        environment(&opts, Some(Path::new("/tmp/d")), &mut env);
+        let java = os(&["java"]);
+        let log = java_release(&java).is_some_and(|r| r >= 9);
+        environment(&opts, &java, Some(Path::new("/tmp/d")), &mut env);
         assert_eq!(
             env,
             vec![(
                 "JAVA_TOOL_OPTIONS".to_string(),
-                "-Dx=1 -XX:+UseTransparentHugePages -Xlog:pagesize:file=/tmp/d/jvm.%p.log"
-                    .to_string()
+                if log {
+                    "-Dx=1 -XX:+UseTransparentHugePages -Xlog:pagesize:file=/tmp/d/jvm.%p.log"
+                } else {
+                    "-Dx=1 -XX:+UseTransparentHugePages" // no JDK 9+ here: no -Xlog
+                }
+                .to_string()
             )]
         );
         let opts = PlanOptions::default().with_jvm(Some(Backing::Hugetlb2m));
         let mut env = vec![];
-        environment(&opts, Some(Path::new("/a b")), &mut env);
+        environment(&opts, &java, Some(Path::new("/a b")), &mut env);
         let v = &env
             .iter()
             .find(|(k, _)| k == "JAVA_TOOL_OPTIONS")
@@ -566,7 +619,7 @@ mod tests {
             "{v}"
         );
         let mut env = vec![];
-        environment(&PlanOptions::default(), None, &mut env);
+        environment(&PlanOptions::default(), &java, None, &mut env);
         assert!(env.is_empty());
     }
 
