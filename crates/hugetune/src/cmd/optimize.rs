@@ -568,7 +568,12 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         .with_sites(&decision.sites)
         .with_jvm(decision.jvm);
     // The JVM's switch as the runs will get it (said once, at the runs).
-    let plan_options = stages::jvm::for_command(&plan_options, &cmds.command, &availability, false);
+    let plan_options = stages::jvm::for_command(
+        &plan_options,
+        &cmds.command,
+        &|| availability.clone(),
+        false,
+    );
     let plan_text =
         hugetune_format::plan::plan_text_with(&decision.assignments, an.threshold, &plan_options);
     stages::note(format!("plan: {}", super::decision_text(&decision)));

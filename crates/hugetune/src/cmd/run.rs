@@ -189,7 +189,7 @@ fn exec_plan(
             .with_sites(&d.sites)
             .with_jvm(d.jvm),
         &a.command,
-        &stages::availability_now(),
+        &stages::availability_now,
         true,
     );
     let text = plan::plan_text_with(&d.assignments, st.threshold, &opts);

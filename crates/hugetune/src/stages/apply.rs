@@ -37,7 +37,7 @@ pub fn applied_spec(
     stdout: Output,
 ) -> Result<Applied> {
     let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
-    let options = &super::jvm::for_command(options, argv, &super::availability_now(), true);
+    let options = &super::jvm::for_command(options, argv, &super::availability_now, true);
     let plan_file = dir.path().join("plan");
     std::fs::write(
         &plan_file,

@@ -219,10 +219,11 @@ fn java_argv(argv: &[OsString]) -> Vec<OsString> {
 /// turned into hugetlb where the command's `-Xmx` heap (and code cache) fits
 /// the free pool now, or dropped where the command sets its own switch. Says
 /// what it decided when `say`. hugetune never grows a pool for a JVM.
+/// `avail` is asked only for a JVM plan (a plain run's start pays nothing).
 pub fn for_command(
     opts: &PlanOptions,
     argv: &[OsString],
-    avail: &Availability,
+    avail: &dyn Fn() -> Availability,
     say: bool,
 ) -> PlanOptions {
     let mut out = opts.clone();
@@ -230,7 +231,7 @@ pub fn for_command(
         return out;
     }
     let j = JavaOptions::of(&java_argv(argv), &|k| std::env::var(k).ok());
-    let (b, why) = choose(&j, avail);
+    let (b, why) = choose(&j, &avail());
     out.jvm = b;
     if say {
         note(why);
