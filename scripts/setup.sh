@@ -33,6 +33,8 @@
 # openjdk-17-jdk-headless (javac, java): the real programs of
 # crates/hugetune/tests/real_programs.rs and `hugetune bench programs`
 # (workloads/programs/; a program whose tool is missing is skipped, saying so).
+# openjdk-17-jdk-headless (java, javac): the JVM tests compile and optimize a Java
+# random walk (crates/hugetune/tests/jvm.rs, docs/runtimes.md).
 #
 #   scripts/setup.sh            everything above (the test suite's set-up)
 #   scripts/setup.sh --demo     only what `hugetune demo` needs (scripts/demo.sh):

@@ -50,7 +50,14 @@
  * later cut (no descriptor left), the copy runs unprotected and the summary
  * counts it (`disown_unprotected`). The planner keeps hugetlb off program
  * mappings that the profile saw cut or a program that forks (plan `mapped
- * thp`), so disowns are the exception. */
+ * thp`), so disowns are the exception.
+ *
+ * A JVM (plan `jvm B`) backs its own heap: the launcher passed it
+ * -XX:+UseTransparentHugePages or -XX:+UseLargePages. Its mappings are then
+ * left alone (never taken here, so nothing of the JVM's is ever disowned or
+ * re-placed), and the summary's `jvm` object reports what smaps shows of
+ * them: AnonHugePages and Private_Hugetlb of the anonymous mappings, with the
+ * ranges that hold any (the launcher picks the Java heap out of them). */
 #include "apply_int.h"
 
 #include "fmt.h"
@@ -100,7 +107,7 @@ static int g_nthp;
 
 static _Atomic uint64_t g_maps, g_hugetlb_maps, g_thp_maps, g_fallbacks, g_disowned, g_disowned_bytes,
     g_disown_failed, g_collapsed, g_sub_huge, g_thp_verified_gone, g_disown_protected, g_disown_unprotected,
-    g_planned_thp;
+    g_planned_thp, g_jvm_left;
 /* userfaultfd write protection of hugetlb and anonymous memory: 0 not probed
  * yet, 1 works, -1 not here (program mappings then get THP). */
 static _Atomic int g_uffd_state;
@@ -273,6 +280,10 @@ void *ht_mapped_mmap(size_t len, int flags, const void *caller, int *taken)
 {
     int cat;
     *taken = 0;
+    if (ht_ap.plan.jvm != HT_B_NONE) { /* the JVM's own switch backs them */
+        atomic_fetch_add(&g_jvm_left, 1);
+        return NULL;
+    }
     size_t plen = (len + 4095) & ~(size_t)4095;
     if (plen < len)
         return NULL;
@@ -450,8 +461,76 @@ void ht_mapped_atfork_prepare(void)
     ht_tls.guard--;
 }
 
+/* The JVM's anonymous mappings with huge pages (plan `jvm`): adjacent VMAs
+ * merged into one range (the heap's commits split it into many). */
+#define JVM_SHOWN 64
+struct jvm_range {
+    uint64_t start, end, anon_huge, hugetlb;
+};
+struct jvm_ctx {
+    struct jvm_range r[JVM_SHOWN];
+    int n;
+    uint64_t anon_huge, hugetlb, more;
+};
+
+static int jvm_cb(const struct ht_vma *v, void *ctx)
+{
+    struct jvm_ctx *c = ctx;
+    /* Anonymous: no name, or the kernel's name for MAP_HUGETLB memory. */
+    if (v->name[0] && strncmp(v->name, "/anon_hugepage", 14) != 0)
+        return 0;
+    uint64_t ah = v->anon_huge_kb << 10, hp = v->private_hugetlb_kb << 10;
+    if (ah + hp == 0)
+        return 0;
+    c->anon_huge += ah;
+    c->hugetlb += hp;
+    struct jvm_range *last = c->n ? &c->r[c->n - 1] : NULL;
+    if (last && last->end == v->start) {
+        last->end = v->end;
+        last->anon_huge += ah;
+        last->hugetlb += hp;
+    } else if (c->n < JVM_SHOWN) {
+        c->r[c->n++] = (struct jvm_range){v->start, v->end, ah, hp};
+    } else {
+        c->more += ah + hp;
+    }
+    return 0;
+}
+
+static void jvm_summary(struct ht_json *j)
+{
+    static struct jvm_ctx c; /* one writer: the summary's flag */
+    memset(&c, 0, sizeof c);
+    int r = ht_smaps_scan_self(jvm_cb, &c);
+    hj_obj_begin(j, "jvm");
+    hj_str(j, "backing", ht_backing_name(ht_ap.plan.jvm));
+    hj_u64(j, "mappings_left", atomic_load(&g_jvm_left));
+    if (r < 0) {
+        char eb[24];
+        hj_str(j, "error", ht_errno_name(-r, eb));
+    }
+    hj_u64(j, "anon_huge_bytes", c.anon_huge);
+    hj_u64(j, "hugetlb_bytes", c.hugetlb);
+    hj_u64(j, "unlisted_huge_bytes", c.more);
+    hj_arr_begin(j, "ranges");
+    for (int i = 0; i < c.n; i++) {
+        char hx[24];
+        hj_obj_begin(j, NULL);
+        ht_fmt_hex(hx, c.r[i].start);
+        hj_str(j, "start", hx);
+        hj_u64(j, "bytes", c.r[i].end - c.r[i].start);
+        hj_u64(j, "anon_huge_bytes", c.r[i].anon_huge);
+        hj_u64(j, "hugetlb_bytes", c.r[i].hugetlb);
+        hj_obj_end(j);
+    }
+    hj_arr_end(j);
+    hj_obj_end(j);
+}
+
 void ht_mapped_summary(struct ht_json *j, int in_signal)
 {
+    if (ht_ap.plan.jvm != HT_B_NONE)
+        jvm_summary(j);
     static struct mapped_ent shown[MAPPED_MAX + THP_SHOWN]; /* one writer: the summary's flag */
     int n = 0;
     int locked = in_signal ? pthread_mutex_trylock(&g_lock) == 0 : pthread_mutex_lock(&g_lock) == 0;

@@ -83,6 +83,7 @@ static void clear(struct ht_plan *p)
     p->layout = HT_LAYOUT_HEAD_TAIL;
     p->fork_safe = HT_FORK_COPY;
     p->mapped_thp = 0;
+    p->jvm = HT_B_NONE;
     for (int i = 0; i < HT_POOL_N; i++)
         p->pool_pages[i] = 0;
     p->nsites = 0;
@@ -133,7 +134,7 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
 {
     int line = 0;
     int seen_header = 0;
-    int seen_hl = 0, seen_hs = 0, seen_layout = 0, seen_fork = 0, seen_mapped = 0;
+    int seen_hl = 0, seen_hs = 0, seen_layout = 0, seen_fork = 0, seen_mapped = 0, seen_jvm = 0;
     size_t pos = 0;
 
     clear(p);
@@ -301,6 +302,16 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
             else
                 return fail(p, line, "unknown mapped mode (hugetlb or thp)", ls, ln);
             seen_mapped = 1;
+        } else if (tok_is(&t[0], "jvm")) {
+            if (nt != 2)
+                return fail(p, line, "expected 'jvm thp-2m|hugetlb-2m'", ls, ln);
+            if (seen_jvm)
+                return fail(p, line, "duplicate jvm", ls, ln);
+            int b = ht_backing_parse(t[1].s, t[1].n);
+            if (b != HT_B_THP2M && b != HT_B_HUGETLB2M)
+                return fail(p, line, "jvm backing must be thp-2m or hugetlb-2m", ls, ln);
+            p->jvm = b;
+            seen_jvm = 1;
         } else if (tok_is(&t[0], "pool")) {
             uint64_t n;
             if (nt != 3)

@@ -76,6 +76,10 @@ struct ht_plan {
     int layout;     /* HT_LAYOUT_* (default head-tail) */
     int fork_safe;  /* HT_FORK_* (default copy) */
     int mapped_thp; /* `mapped thp`: the program's own mappings never on hugetlb (mapped.c) */
+    int jvm;        /* `jvm B`: HT_B_THP2M or HT_B_HUGETLB2M, HT_B_NONE = absent. The
+                     * JVM backs its own heap (the launcher's JAVA_TOOL_OPTIONS);
+                     * the library leaves the program's mappings alone and reports
+                     * their huge bytes (mapped.c) */
     uint64_t pool_pages[HT_POOL_N]; /* `pool hugetlb-2m N`, `pool hugetlb-1g N` */
     int nsites;
     struct ht_plan_site sites[HT_PLAN_MAX_SITES];

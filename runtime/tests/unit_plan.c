@@ -104,6 +104,11 @@ static void test_malformed(void)
         {"hugetune-plan 1\nfork-safe copy\nfork-safe off\n", 3, "duplicate"},
         {"hugetune-plan 1\nmapped 4k\n", 2, "unknown mapped mode"},
         {"hugetune-plan 1\nmapped thp\nmapped hugetlb\n", 3, "duplicate mapped"},
+        {"hugetune-plan 1\njvm\n", 2, "expected 'jvm"},
+        {"hugetune-plan 1\njvm 4k\n", 2, "jvm backing"},
+        {"hugetune-plan 1\njvm hugetlb-1g\n", 2, "jvm backing"},
+        {"hugetune-plan 1\njvm thp\n", 2, "jvm backing"},
+        {"hugetune-plan 1\njvm thp-2m\njvm hugetlb-2m\n", 3, "duplicate jvm"},
         {"hugetune-plan 1\npool hugetlb-2m\n", 2, "expected"},
         {"hugetune-plan 1\npool thp-2m 4\n", 2, "pool backing"},
         {"hugetune-plan 1\npool hugetlb-2m 0\n", 2, "bad pool size"},
@@ -126,7 +131,7 @@ static void test_malformed(void)
         /* the whole plan is dropped */
         CHECK(P.heap_large == HT_B_NONE && P.nsites == 0 && !P.has_threshold);
         CHECK(P.nstatics == 0 && P.arena == HT_B_NONE && P.pool_pages[0] == 0 && P.pool_pages[1] == 0);
-        CHECK(P.layout == HT_LAYOUT_HEAD_TAIL && P.fork_safe == HT_FORK_COPY);
+        CHECK(P.layout == HT_LAYOUT_HEAD_TAIL && P.fork_safe == HT_FORK_COPY && P.jvm == HT_B_NONE);
         CHECK(P.err_line == cases[i].line);
         if (!strstr(P.error, cases[i].reason)) {
             fprintf(stderr, "case %u: error [%s] lacks [%s]\n", i, P.error, cases[i].reason);
@@ -201,7 +206,10 @@ static void test_new_directives(void)
     /* defaults */
     CHECK(parse("hugetune-plan 1\n") == 0);
     CHECK(P.layout == HT_LAYOUT_HEAD_TAIL && P.fork_safe == HT_FORK_COPY && P.arena == HT_B_NONE);
-    CHECK(P.mapped_thp == 0);
+    CHECK(P.mapped_thp == 0 && P.jvm == HT_B_NONE);
+    /* `jvm B`: the launcher's JAVA_TOOL_OPTIONS back the heap (docs/formats.md section 3) */
+    CHECK(parse("hugetune-plan 1\nthreshold 131072\njvm thp-2m\n") == 0 && P.jvm == HT_B_THP2M);
+    CHECK(parse("hugetune-plan 1\njvm hugetlb-2m # pool grown by the launcher\n") == 0 && P.jvm == HT_B_HUGETLB2M);
 }
 
 static void test_backing_names(void)

@@ -72,6 +72,10 @@ pub struct PlanOptions {
     /// category backings only, heap-small in the plain form, and a comment
     /// line that says so.
     pub outside: bool,
+    /// `jvm B` (`thp-2m` or `hugetlb-2m`): a JVM's heap backed by the JVM's own
+    /// switch, which the launcher passes in `JAVA_TOOL_OPTIONS`; the library
+    /// leaves the JVM's mappings alone and reports their huge pages.
+    pub jvm: Option<Backing>,
 }
 
 impl Default for PlanOptions {
@@ -89,6 +93,7 @@ impl Default for PlanOptions {
             sites: Vec::new(),
             mapped_thp: false,
             outside: false,
+            jvm: None,
         }
     }
 }
@@ -106,6 +111,13 @@ impl PlanOptions {
             .filter(|s| !s.module.is_empty() && !s.module.contains(char::is_whitespace))
             .map(|s| (s.module.clone(), s.site.offset, s.backing))
             .collect();
+        self
+    }
+
+    /// Adds the plan's `jvm` directive (a JVM heap decision, `PlanDecision::jvm`).
+    /// Only `thp-2m` and `hugetlb-2m` are written; other backings are dropped.
+    pub fn with_jvm(mut self, jvm: Option<Backing>) -> Self {
+        self.jvm = jvm.filter(|&b| matches!(b, Backing::Thp2m | Backing::Hugetlb2m));
         self
     }
 
@@ -160,6 +172,9 @@ pub fn plan_text_with(
     }
     if opts.mapped_thp {
         s.push_str("mapped thp\n");
+    }
+    if let Some(b) = opts.jvm {
+        s.push_str(&format!("jvm {}\n", b.name()));
     }
     if let Some(n) = opts.pool_2m.filter(|&n| n > 0) {
         s.push_str(&format!("pool hugetlb-2m {n}\n"));
@@ -273,6 +288,7 @@ mod tests {
             sites: vec![],
             mapped_thp: true,
             outside: false,
+            jvm: None,
         };
         let a = [
             (Category::HeapLarge, Backing::Hugetlb2m),
@@ -303,6 +319,33 @@ mod tests {
             plan_text_with(&[], 1, &PlanOptions::default()),
             plan_text(&[], 1)
         );
+    }
+
+    /// `jvm B`: written for the two backings the JVM's switches give, after
+    /// the library's options; anything else is not a JVM directive.
+    #[test]
+    fn jvm_directive() {
+        let t = plan_text_with(
+            &[],
+            131072,
+            &PlanOptions::default().with_jvm(Some(Backing::Thp2m)),
+        );
+        assert_eq!(t, "hugetune-plan 1\nthreshold 131072\njvm thp-2m\n");
+        let opts = PlanOptions {
+            mapped_thp: true,
+            ..PlanOptions::default()
+        }
+        .with_jvm(Some(Backing::Hugetlb2m));
+        let t = plan_text_with(&[(Category::HeapLarge, Backing::Thp2m)], 4096, &opts);
+        assert_eq!(
+            t,
+            "hugetune-plan 1\nthreshold 4096\nmapped thp\njvm hugetlb-2m\nheap-large thp-2m\n"
+        );
+        for b in [Backing::Hugetlb1g, Backing::Base4k, Backing::Thp(16)] {
+            let o = PlanOptions::default().with_jvm(Some(b));
+            assert_eq!(o.jvm, None, "{b}");
+            assert!(!plan_text_with(&[], 1, &o).contains("jvm"));
+        }
     }
 
     #[test]

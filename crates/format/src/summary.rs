@@ -152,6 +152,40 @@ pub struct Summary {
     pub static_ranges: StaticSection,
     /// The program's own mappings the library backed at mmap time.
     pub mapped: Mapped,
+    /// Plan `jvm B`: what smaps shows of the JVM's own anonymous mappings
+    /// (absent without the directive).
+    pub jvm: Option<Jvm>,
+}
+
+/// `jvm`: the huge pages of a JVM's own anonymous mappings at the summary
+/// (plan `jvm B`, docs/formats.md §4), which the JVM's switch backed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Jvm {
+    pub backing: String,
+    /// AnonHugePages over the anonymous mappings.
+    pub anon_huge_bytes: u64,
+    /// Private_Hugetlb over them.
+    pub hugetlb_bytes: u64,
+    /// Adjacent anonymous mappings with any huge bytes, merged.
+    pub ranges: Vec<JvmRange>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JvmRange {
+    pub start: String,
+    pub bytes: u64,
+    pub anon_huge_bytes: u64,
+    pub hugetlb_bytes: u64,
+}
+
+impl JvmRange {
+    /// [start, end) when the start is a readable hex address.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        let s = hex(&self.start)?;
+        Some((s, s.saturating_add(self.bytes)))
+    }
 }
 
 /// `mapped`: the program's own anonymous mappings (apply mode).
@@ -263,6 +297,10 @@ impl Summary {
             + self.hugetlb_1g_bytes()
             + self.thp_verified_bytes()
             + self.mapped.thp_verified_bytes
+            + self
+                .jvm
+                .as_ref()
+                .map_or(0, |j| j.anon_huge_bytes + j.hugetlb_bytes)
     }
 
     /// The plan was refused (apply mode only).

@@ -79,6 +79,18 @@ pub struct ProgramTraits {
     /// which call made them).
     #[serde(default)]
     pub outside: bool,
+    /// The program is a Java virtual machine: `libjvm.so` was loaded
+    /// ([`is_jvm_module`]). Its heap is memory the JVM maps and commits itself
+    /// (category `other`); the JVM's own huge page switch backs it (plan `jvm`,
+    /// docs/runtimes.md).
+    #[serde(default)]
+    pub jvm: bool,
+}
+
+/// Whether a loaded module is a JVM's library (`libjvm.so`: HotSpot's; OpenJ9
+/// ships one too).
+pub fn is_jvm_module(path: &str) -> bool {
+    path.rsplit('/').next() == Some("libjvm.so")
 }
 
 /// What a plan applied from outside the process can do, said in its reasons.
@@ -96,6 +108,10 @@ pub struct PlanDecision {
     pub prediction: Option<Prediction>,
     /// Human-readable reasons, in the order the planner considered them.
     pub reasons: Vec<String>,
+    /// A JVM's heap on huge pages through the JVM's own switch (plan `jvm B`,
+    /// `thp-2m` or `hugetlb-2m`); set by hugetune's JVM planner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jvm: Option<Backing>,
 }
 
 impl PlanDecision {
@@ -105,9 +121,15 @@ impl PlanDecision {
 
     /// The applied mapping's label (a directive's `mapping`); empty when nothing is applied.
     pub fn label(&self) -> String {
-        self.prediction
+        let own = self
+            .prediction
             .as_ref()
-            .map_or(String::new(), |p| p.label.clone())
+            .map_or(String::new(), |p| p.label.clone());
+        match self.jvm {
+            Some(b) if own.is_empty() => format!("jvm:{b}"),
+            Some(b) => format!("{own}+jvm:{b}"),
+            None => own,
+        }
     }
 }
 
@@ -354,6 +376,7 @@ fn choose_core(
         sites: vec![],
         prediction: None,
         reasons,
+        jvm: None,
     };
     if !sig.passes {
         reasons.push(format!(
@@ -497,6 +520,7 @@ fn choose_core(
             sites: k.sites.clone(),
             prediction: Some(k),
             reasons,
+            jvm: None,
         };
     }
     reasons.push(format!(
@@ -514,6 +538,7 @@ fn choose_core(
         sites: best.sites.clone(),
         prediction: Some(best.clone()),
         reasons,
+        jvm: None,
     }
 }
 

@@ -107,10 +107,18 @@ pub fn assignments_text(a: &[(hugetune_model::Category, hugetune_model::Backing)
 
 /// What a plan decision places on huge pages, in words.
 pub fn decision_text(d: &hugetune_model::plan::PlanDecision) -> String {
-    if d.sites.is_empty() {
+    let own = if d.sites.is_empty() {
         assignments_text(&d.assignments)
     } else {
         hugetune_model::rank::site_label(&d.sites)
+    };
+    // A JVM's heap goes through the JVM's own switch (stages/jvm.rs).
+    match d.jvm {
+        Some(b) if d.assignments.is_empty() && d.sites.is_empty() => {
+            format!("the JVM's heap → {b} (the JVM's own switch)")
+        }
+        Some(b) => format!("{own}, the JVM's heap → {b} (the JVM's own switch)"),
+        None => own,
     }
 }
 

@@ -520,6 +520,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         fork_children: an.program.fork_children.max(sizing.program.fork_children),
         mapping_cuts: an.program.mapping_cuts.max(sizing.program.mapping_cuts),
         outside: an.program.outside,
+        jvm: an.program.jvm || sizing.program.jvm,
     };
     if program.forks {
         stages::note(format!(
@@ -566,7 +567,17 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         }
     }
     let availability = stages::availability_now();
-    plan_options = plan_options.with_sites(&decision.sites);
+    stages::jvm::plan(&mut decision, &program, &an.significance, &availability);
+    plan_options = plan_options
+        .with_sites(&decision.sites)
+        .with_jvm(decision.jvm);
+    // The JVM's switch as the runs will get it (said once, at the runs).
+    let plan_options = stages::jvm::for_command(
+        &plan_options,
+        &cmds.command,
+        &|| availability.clone(),
+        false,
+    );
     let plan_text =
         hugetune_format::plan::plan_text_with(&decision.assignments, an.threshold, &plan_options);
     stages::note(format!("plan: {}", super::decision_text(&decision)));
@@ -771,7 +782,19 @@ pub fn render(r: &Report) -> String {
     );
     s += &super::predictions_table(&r.predicted);
     s += "\n\nplan         ";
-    s += &super::assignments_text(&r.plan.assignments);
+    // A JVM's heap goes through the JVM's own switch (plan `jvm B`).
+    match r.plan.text.lines().find_map(|l| l.strip_prefix("jvm ")) {
+        Some(b) if r.plan.assignments.is_empty() => {
+            s += &format!("the JVM's heap → {b} (the JVM's own switch)")
+        }
+        Some(b) => {
+            s += &format!(
+                "{}, the JVM's heap → {b} (the JVM's own switch)",
+                super::assignments_text(&r.plan.assignments)
+            )
+        }
+        None => s += &super::assignments_text(&r.plan.assignments),
+    }
     s += "\n";
     for why in &r.plan.reasons {
         s += &format!("             - {why}\n");

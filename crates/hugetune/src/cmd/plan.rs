@@ -52,7 +52,9 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let text = hugetune_format::plan::plan_text_with(
         &d.assignments,
         threshold,
-        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
+        &PlanOptions::for_program(&st.program)
+            .with_sites(&d.sites)
+            .with_jvm(d.jvm),
     );
     if let Some(o) = &a.output {
         std::fs::write(o, &text)?;

@@ -237,16 +237,19 @@ fn exec_plan(
     ));
     // `run` never grows a pool (it plans for the pages free now) and changes
     // no other kernel setting, so nothing is left to restore after the exec.
-    let text = plan::plan_text_with(
-        &d.assignments,
-        st.threshold,
-        &plan::PlanOptions::for_program(&st.program).with_sites(&d.sites),
-    );
-    let plan_file = kept_plan(&text)?;
-    exec(
+    let opts = stages::jvm::for_command(
+        &plan::PlanOptions::for_program(&st.program)
+            .with_sites(&d.sites)
+            .with_jvm(d.jvm),
         &a.command,
-        &env::apply_env(&art.runtime_lib, &plan_file, None, &d.assignments),
-    )
+        &stages::availability_now,
+        true,
+    );
+    let text = plan::plan_text_with(&d.assignments, st.threshold, &opts);
+    let plan_file = kept_plan(&text)?;
+    let mut e = env::apply_env(&art.runtime_lib, &plan_file, None, &d.assignments);
+    stages::jvm::environment(&opts, &a.command, None, &mut e);
+    exec(&a.command, &e)
 }
 
 /// Runs the program under `st`'s plan, records the run and prints what

@@ -77,7 +77,9 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &a.command,
         &d.assignments,
         st.threshold,
-        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
+        &PlanOptions::for_program(&st.program)
+            .with_sites(&d.sites)
+            .with_jvm(d.jvm),
         a.runs.count()?,
         None,
     )?;

@@ -551,6 +551,7 @@ pub fn analyze_sampled(
             fork_children: inputs.children.len() as u64,
             mapping_cuts: inputs.mapping_cuts,
             outside: inputs.outside,
+            jvm: inputs.modules.iter().any(|m| plan::is_jvm_module(m)),
         },
         frequency: None,
         mrc: mrcs
@@ -750,6 +751,7 @@ impl Stored {
             self.native_s,
             &self.policy(min_gain),
         );
+        super::jvm::plan(&mut d, &self.program, &self.significance, avail);
         if !self.same_input {
             d.reasons.insert(
                 0,

@@ -202,6 +202,7 @@ pub fn applied_spec(
         spec.stdout = stdout;
         return Ok(Applied { dir, spec });
     }
+    let options = &super::jvm::for_command(options, argv, &super::availability_now, true);
     let plan_file = dir.path().join("plan");
     std::fs::write(
         &plan_file,
@@ -210,6 +211,7 @@ pub fn applied_spec(
     let summary = dir.path().join("summary.%p.json");
     let mut spec = RunSpec::new(argv.to_vec());
     spec.env = env::apply_env(&art.runtime_lib, &plan_file, Some(&summary), assignments);
+    super::jvm::environment(options, argv, Some(dir.path()), &mut spec.env);
     // A launcher stays inert and the program it starts (every rank) takes the
     // plan: the runtime library's follow mode (docs/launchers.md). Only the
     // program the arguments name, when they name one.
@@ -364,11 +366,14 @@ pub fn run_applied_then(
         argv,
         &d.assignments,
         st.threshold,
-        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
+        &PlanOptions::for_program(&st.program)
+            .with_sites(&d.sites)
+            .with_jvm(d.jvm),
         Output::Inherit,
     )?;
     let stats = runner::run(&applied.spec)?;
     let summaries = take_summaries(applied.dir.path());
+    super::jvm::note_heap(applied.dir.path(), &summaries);
     let attach = take_attach_reports(applied.dir.path());
     let huge_bytes = summary_huge_bytes(&summaries)
         .max(attach_huge_bytes(&attach))

@@ -131,6 +131,10 @@ fn from_log(log: &AllocLog) -> LogView {
             fork_children: inputs.children.len() as u64,
             mapping_cuts: inputs.mapping_cuts,
             outside: inputs.outside,
+            jvm: inputs
+                .modules
+                .iter()
+                .any(|m| hugetune_model::plan::is_jvm_module(m)),
         },
         sites: super::sites(&cat, &inputs.modules),
         threshold: inputs.threshold,

@@ -13,6 +13,7 @@ mod analyze;
 mod apply;
 mod damon_plan;
 mod fleet;
+pub mod jvm;
 mod plan;
 mod record;
 pub mod start_cache;

@@ -101,6 +101,10 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -
         out.program.forks |= inputs.forks;
         out.program.fork_children += inputs.children.len() as u64;
         out.program.mapping_cuts += inputs.mapping_cuts;
+        out.program.jvm |= inputs
+            .modules
+            .iter()
+            .any(|m| hugetune_model::plan::is_jvm_module(m));
     }
     Ok(out)
 }

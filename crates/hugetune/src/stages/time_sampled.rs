@@ -197,6 +197,10 @@ pub fn analyze(
             fork_children: inputs.children.len() as u64,
             mapping_cuts: inputs.mapping_cuts,
             outside: inputs.outside,
+            jvm: inputs
+                .modules
+                .iter()
+                .any(|m| hugetune_model::plan::is_jvm_module(m)),
         },
         mrc: mrc.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         errors,
