@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// seed 001's random walk (/tmp/rp/walk.c of the issue): fills MB MiB, then
+/// A random-read program (workloads/programs/random_reads.c): fills MB MiB, then
 /// N dependent-free random reads; prints the parity of their sum.
 const WALK: &str = r#"
 #include <stdio.h>
