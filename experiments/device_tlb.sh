@@ -2,8 +2,8 @@
 # device_tlb.sh [WORK] - what a machine with hardware counters and many cores says
 # about the model's premises: dTLB misses of the built-in kernels on 4 KB pages
 # against THP (`perf stat`, where the PMU counts them), their time ratio, and
-# thread scaling of gups on both page sizes. Changes no kernel state (the kernels
-# advise their own pages: --page 4k / thp). Figures: docs/model.md, "On a machine
+# thread scaling of gups on both page sizes (strong: the updates in all fixed). Changes no kernel state (the kernels
+# advise their own pages: --page 4k / thp). Figures: docs/model.md, "On a second machine
 # with counters". Needs hugetune-work (make -C workloads, or the cargo build's).
 W=${1:-target/release/hugetune-work}
 [ -x "$W" ] || W=workloads/build/hugetune-work
@@ -36,7 +36,7 @@ for r in 1 2; do
     for p in 4k thp; do run $k --size 1G --page $p; done
   done
 done
-echo "== gups thread scaling, 4 GiB (updates per thread fixed)"
+echo "== gups thread scaling, 4 GiB (20 M updates in all: strong scaling)"
 for t in 1 2 4 8 16; do
   for p in 4k thp; do run gups --size 4G --threads $t --accesses 20000000 --page $p; done
 done
