@@ -7,7 +7,7 @@
 //! not installed; scripts/setup.sh installs it.
 
 mod common;
-use common::hugetune;
+use common::{hugetune, qemu_or_skip};
 
 use hugetune_capture::qemu::{self, Sampling, MARKER_ADDR, MARKER_SPAN, MODULUS};
 use hugetune_format::refstream::{Event, Ref, RefReader, SamplingKind};
@@ -15,23 +15,12 @@ use hugetune_model::sampled::Sampling as Samples;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 const WORK: &str = env!("HUGETUNE_BUILT_WORK");
 const PLUGIN: &str = env!("HUGETUNE_BUILT_QEMU_PLUGIN");
 const LIB: &str = env!("HUGETUNE_BUILT_RUNTIME");
-
-fn qemu_or_skip() -> Option<PathBuf> {
-    let q = qemu::find_qemu();
-    if q.is_none() {
-        eprintln!(
-            "SKIPPED: qemu-x86_64 is not installed ({}; scripts/setup.sh does)",
-            qemu::INSTALL_HINT
-        );
-    }
-    q
-}
 
 struct Stream {
     refs: Vec<Ref>,

@@ -7,10 +7,10 @@
 //! message) where qemu-x86_64, a static libc or Go is missing.
 
 mod common;
-use common::hugetune;
+use common::{hugetune, qemu_or_skip};
 
 use hugetune_capture::elf::{preload_barrier, preload_can_enter, PreloadBarrier};
-use hugetune_capture::qemu::{self, ALLOC_MARKER_ADDR, MARKER_SPAN};
+use hugetune_capture::qemu::{ALLOC_MARKER_ADDR, MARKER_SPAN};
 use hugetune_format::alloclog::{AllocLog, Kind, PF_W};
 use hugetune_format::refstream::RefReader;
 use serde_json::Value;
@@ -18,17 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const PLUGIN: &str = env!("HUGETUNE_BUILT_QEMU_PLUGIN");
-
-fn qemu_or_skip() -> Option<PathBuf> {
-    let q = qemu::find_qemu();
-    if q.is_none() {
-        eprintln!(
-            "SKIPPED: qemu-x86_64 is not installed ({}; scripts/setup.sh does)",
-            qemu::INSTALL_HINT
-        );
-    }
-    q
-}
 
 /// `gcc -O2 -static` of `src` into `dir`, or `None` (said) without a static libc.
 fn static_c(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {

@@ -17,6 +17,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub const HUGETUNE: &str = env!("CARGO_BIN_EXE_hugetune");
+
+/// qemu-x86_64, or `None` after saying the test is skipped without it.
+pub fn qemu_or_skip() -> Option<PathBuf> {
+    let q = hugetune_capture::qemu::find_qemu();
+    if q.is_none() {
+        eprintln!(
+            "SKIPPED: qemu-x86_64 is not installed ({}; scripts/setup.sh does)",
+            hugetune_capture::qemu::INSTALL_HINT
+        );
+    }
+    q
+}
 pub const LIB: &str = env!("HUGETUNE_BUILT_RUNTIME");
 pub const WORK: &str = env!("HUGETUNE_BUILT_WORK");
 pub const PLUGIN: &str = env!("HUGETUNE_BUILT_QEMU_PLUGIN");
