@@ -46,6 +46,22 @@ pub struct ProfileInputs {
     pub outside: bool,
 }
 
+impl ProfileInputs {
+    /// What the planner needs to know of the program beyond its references.
+    pub fn traits(&self) -> hugetune_model::plan::ProgramTraits {
+        hugetune_model::plan::ProgramTraits {
+            forks: self.forks,
+            fork_children: self.children.len() as u64,
+            mapping_cuts: self.mapping_cuts,
+            outside: self.outside,
+            jvm: self
+                .modules
+                .iter()
+                .any(|m| hugetune_model::plan::is_jvm_module(m)),
+        }
+    }
+}
+
 /// Distinct loaded modules (a module appears in the start and the exit snapshot).
 fn distinct_modules(log: &AllocLog) -> Vec<&Module> {
     let mut out: Vec<&Module> = Vec::new();

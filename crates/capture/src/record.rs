@@ -332,37 +332,20 @@ pub fn record(
             seed,
         } => {
             let raw = dir.join("refs.raw");
-            let run: QemuRun = qemu::capture(
-                &qemu::QemuSpec {
-                    qemu: qemu_bin,
-                    plugin,
-                    argv,
-                    guest_env: &env,
-                    out: &raw,
-                    sampling: *sampling,
-                    seed: *seed,
-                    markers: true,
-                    scratch: dir,
-                    driver,
-                    alloc: None,
-                },
-                stdout,
-                |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),
-            )?;
-            if run.status.code() != Some(0) {
-                bail!("{}", command_failed("qemu", run.status, &run.messages));
-            }
-            qemu::compress(&raw, &refs_path)?;
-            let _ = std::fs::remove_file(&raw);
-            Capture {
-                source: "qemu",
-                sampling: sampling.name(),
-                refs_written: run.totals.refs_written,
-                refs_seen: run.totals.refs_seen,
-                instructions: 0,
-                pages: run.pages,
-                elapsed: run.elapsed,
-            }
+            let spec = qemu::QemuSpec {
+                qemu: qemu_bin,
+                plugin,
+                argv,
+                guest_env: &env,
+                out: &raw,
+                sampling: *sampling,
+                seed: *seed,
+                markers: true,
+                scratch: dir,
+                driver,
+                alloc: None,
+            };
+            qemu_capture(&spec, &refs_path, stdout, progress)?.0
         }
         Source::Perf { plan, opts } => {
             let run = perf::record(plan, argv, &env, stdout, opts)?;
@@ -519,33 +502,25 @@ fn record_outside(
     let raw = dir.join("refs.raw");
     let log_path = dir.join("alloc.syscalls.log");
     let refs_path = dir.join("refs.zst");
-    let run: QemuRun = qemu::capture(
-        &qemu::QemuSpec {
-            qemu: qemu_bin,
-            plugin,
-            argv,
-            guest_env: &[],
-            out: &raw,
-            sampling: *sampling,
-            seed: *seed,
-            markers: false,
-            scratch: dir,
-            driver,
-            alloc: Some(&log_path),
-        },
-        stdout,
-        |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),
-    )?;
-    if run.status.code() != Some(0) {
-        bail!("{}", command_failed("qemu", run.status, &run.messages));
-    }
-    qemu::compress(&raw, &refs_path)?;
-    let _ = std::fs::remove_file(&raw);
+    let spec = qemu::QemuSpec {
+        qemu: qemu_bin,
+        plugin,
+        argv,
+        guest_env: &[],
+        out: &raw,
+        sampling: *sampling,
+        seed: *seed,
+        markers: false,
+        scratch: dir,
+        driver,
+        alloc: Some(&log_path),
+    };
+    let (capture, messages) = qemu_capture(&spec, &refs_path, stdout, progress)?;
     let log = AllocLog::read(&log_path).with_context(|| {
         format!(
             "the plugin's allocation record of `{}`; qemu said:\n{}",
             program.display(),
-            tail(&run.messages)
+            tail(&messages)
         )
     })?;
     if !log.header.syscalls || log.header.marker_base != qemu::ALLOC_MARKER_ADDR {
@@ -565,19 +540,40 @@ fn record_outside(
         refs_path: Some(refs_path),
         log_path,
         log,
-        capture: Capture {
-            source: "qemu",
-            sampling: sampling.name(),
-            refs_written: run.totals.refs_written,
-            refs_seen: run.totals.refs_seen,
-            instructions: 0,
-            pages: run.pages,
-            elapsed: run.elapsed,
-        },
+        capture,
         summary: None,
         extra: Vec::new(),
         followed_program: None,
     })
+}
+
+/// One run under qemu with the plugin (`spec.out` its raw stream): the stream
+/// compressed into `refs_path` and what the capture saw, with qemu's last
+/// messages for errors found after it; a failed run is an error naming them.
+fn qemu_capture(
+    spec: &qemu::QemuSpec,
+    refs_path: &Path,
+    stdout: Stdio,
+    progress: ProgressFn<'_>,
+) -> Result<(Capture, Vec<String>)> {
+    let run: QemuRun = qemu::capture(spec, stdout, |p, t| {
+        progress(p.refs_seen, p.refs_written, p.pages, t)
+    })?;
+    if run.status.code() != Some(0) {
+        bail!("{}", command_failed("qemu", run.status, &run.messages));
+    }
+    qemu::compress(spec.out, refs_path)?;
+    let _ = std::fs::remove_file(spec.out);
+    let capture = Capture {
+        source: "qemu",
+        sampling: spec.sampling.name(),
+        refs_written: run.totals.refs_written,
+        refs_seen: run.totals.refs_seen,
+        instructions: 0,
+        pages: run.pages,
+        elapsed: run.elapsed,
+    };
+    Ok((capture, run.messages))
 }
 
 /// An image's runtime summary: `%p` is `<pid>.x<g>` for an exec'd image

@@ -101,7 +101,11 @@ fn check_backed(r: &Value, hot: u64, processes: usize) {
     assert!(v["broken_run"].is_null(), "{v}");
     assert!(v["exit_codes_match"].as_bool().unwrap(), "{v}");
     assert!(r["huge_bytes_backed"].as_u64().unwrap() >= hot, "{v}");
-    assert!(v["huge_bytes_proc"].as_u64().unwrap() >= hot, "{v}");
+    // /proc is sampled while the program runs (smaps_rollup every few tens of
+    // ms): a run of 0.1 s with THP faulted in as it goes can end between two
+    // samples of its peak. It must have seen huge pages; the amount is the
+    // runtime library's, verified in the process (below).
+    assert!(v["huge_bytes_proc"].as_u64().unwrap() > 0, "{v}");
     for run in v["runtime_summaries"].as_array().unwrap() {
         let procs = run.as_array().unwrap();
         assert_eq!(procs.len(), processes, "{run}");

@@ -2,6 +2,7 @@
 //! tool's own reader, apply mode checked in /proc by the test programs, pools set
 //! under the shared kernel-state lock and always restored.
 
+mod common;
 use hugetune_capture::inputs::inputs_from_log;
 use hugetune_format::alloclog::{AllocLog, Kind, FLAG_PREINIT};
 use hugetune_host::kernel_state::{
@@ -566,7 +567,7 @@ fn redis_bgsave_with_hugetlb_heap_and_an_exhausted_pool() {
     .unwrap();
     let mut k = Kernel::lock();
     k.set(NR_2M, "64");
-    let port = 20000 + (std::process::id() % 20000) as u16;
+    let port = common::free_port();
     let mut child = Command::new("redis-server")
         .args([
             "--port",
@@ -583,8 +584,9 @@ fn redis_bgsave_with_hugetlb_heap_and_an_exhausted_pool() {
         .env("HUGETUNE_MODE", "apply")
         .env("HUGETUNE_PLAN", &plan)
         .env("HUGETUNE_SUMMARY", d.path().join("summary.%p.json"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(d.path().join("stderr")).unwrap())
+        // redis logs on stdout: kept with stderr for the failure messages.
+        .stdout(std::fs::File::create(d.path().join("stderr")).unwrap())
+        .stderr(std::fs::File::create(d.path().join("stderr.2")).unwrap())
         .spawn()
         .unwrap();
     let _track = hugetune_host::kernel_state::track_child(child.id());

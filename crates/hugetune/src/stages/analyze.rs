@@ -546,13 +546,7 @@ pub fn analyze_sampled(
         significance,
         cost: cost.clone(),
         threshold: inputs.threshold,
-        program: ProgramTraits {
-            forks: inputs.forks,
-            fork_children: inputs.children.len() as u64,
-            mapping_cuts: inputs.mapping_cuts,
-            outside: inputs.outside,
-            jvm: inputs.modules.iter().any(|m| plan::is_jvm_module(m)),
-        },
+        program: inputs.traits(),
         frequency: None,
         mrc: mrcs
             .curves()

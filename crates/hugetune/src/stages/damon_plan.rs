@@ -126,16 +126,7 @@ fn from_log(log: &AllocLog) -> LogView {
         extents,
         alloc_stats: cat.stats().clone(),
         heap_large_peak_pages: cat.peak_owned_frames(),
-        program: ProgramTraits {
-            forks: inputs.forks,
-            fork_children: inputs.children.len() as u64,
-            mapping_cuts: inputs.mapping_cuts,
-            outside: inputs.outside,
-            jvm: inputs
-                .modules
-                .iter()
-                .any(|m| hugetune_model::plan::is_jvm_module(m)),
-        },
+        program: inputs.traits(),
         sites: super::sites(&cat, &inputs.modules),
         threshold: inputs.threshold,
     }

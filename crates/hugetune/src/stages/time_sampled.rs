@@ -23,7 +23,6 @@ use hugetune_model::categorize::{AllocOp, Categorizer};
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
 use hugetune_model::mrc::tlb_capacities;
-use hugetune_model::plan::ProgramTraits;
 use hugetune_model::rank;
 use hugetune_model::stream::{top_sites, AnalysisOptions, StreamSummary};
 use hugetune_model::timesampled::{self, TimeSampledInput};
@@ -192,16 +191,7 @@ pub fn analyze(
         significance,
         cost: cost.clone(),
         threshold: inputs.threshold,
-        program: ProgramTraits {
-            forks: inputs.forks,
-            fork_children: inputs.children.len() as u64,
-            mapping_cuts: inputs.mapping_cuts,
-            outside: inputs.outside,
-            jvm: inputs
-                .modules
-                .iter()
-                .any(|m| hugetune_model::plan::is_jvm_module(m)),
-        },
+        program: inputs.traits(),
         mrc: mrc.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         errors,
         frequency: None,
