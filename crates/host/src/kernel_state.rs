@@ -609,10 +609,16 @@ pub fn hold_page_reporting(lock: &KernelStateLock) -> Result<Option<SysfsChange>
     Ok(None)
 }
 
-/// Reads a pool's size under the lock: the resting value, not a test's temporary one.
+/// Reads a pool's persistent size under the lock: the resting value, not a
+/// test's temporary one. Surplus pages are not counted: pages still in use when
+/// a pool is shrunk stay as surplus until their process has freed them (an
+/// interrupted run's child may take a moment to go), and others' overcommitted
+/// or leaked reservations are surplus too (docs/testing.md).
 pub fn resting_pool_size(page_kb: u64) -> Result<u64> {
     let _lock = lock_kernel_state()?;
-    read_nr(&nr_path(page_kb))
+    let nr = read_nr(&nr_path(page_kb))?;
+    let surplus = crate::machine::pool(page_kb).map_or(0, |p| p.surplus);
+    Ok(nr.saturating_sub(surplus))
 }
 
 /// Serializes this crate's tests that take the kernel-state lock: any taker
