@@ -16,6 +16,10 @@ use hugetune_model::categorize::{
 use hugetune_model::page::align_up;
 use serde::{Deserialize, Serialize};
 
+/// madvise advices whose effect the analysis models (`AllocOp::Advise`).
+const MADV_HUGEPAGE: u32 = 14;
+const MADV_NOHUGEPAGE: u32 = 15;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProfileInputs {
     pub space: AddressSpace,
@@ -235,6 +239,17 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
                     }));
                 }
                 continue;
+            }
+            Kind::RangeCall
+                if r.arg >> 32 == 1
+                    && matches!(r.arg as u32, MADV_HUGEPAGE | MADV_NOHUGEPAGE)
+                    && r.arg2 == 0 =>
+            {
+                AllocOp::Advise {
+                    addr: r.addr,
+                    len: r.size,
+                    huge: r.arg as u32 == MADV_HUGEPAGE,
+                }
             }
             Kind::RangeCall if syscalls => {
                 // mprotect(PROT_READ | PROT_WRITE) opening a PROT_NONE

@@ -27,8 +27,8 @@
 use crate::categorize::{head_pages_1g, AllocStats, ObjectInfo, Site, StaticSegment};
 use crate::category::{Category, PerCategory};
 use crate::page::{
-    key, key_4k, size_name, Backing, PageSize, BACKINGS, SHIFT_2M, SIZE_1G, SIZE_2M, TAG_OWNED,
-    TAG_STATIC,
+    align_down, align_up, key, key_4k, size_name, Backing, PageSize, BACKINGS, SHIFT_2M, SIZE_1G,
+    SIZE_2M, TAG_OWNED, TAG_STATIC,
 };
 use crate::sampled::{bucket_of, Layer, SampledEngine, BUCKETS};
 use crate::tlb::{TlbGeometry, TlbSim};
@@ -377,18 +377,35 @@ pub struct Analyzer {
     /// Whether references come from a sampled stream (estimating engines,
     /// buckets).
     sampled: bool,
+    geometry: TlbGeometry,
+    /// Whether the program's own `MADV_HUGEPAGE` counts (`with_self_advice`).
+    advised: bool,
 }
 
 /// The backing a reference to `addr` in `obj` lands on when the object's category
 /// has resolution `res`, with the placement space and address it has there.
+///
+/// `advised`: the program's own `MADV_HUGEPAGE` counts (`ObjectInfo::self_thp`):
+/// an advised object whose category is not planned has its 2 MB-aligned
+/// interior on THP frames where it lies, as without hugetune.
 pub(crate) fn resolve(
     obj: &ObjectInfo,
     seg: Option<&StaticSegment>,
     addr: u64,
     res: Option<Backing>,
+    advised: bool,
 ) -> (Backing, u64, u64) {
     let small = (Backing::Base4k, 0, addr);
-    let Some(res) = res else { return small };
+    let Some(res) = res else {
+        if advised
+            && obj.self_thp
+            && addr >= align_up(obj.start, SIZE_2M)
+            && addr < align_down(obj.start + obj.len, SIZE_2M)
+        {
+            return (Backing::Thp2m, 0, addr);
+        }
+        return small;
+    };
     match obj.category {
         Category::HeapLarge => {
             let off = addr - obj.start;
@@ -431,8 +448,17 @@ pub(crate) fn resolve(
 /// `routes[backing][level]` of mapping `m` and how many engines they use: two
 /// arrays share an engine when they see the same translations with the same
 /// keys for every backing the mapping uses (shared with `timesampled.rs`).
-pub(crate) fn routes_of(m: &Mapping, geometry: &TlbGeometry) -> (Vec<Vec<Option<Route>>>, usize) {
+/// `advised`: objects the program advised itself land on THP in any mapping
+/// (`resolve`), so 2 MB translations are routed in every one.
+pub(crate) fn routes_of(
+    m: &Mapping,
+    geometry: &TlbGeometry,
+    advised: bool,
+) -> (Vec<Vec<Option<Route>>>, usize) {
     let mut used = vec![Backing::Base4k];
+    if advised {
+        used.push(Backing::Thp2m);
+    }
     let huge = m.huge.iter().map(|&(_, b)| b);
     for b in huge.chain(m.sites.iter().map(|&(_, b)| b)) {
         used.push(b);
@@ -483,9 +509,15 @@ pub(crate) fn routes_of(m: &Mapping, geometry: &TlbGeometry) -> (Vec<Vec<Option<
 }
 
 impl MappingState {
-    fn new(m: Mapping, geometry: &TlbGeometry, simulate: bool, sampled: bool) -> Self {
+    fn new(
+        m: Mapping,
+        geometry: &TlbGeometry,
+        simulate: bool,
+        sampled: bool,
+        advised: bool,
+    ) -> Self {
         let res = m.resolution();
-        let (routes, n) = routes_of(&m, geometry);
+        let (routes, n) = routes_of(&m, geometry, advised);
         let fault_engine = (0..BACKINGS)
             .map(|bi| {
                 let b = Backing::all()[bi];
@@ -570,7 +602,7 @@ impl Analyzer {
         Analyzer {
             mappings: mappings
                 .into_iter()
-                .map(|m| MappingState::new(m, &geometry, simulate, sampled))
+                .map(|m| MappingState::new(m, &geometry, simulate, sampled, false))
                 .collect(),
             static_segments,
             levels,
@@ -578,7 +610,26 @@ impl Analyzer {
             weight: 0.0,
             last: (u32::MAX, u64::MAX, 0),
             sampled,
+            geometry,
+            advised: false,
         }
+    }
+
+    /// The program advises `MADV_HUGEPAGE` itself (`AllocOp::Advise`): the
+    /// objects it advised are on THP in every mapping that leaves their category
+    /// alone, all-small included, as in the run without hugetune. Call before
+    /// the first reference.
+    pub fn with_self_advice(mut self) -> Self {
+        let (geometry, sampled) = (self.geometry.clone(), self.sampled);
+        self.mappings = std::mem::take(&mut self.mappings)
+            .into_iter()
+            .map(|s| {
+                let simulate = s.sim.is_some();
+                MappingState::new(s.result.mapping, &geometry, simulate, sampled, true)
+            })
+            .collect();
+        self.advised = true;
+        self
     }
 
     /// Whether this analyzer estimates from a sampled stream.
@@ -667,7 +718,7 @@ impl Analyzer {
                 }
                 _ => m.res[cat],
             };
-            let (b, space, pa) = resolve(obj, seg, addr, res);
+            let (b, space, pa) = resolve(obj, seg, addr, res, self.advised);
             // Which sample this reference is in for this mapping (sampled.rs).
             let (layer, unit, w) = if b == Backing::Base4k {
                 let (unit, bit) = if space == TAG_OWNED {
@@ -780,6 +831,8 @@ impl Analyzer {
                 weight: self.weight,
                 last: self.last,
                 sampled: self.sampled,
+                geometry: self.geometry.clone(),
+                advised: self.advised,
             });
             rest = tail;
         }
@@ -792,6 +845,8 @@ impl Analyzer {
                 weight: self.weight,
                 last: self.last,
                 sampled: self.sampled,
+                geometry: self.geometry,
+                advised: self.advised,
             });
         }
         parts
@@ -939,6 +994,9 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
         input.static_segments,
         Mapping::all_subsets(&present),
     );
+    if input.objects.iter().any(|o| o.self_thp) {
+        a = a.with_self_advice();
+    }
     for &(id, addr) in input.refs {
         a.feed(&input.objects[id as usize], addr);
     }
@@ -969,6 +1027,98 @@ mod tests {
             ],
             source: "test".into(),
         }
+    }
+
+    /// The same walk over a buffer the program advised `MADV_HUGEPAGE` itself
+    /// (numpy): its baseline is THP already, and planning heap-large gains no
+    /// walks. A 3 MB advice over the first 4 MB of a 64 MB buffer marks nothing.
+    #[test]
+    fn a_buffer_the_program_advised_itself_is_on_thp_in_the_baseline() {
+        let mut cat = Categorizer::new(AddressSpace::default(), 128 * 1024);
+        let base = 0x7f00_0000_0000u64;
+        let size = 64u64 << 20;
+        let ev = |seq, op| AllocEvent { seq, op };
+        cat.apply(&ev(
+            1,
+            AllocOp::Alloc {
+                addr: base,
+                size,
+                via: AllocVia::Malloc,
+                site: None,
+            },
+        ));
+        let id = cat.classify(base).unwrap();
+        cat.apply(&ev(
+            2,
+            AllocOp::Advise {
+                addr: base,
+                len: 3 << 20,
+                huge: true,
+            },
+        ));
+        assert!(!cat.object(id).self_thp, "a small part is not the object");
+        cat.apply(&ev(
+            3,
+            AllocOp::Advise {
+                addr: base,
+                len: size,
+                huge: true,
+            },
+        ));
+        assert!(cat.object(id).self_thp);
+        let mut refs = Vec::new();
+        let mut x = 12345u64;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let addr = base + (x % size);
+            refs.push((cat.classify(addr).unwrap(), addr));
+        }
+        let r = analyze(AnalysisInput {
+            geometry: geometry(),
+            static_segments: vec![],
+            objects: cat.objects(),
+            refs: &refs,
+            heap_large_peak_pages: cat.peak_owned_frames(),
+            alloc_stats: cat.stats().clone(),
+        });
+        let small = r.all_small().total();
+        let large = r.mapping("heap-large").unwrap().total();
+        assert_eq!(small.walks, 32, "the program's own THP: cold misses only");
+        assert_eq!(small.faults, 32);
+        assert_eq!(small.walks, large.walks);
+        assert_eq!(r.all_small().leaf_total(PageSize::P2m).refs, 200_000);
+        // MADV_NOHUGEPAGE over part of it takes the advice back, and a moved
+        // mapping keeps its advice.
+        cat.apply(&ev(
+            4,
+            AllocOp::Advise {
+                addr: base + (8 << 20),
+                len: 4096,
+                huge: false,
+            },
+        ));
+        assert!(!cat.object(id).self_thp);
+        cat.apply(&ev(
+            5,
+            AllocOp::Advise {
+                addr: base,
+                len: size,
+                huge: true,
+            },
+        ));
+        cat.apply(&ev(
+            6,
+            AllocOp::Mremap {
+                old: base,
+                addr: base + (1 << 30),
+                len: size,
+            },
+        ));
+        let moved = cat.classify(base + (1 << 30)).unwrap();
+        assert_ne!(moved, id);
+        assert!(cat.object(moved).self_thp);
     }
 
     /// A random walk over a 64 MiB heap-large buffer: 16 K pages of 4 KB (beyond

@@ -59,6 +59,14 @@ pub enum AllocOp {
         addr: u64,
         len: u64,
     },
+    /// A successful `madvise(MADV_HUGEPAGE)` (`huge`) or `MADV_NOHUGEPAGE` of
+    /// the program's own: the objects it covers get (or lose) THP at fault time
+    /// without hugetune, so their "4 KB" baseline is THP (`ObjectInfo::self_thp`).
+    Advise {
+        addr: u64,
+        len: u64,
+        huge: bool,
+    },
 }
 
 /// One allocation event with its global sequence number (program order).
@@ -125,6 +133,11 @@ pub struct ObjectInfo {
     pub virt_base: u64,
     /// Index into `AddressSpace::static_segments` for static pseudo-objects.
     pub segment: Option<u32>,
+    /// The program itself advised `MADV_HUGEPAGE` over most of this object's
+    /// 2 MB-aligned interior (numpy does for its buffers of 4 MiB and more): its
+    /// interior is on THP in every mapping that does not plan its category.
+    #[serde(default)]
+    pub self_thp: bool,
 }
 
 impl ObjectInfo {
@@ -202,6 +215,7 @@ impl Categorizer {
             free_seq: None,
             virt_base: 0,
             segment: None,
+            self_thp: false,
         };
         let mut objects = vec![
             fixed(OBJ_OTHER, Category::Other),
@@ -331,6 +345,7 @@ impl Categorizer {
             free_seq: None,
             virt_base,
             segment: None,
+            self_thp: false,
         });
         let st = &mut self.stats[category.index()];
         st.allocations += 1;
@@ -435,14 +450,38 @@ impl Categorizer {
                 // keeps a backed mapping's backing where the kernel moves it).
                 let prev = self.live.get(&old).map(|&id| {
                     let o = &self.objects[id as usize];
-                    (id, o.site, o.via)
+                    (id, o.site, o.via, o.self_thp)
                 });
-                if let Some((id, _, _)) = prev {
+                if let Some((id, _, _, _)) = prev {
                     self.death(seq, id);
                 }
                 if addr != u64::MAX {
                     let via = prev.and_then(|p| p.2).unwrap_or(AllocVia::Mmap);
                     self.birth(seq, addr, len, via, prev.and_then(|p| p.1));
+                    // The advice is a flag of the mapping: it moves with it.
+                    if let (Some(p), Some(&id)) = (prev, self.live.get(&addr)) {
+                        self.objects[id as usize].self_thp = p.3;
+                    }
+                }
+            }
+            AllocOp::Advise { addr, len, huge } => {
+                let (lo, hi) = (addr, addr.saturating_add(len));
+                let mut hit: Vec<u32> = self.live.range(lo..hi).map(|(_, &id)| id).collect();
+                if let Some((_, &id)) = self.live.range(..lo).next_back() {
+                    hit.push(id);
+                }
+                for id in hit {
+                    let o = &mut self.objects[id as usize];
+                    let (ilo, ihi) = (
+                        align_up(o.start, SIZE_2M),
+                        align_down(o.start + o.len, SIZE_2M),
+                    );
+                    let covered = hi.min(ihi).saturating_sub(lo.max(ilo));
+                    if huge && ihi > ilo && covered * 2 >= ihi - ilo {
+                        o.self_thp = true;
+                    } else if !huge && hi > o.start && lo < o.start + o.len {
+                        o.self_thp = false;
+                    }
                 }
             }
         }

@@ -538,6 +538,7 @@ mod tests {
             free_seq: None,
             virt_base: 0,
             segment: None,
+            self_thp: false,
         };
         // The unit holding offset 3 MB starts at start + 2 MB.
         let g = group_of(&obj, None, obj.start + (3 << 20));

@@ -15,7 +15,7 @@
 //! analysis itself (`analyze --rate`).
 
 use crate::analysis::{AnalysisResult, Analyzer, Mapping, RefUnits, SamplingSummary};
-use crate::categorize::{AddressSpace, AllocEvent, Categorizer, Site};
+use crate::categorize::{AddressSpace, AllocEvent, AllocOp, Categorizer, Site};
 use crate::category::{Category, PerCategory};
 use crate::sampled::{group_of, page_unit, Sampling};
 use crate::tlb::TlbGeometry;
@@ -51,6 +51,15 @@ pub struct StreamSpec {
     pub threshold: u64,
     /// Marker area (base, span); `span` is a power of two.
     pub markers: (u64, u64),
+}
+
+impl StreamSpec {
+    /// Whether the program advises `MADV_HUGEPAGE` itself (`AllocOp::Advise`).
+    pub fn self_advised(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| matches!(e.op, AllocOp::Advise { huge: true, .. }))
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -261,6 +270,11 @@ pub fn analyze_stream_sampled(
     let a = match sampling {
         None => Analyzer::with_simulation(geometry.clone(), segments, mappings, opts.simulate),
         Some(_) => Analyzer::with_sampling(geometry.clone(), segments, mappings),
+    };
+    let a = if spec.self_advised() {
+        a.with_self_advice()
+    } else {
+        a
     };
     let mut s = sampling.map_or(Sampling::complete(), |x| x.regions);
     let realized = sampling.map_or(1.0, |x| crate::sampled::sane_ratio(x.realized));

@@ -248,6 +248,8 @@ pub struct TimeSampledInput<'a> {
     pub samples: &'a [(u32, u64)],
     /// References per sample.
     pub period: u64,
+    /// The program's own `MADV_HUGEPAGE` counts (`Analyzer::with_self_advice`).
+    pub advised: bool,
 }
 
 const CELLS: usize = 5 * BACKINGS;
@@ -308,13 +310,13 @@ pub fn analyze(input: &TimeSampledInput<'_>) -> Vec<MappingResult> {
     let mut out = Vec::with_capacity(input.mappings.len());
     for m in &input.mappings {
         let res = m.resolution();
-        let (routes, engines) = routes_of(m, input.geometry);
+        let (routes, engines) = routes_of(m, input.geometry, input.advised);
         let place = |&(id, addr): &(u32, u64)| {
             let obj = &input.objects[id as usize];
             let seg = obj
                 .segment
                 .and_then(|i| input.static_segments.get(i as usize));
-            let (b, space, pa) = resolve(obj, seg, addr, res_of(m, &res, obj));
+            let (b, space, pa) = resolve(obj, seg, addr, res_of(m, &res, obj), input.advised);
             (obj, b, space, pa)
         };
         // Pass 1: sample counts per engine key and per cell folio.

@@ -188,6 +188,29 @@ pub(super) fn sites(cat: &Categorizer, modules: &[String]) -> Vec<SiteSummary> {
     acc
 }
 
+/// What the program's own `MADV_HUGEPAGE` means for the predictions
+/// (`ObjectInfo::self_thp`), when it advised any object.
+fn self_advice_note(cat: &Categorizer) -> Option<String> {
+    let advised: Vec<_> = cat.objects().iter().filter(|o| o.self_thp).collect();
+    let largest = advised.iter().map(|o| o.len).max()?;
+    let bytes: u64 = advised.iter().map(|o| o.len).sum();
+    let thp = hugetune_host::machine::thp_mode(Path::new(hugetune_host::machine::THP_SYSFS));
+    let effect = if thp == Some(hugetune_model::plan::ThpMode::Never) {
+        "THP is `never` on this machine, so the advice does nothing here; the predictions assume a \
+         machine where it takes effect (`madvise` or `always`)"
+    } else {
+        "they are on 2 MB pages without hugetune, and every prediction counts them so (the \
+         baseline is not all 4 KB; planning their category gains only what hugetlb or a \
+         different size adds)"
+    };
+    Some(format!(
+        "the program advises MADV_HUGEPAGE itself on {} object(s), {} in all (largest {}): {effect}",
+        advised.len(),
+        hugetune_render::bytes(bytes),
+        hugetune_render::bytes(largest)
+    ))
+}
+
 /// Runs the model over a bundle, with the mappings this machine offers.
 pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<Analysis> {
     analyze_with(path, geometry, cost, &analysis_options(false))
@@ -529,6 +552,9 @@ pub fn analyze_sampled(
             "bundle {}: no program references in the stream",
             path.display()
         );
+    }
+    if let Some(n) = self_advice_note(&cat) {
+        note(n);
     }
     let mut meta = b.meta;
     if let Some(t) = so.native_s {

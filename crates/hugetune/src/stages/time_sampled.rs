@@ -147,6 +147,9 @@ pub fn analyze(
         mappings,
         samples: &samples,
         period,
+        advised: events
+            .iter()
+            .any(|e| matches!(e.op, AllocOp::Advise { huge: true, .. })),
     });
     let addrs: Vec<u64> = samples.iter().map(|s| s.1).collect();
     let mrc = timesampled::curves(&addrs, period, &tlb_capacities());
