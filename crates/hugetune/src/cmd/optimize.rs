@@ -567,7 +567,13 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         }
     }
     let availability = stages::availability_now();
-    stages::jvm::plan(&mut decision, &program, &an.significance, &availability);
+    stages::jvm::plan(
+        &mut decision,
+        &program,
+        &an.significance,
+        &availability,
+        &policy.lost,
+    );
     plan_options = plan_options
         .with_sites(&decision.sites)
         .with_jvm(decision.jvm);

@@ -771,7 +771,7 @@ impl Stored {
             self.native_s,
             &self.policy(min_gain),
         );
-        super::jvm::plan(&mut d, &self.program, &self.significance, avail);
+        super::jvm::plan(&mut d, &self.program, &self.significance, avail, &self.lost);
         if !self.same_input {
             d.reasons.insert(
                 0,

@@ -46,11 +46,17 @@ const PAGE_2M: u64 = 2 << 20;
 /// Plans a JVM's heap: sets `d.jvm` and says why (or why not) in the reasons.
 /// The THP/hugetlb choice is made at launch (`for_command`), where the
 /// command's `-Xmx` and the pool are known.
+///
+/// `lost`: labels of plans that lost a validation (`Policy::lost`). A plan
+/// whose label with the switch (`heap-small:hugetlb+jvm:thp-2m`, `jvm:thp-2m`)
+/// lost is not planned again with the switch: the switch is the part this
+/// file adds, so it is the part left out (the rest was chosen on its own).
 pub fn plan(
     d: &mut PlanDecision,
     program: &ProgramTraits,
     sig: &Significance,
     avail: &Availability,
+    lost: &[String],
 ) {
     if !program.jvm {
         return;
@@ -90,6 +96,18 @@ pub fn plan(
         return;
     }
     d.jvm = Some(Backing::Thp2m);
+    let label = d.label();
+    if let Some(l) = lost
+        .iter()
+        .find(|l| **l == label || l.as_str() == "jvm:thp-2m")
+    {
+        d.jvm = None;
+        d.reasons.push(format!(
+            "the program is a JVM (libjvm.so loaded), but its heap stays on 4 KB pages: {l} \
+             lost a validation on this host (`hugetune db` lists it)"
+        ));
+        return;
+    }
     d.reasons.push(format!(
         "the program is a JVM (libjvm.so loaded): {:.0} % of the modelled page walks are in memory \
          it maps itself (its heap, category other): plan `jvm thp-2m`, the JVM's own switch \
@@ -569,9 +587,21 @@ mod tests {
         let hot = sig(vec![(Category::Other, 95), (Category::HeapSmall, 5)], true);
         let mut d =
             hugetune_model::plan::choose_with(&[], &hot, &a, &jvm, 1.0, &Default::default());
-        plan(&mut d, &jvm, &hot, &a);
+        plan(&mut d, &jvm, &hot, &a, &[]);
         assert_eq!(d.jvm, Some(Backing::Thp2m), "{:?}", d.reasons);
         assert_eq!(d.label(), "jvm:thp-2m");
+        // The switch lost a validation: not planned again, and said why.
+        let mut d =
+            hugetune_model::plan::choose_with(&[], &hot, &a, &jvm, 1.0, &Default::default());
+        plan(&mut d, &jvm, &hot, &a, &["jvm:thp-2m".to_string()]);
+        assert_eq!(d.jvm, None);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("jvm:thp-2m lost a validation")),
+            "{:?}",
+            d.reasons
+        );
         // Not a JVM, misses elsewhere, nothing significant: no directive.
         for (p, s) in [
             (ProgramTraits::default(), hot.clone()),
@@ -583,7 +613,7 @@ mod tests {
         ] {
             let mut d =
                 hugetune_model::plan::choose_with(&[], &s, &a, &p, 1.0, &Default::default());
-            plan(&mut d, &p, &s, &a);
+            plan(&mut d, &p, &s, &a, &[]);
             assert_eq!(d.jvm, None, "{:?}", d.reasons);
         }
     }
