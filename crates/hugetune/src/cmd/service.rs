@@ -475,6 +475,8 @@ struct PlanNeeds {
     pool_1g: Option<u64>,
     /// heap-small through glibc's tunable (`heap-small thp-2m`).
     tunable: bool,
+    /// The JVM's own switch (`jvm B`): JAVA_TOOL_OPTIONS in the drop-in.
+    jvm: Option<Backing>,
 }
 
 fn plan_needs(text: &str) -> PlanNeeds {
@@ -492,6 +494,7 @@ fn plan_needs(text: &str) -> PlanNeeds {
             ["pool", "hugetlb-2m", k] => n.pool_2m = k.parse().ok(),
             ["pool", "hugetlb-1g", k] => n.pool_1g = k.parse().ok(),
             ["heap-small", "thp-2m"] => n.tunable = true,
+            ["jvm", b] => n.jvm = b.parse().ok(),
             _ => {}
         }
         n.hugetlb_2m |= w.contains(&"hugetlb-2m");
@@ -501,6 +504,10 @@ fn plan_needs(text: &str) -> PlanNeeds {
     if fork_thp {
         n = PlanNeeds {
             tunable: n.tunable,
+            // The JVM's switch is the JVM's: the library's fork handling
+            // does not reach it (THP is fork-safe; hugetlb is the JVM's pool).
+            jvm: n.jvm,
+            hugetlb_2m: n.jvm == Some(Backing::Hugetlb2m),
             ..PlanNeeds::default()
         };
     }
@@ -683,37 +690,61 @@ fn plan_from_db(ctx: &Ctx, unit: &Unit, svc: &Service, a: &InstallArgs) -> Resul
         mthp: now.mthp,
         thp_2m_allocatable: None,
     };
-    let d = st.choose(&avail, a.min_gain);
-    let Some(p) = &d.prediction else {
+    let mut d = st.choose(&avail, a.min_gain);
+    // A service's JVM gets THP through its switch: -XX:+UseLargePages would
+    // commit the whole heap from a pool sized by -Xmx, which the pool unit
+    // does not reserve. A switch of the service's own stays (jvm.rs).
+    if d.jvm.is_some() {
+        let env = |k: &str| svc.env(k).map(str::to_string);
+        let own = stages::jvm::JavaOptions::of(&argv, &env).user_switch;
+        if let Some(sw) = own {
+            d.reasons.push(format!(
+                "the service sets its own JVM switch ({sw}): left as it is"
+            ));
+            d.jvm = None;
+        } else {
+            d.jvm = Some(Backing::Thp2m);
+        }
+    }
+    if d.prediction.is_none() && d.jvm.is_none() {
         bail!(
             "the plan for {} is to run it unchanged ({}): nothing to install",
             stages::display_cmd(&argv),
             d.reasons.last().map_or("no reason given", String::as_str)
         );
-    };
+    }
     let body = plan_text_with(
         &d.assignments,
         st.threshold,
-        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
+        &PlanOptions::for_program(&st.program)
+            .with_sites(&d.sites)
+            .with_jvm(d.jvm),
     );
     let needs = plan_needs(&body);
+    let predicted = match &d.prediction {
+        Some(p) => format!("predicted {:.2}x", p.predicted_speedup),
+        None => "the JVM's heap is not modelled: no predicted speedup".into(),
+    };
+    let (hugetlb_pages, hugetlb_1g_pages) = d
+        .prediction
+        .as_ref()
+        .map_or((0, 0), |p| (p.hugetlb_pages, p.hugetlb_1g_pages));
     Ok(Chosen {
         about: format!(
-            "profile #{} of {}: {} (predicted {:.2}x)",
+            "profile #{} of {}: {} ({predicted})",
             st.profile_id,
             stages::display_cmd(&argv),
             super::decision_text(&d),
-            p.predicted_speedup
         ),
         // A block on 1 GB pages has its tail on 2 MB pages (docs/formats.md §3):
         // the prediction counts both.
         pages_2m: if needs.hugetlb_2m || needs.hugetlb_1g {
-            p.hugetlb_pages
+            hugetlb_pages
         } else {
             0
         },
         pages_1g: if needs.hugetlb_1g {
-            p.hugetlb_1g_pages
+            hugetlb_1g_pages
         } else {
             0
         },
@@ -784,6 +815,17 @@ fn service_env(
         "HUGETUNE_SUMMARY_REQUEST".into(),
         run.join("request").display().to_string(),
     ));
+    // The JVM's switch after the service's own JAVA_TOOL_OPTIONS (a drop-in's
+    // Environment= replaces the unit's value for the same variable).
+    if let Some(b) = needs.jvm {
+        let opts = PlanOptions::default().with_jvm(Some(b));
+        let mut jv: Vec<(String, String)> = svc
+            .env("JAVA_TOOL_OPTIONS")
+            .map(|v| vec![("JAVA_TOOL_OPTIONS".to_string(), v.to_string())])
+            .unwrap_or_else(|| vec![("JAVA_TOOL_OPTIONS".to_string(), String::new())]);
+        stages::jvm::environment(&opts, &[], None, &mut jv);
+        e.extend(jv);
+    }
     for (k, v) in e.iter_mut() {
         match k.as_str() {
             "LD_PRELOAD" => {
@@ -1479,6 +1521,36 @@ mod tests {
         assert_eq!(n, PlanNeeds::default());
         let n = plan_needs("hugetune-plan 1\n# heap-large hugetlb-2m\nheap-small arena thp-2m\n");
         assert_eq!(n, PlanNeeds::default());
+    }
+
+    #[test]
+    fn a_jvm_plan_puts_its_switch_after_the_services_own_options() {
+        let n = plan_needs("hugetune-plan 1\njvm thp-2m\nfork-safe thp\n");
+        assert_eq!(n.jvm, Some(Backing::Thp2m));
+        assert!(!n.hugetlb_2m);
+        let n = plan_needs("hugetune-plan 1\njvm hugetlb-2m\n");
+        assert_eq!(n.jvm, Some(Backing::Hugetlb2m));
+        assert!(n.hugetlb_2m, "-XX:+UseLargePages takes pool pages");
+        let mut svc = Service::default();
+        svc.read("[Service]\nEnvironment=\"JAVA_TOOL_OPTIONS=-Xss1m -Dx=1\"\nExecStart=/usr/bin/java -jar a.jar\n");
+        let needs = plan_needs("hugetune-plan 1\njvm thp-2m\n");
+        let e = service_env(Path::new("/l.so"), Path::new("/p"), &needs, &svc, "d").unwrap();
+        let jto: Vec<&String> = e
+            .iter()
+            .filter(|(k, _)| k == "JAVA_TOOL_OPTIONS")
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(jto, ["-Xss1m -Dx=1 -XX:+UseTransparentHugePages"]);
+        // Without a plan line no JAVA_TOOL_OPTIONS is written.
+        let e = service_env(
+            Path::new("/l.so"),
+            Path::new("/p"),
+            &PlanNeeds::default(),
+            &svc,
+            "d",
+        )
+        .unwrap();
+        assert!(e.iter().all(|(k, _)| k != "JAVA_TOOL_OPTIONS"), "{e:?}");
     }
 
     #[test]
