@@ -505,6 +505,21 @@ fn choose_core(
         ));
         return empty(reasons);
     }
+    // 1 GB pages are the scarcest (assembled from whole free or movable
+    // gigabytes): like a category, they must earn their marginal saving over
+    // the best 2 MB counterpart.
+    if let Some(alt) = two_mb_counterpart(best, preds, &allowed, &expected) {
+        if best.saving_ns - alt.saving_ns < threshold_ns {
+            reasons.push(format!(
+                "1 GB pages: marginal saving {:.1} ms over {} is below {:.1}% of the run time; \
+                 heap-large stays on 2 MB pages",
+                (best.saving_ns - alt.saving_ns) / 1e6,
+                alt.label,
+                min_gain * 100.0
+            ));
+            best = alt;
+        }
+    }
     if let Some(k) = site_knapsack(preds, best, avail, native_seconds, &allowed, &expected) {
         reasons.push(format!(
             "per-site choice within {} free pool pages beats {} ({:.1} ms): {} (saving {:.1} ms, estimated by additivity)",
@@ -557,6 +572,34 @@ fn heap_large_on(p: &Prediction, to: Backing) -> Option<Vec<(Category, Backing)>
         .find(|(c, b)| *c == Category::HeapLarge && b.is_huge())?;
     a.1 = to;
     Some(v)
+}
+
+/// The best allowed mapping that differs from `best` only in putting heap-large
+/// on 2 MB pages (hugetlb or THP) instead of 1 GB pages; None when `best` has no
+/// heap-large on 1 GB pages or no such mapping is allowed.
+fn two_mb_counterpart<'a>(
+    best: &Prediction,
+    preds: &'a [Prediction],
+    allowed: &dyn Fn(&Prediction) -> Result<(), String>,
+    expected: &dyn Fn(&Prediction) -> f64,
+) -> Option<&'a Prediction> {
+    if !best.sites.is_empty()
+        || !best
+            .assignments
+            .contains(&(Category::HeapLarge, Backing::Hugetlb1g))
+    {
+        return None;
+    }
+    [Backing::Hugetlb2m, Backing::Thp2m]
+        .into_iter()
+        .filter_map(|b| {
+            let a = heap_large_on(best, b)?;
+            preds
+                .iter()
+                .find(|p| p.sites.is_empty() && p.assignments == a)
+        })
+        .filter(|p| allowed(p).is_ok())
+        .max_by(|a, b| expected(a).total_cmp(&expected(b)))
 }
 
 /// 1 GB pages against 2 MB pages for the chosen mapping `best`: the saving
@@ -615,7 +658,11 @@ fn gigantic_reason(
         return None;
     }
     if g.saving_ns > best.saving_ns {
-        // Only a validation's confidence (or the pool bar) puts it behind.
+        if expected(g) > expected(best) {
+            // Left for the --min-gain bar on its marginal saving: said above.
+            return None;
+        }
+        // Only a validation's confidence (or fragmentation) puts it behind.
         return Some(format!(
             "1 GB pages not chosen: {} predicted saving {:.1} ms counts {:.1} ms after earlier \
              validations, less than {} ({:.1} ms)",
@@ -1388,6 +1435,34 @@ pub(crate) mod tests {
             d.reasons
         );
         assert!(!d.reasons.iter().any(|r| r.contains("gain nothing")));
+        // 5 ms more than 2 MB pages on a 1 s run is below the 1 % bar.
+        let small = gigantic_preds(305.0, 100, 2);
+        let d = choose(
+            &small,
+            &sig(true),
+            &gigantic_avail(2),
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert_eq!(
+            d.assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)],
+            "{:?}",
+            d.reasons
+        );
+        assert!(
+            d.reasons.iter().any(|r| r
+                == "1 GB pages: marginal saving 5.0 ms over heap-large:hugetlb is below 1.0% of \
+                    the run time; heap-large stays on 2 MB pages"),
+            "{:?}",
+            d.reasons
+        );
+        assert!(
+            !d.reasons.iter().any(|r| r.contains("not chosen")),
+            "{:?}",
+            d.reasons
+        );
         // Without 2 MB pool pages the 1 GB choice is compared with THP.
         let mut a = gigantic_avail(2);
         a.hugetlb_2m_free = 0;
