@@ -347,11 +347,11 @@ pub fn reserve_for(
         let r = reserved.grow(1 << 20, extra)?;
         note(format!(
             "grew the 1 GB hugetlb pool by {} pages ({} asked) in {:.1} s for the runs; it goes \
-             back to {} afterwards",
+             back to {} persistent pages afterwards",
             r.added(),
             extra,
             t.elapsed().as_secs_f64(),
-            r.previous
+            r.restores_to
         ));
         if r.added() < extra {
             note(format!(
@@ -366,10 +366,11 @@ pub fn reserve_for(
         let extra = need - avail_now.hugetlb_2m_free;
         let r = reserved.grow(2048, extra)?;
         note(format!(
-            "grew the 2 MB hugetlb pool by {} pages ({} asked) for the runs; it goes back to {} afterwards",
+            "grew the 2 MB hugetlb pool by {} pages ({} asked) for the runs; it goes back to {} \
+             persistent pages afterwards",
             r.added(),
             extra,
-            r.previous
+            r.restores_to
         ));
     }
     Ok(())
