@@ -311,6 +311,9 @@ pub struct PoolChange {
     /// the pool's size, less the pages others held when it was set
     /// (`set_hugetlb_pool`; 0 for the other changes).
     pub now: u64,
+    /// The persistent pool size put back when the change ends (`previous` less
+    /// the surplus pages, which a write cannot keep).
+    pub restores_to: u64,
     _restore: Restore,
     _lock: KernelStateLock,
 }
@@ -367,6 +370,7 @@ fn change_pool(
         page_kb,
         previous,
         now,
+        restores_to: persistent,
         _restore: restore,
         _lock: lock,
     })

@@ -505,6 +505,21 @@ fn choose_core(
         ));
         return empty(reasons);
     }
+    // 1 GB pages are the scarcest (assembled from whole free or movable
+    // gigabytes): like a category, they must earn their marginal saving over
+    // the best 2 MB counterpart.
+    if let Some(alt) = two_mb_counterpart(best, preds, &allowed, &expected) {
+        if best.saving_ns - alt.saving_ns < threshold_ns {
+            reasons.push(format!(
+                "1 GB pages: marginal saving {:.1} ms over {} is below {:.1}% of the run time; \
+                 heap-large stays on 2 MB pages",
+                (best.saving_ns - alt.saving_ns) / 1e6,
+                alt.label,
+                min_gain * 100.0
+            ));
+            best = alt;
+        }
+    }
     if let Some(k) = site_knapsack(preds, best, avail, native_seconds, &allowed, &expected) {
         reasons.push(format!(
             "per-site choice within {} free pool pages beats {} ({:.1} ms): {} (saving {:.1} ms, estimated by additivity)",
@@ -524,14 +539,20 @@ fn choose_core(
         };
     }
     reasons.push(format!(
-        "chose {}: predicted saving {:.1} ms ({:.2}x), PMB {:.0}%, {} hugetlb + {} THP pages",
+        "chose {}: predicted saving {:.1} ms ({:.2}x), PMB {:.0}%, {} hugetlb + {}{} THP pages",
         best.label,
         best.saving_ns / 1e6,
         best.predicted_speedup,
         best.pmb,
         best.hugetlb_pages,
+        if best.hugetlb_1g_pages > 0 {
+            format!("{} x 1 GB hugetlb + ", best.hugetlb_1g_pages)
+        } else {
+            String::new()
+        },
         best.thp_pages
     ));
+    reasons.extend(gigantic_reason(best, preds, &allowed, &expected));
     reasons.extend(mapped_thp_reason(best, program));
     PlanDecision {
         assignments: best.assignments.clone(),
@@ -540,6 +561,145 @@ fn choose_core(
         reasons,
         jvm: None,
     }
+}
+
+/// `p`'s assignments with heap-large on `to` instead of what it has (None: `p`
+/// does not put heap-large on huge pages).
+fn heap_large_on(p: &Prediction, to: Backing) -> Option<Vec<(Category, Backing)>> {
+    let mut v = p.assignments.clone();
+    let a = v
+        .iter_mut()
+        .find(|(c, b)| *c == Category::HeapLarge && b.is_huge())?;
+    a.1 = to;
+    Some(v)
+}
+
+/// The best allowed mapping that differs from `best` only in putting heap-large
+/// on 2 MB pages (hugetlb or THP) instead of 1 GB pages; None when `best` has no
+/// heap-large on 1 GB pages or no such mapping is allowed.
+fn two_mb_counterpart<'a>(
+    best: &Prediction,
+    preds: &'a [Prediction],
+    allowed: &dyn Fn(&Prediction) -> Result<(), String>,
+    expected: &dyn Fn(&Prediction) -> f64,
+) -> Option<&'a Prediction> {
+    if !best.sites.is_empty()
+        || !best
+            .assignments
+            .contains(&(Category::HeapLarge, Backing::Hugetlb1g))
+    {
+        return None;
+    }
+    [Backing::Hugetlb2m, Backing::Thp2m]
+        .into_iter()
+        .filter_map(|b| {
+            let a = heap_large_on(best, b)?;
+            preds
+                .iter()
+                .find(|p| p.sites.is_empty() && p.assignments == a)
+        })
+        .filter(|p| allowed(p).is_ok())
+        .max_by(|a, b| expected(a).total_cmp(&expected(b)))
+}
+
+/// 1 GB pages against 2 MB pages for the chosen mapping `best`: the saving
+/// over the best 2 MB counterpart when `best` puts heap-large on 1 GB pages,
+/// or why the 1 GB counterpart of a 2 MB choice gains nothing. Nothing to say
+/// when there is no 1 GB counterpart (the kernel has no 1 GB pages, or the
+/// program no heap-large memory) or it was ruled out (the reasons say why).
+fn gigantic_reason(
+    best: &Prediction,
+    preds: &[Prediction],
+    allowed: &dyn Fn(&Prediction) -> Result<(), String>,
+    expected: &dyn Fn(&Prediction) -> f64,
+) -> Option<String> {
+    if !best.sites.is_empty() {
+        return None;
+    }
+    let find = |a: &[(Category, Backing)]| {
+        preds
+            .iter()
+            .find(|p| p.sites.is_empty() && p.assignments == a)
+    };
+    let on_1g = best
+        .assignments
+        .contains(&(Category::HeapLarge, Backing::Hugetlb1g));
+    if on_1g {
+        // The best 2 MB counterpart, allowed ones first (hugetlb or THP).
+        let alts: Vec<&Prediction> = [Backing::Hugetlb2m, Backing::Thp2m]
+            .into_iter()
+            .filter_map(|b| find(&heap_large_on(best, b)?))
+            .collect();
+        let alt = alts
+            .iter()
+            .filter(|p| allowed(p).is_ok())
+            .max_by(|a, b| expected(a).total_cmp(&expected(b)))
+            .or_else(|| alts.first())?;
+        return Some(format!(
+            "chose {} over 2 MB pages: predicted saving {:.1} ms, {:.1} ms more than {} ({:.1} ms{}); \
+             page walks {} against {}; heap-large on {} x 1 GB pages (whole gigabytes of each \
+             block, the rest on 2 MB and 4 KB pages)",
+            best.label,
+            best.saving_ns / 1e6,
+            (best.saving_ns - alt.saving_ns) / 1e6,
+            alt.label,
+            alt.saving_ns / 1e6,
+            match allowed(alt) {
+                Ok(()) => String::new(),
+                Err(why) => format!(", ruled out: {why}"),
+            },
+            best.walks,
+            alt.walks,
+            best.hugetlb_1g_pages
+        ));
+    }
+    let g = find(&heap_large_on(best, Backing::Hugetlb1g)?)?;
+    if g.label == best.label || allowed(g).is_err() {
+        return None;
+    }
+    if g.saving_ns > best.saving_ns {
+        if expected(g) > expected(best) {
+            // Left for the --min-gain bar on its marginal saving: said above.
+            return None;
+        }
+        // Only a validation's confidence (or fragmentation) puts it behind.
+        return Some(format!(
+            "1 GB pages not chosen: {} predicted saving {:.1} ms counts {:.1} ms after earlier \
+             validations, less than {} ({:.1} ms)",
+            g.label,
+            g.saving_ns / 1e6,
+            expected(g) / 1e6,
+            best.label,
+            expected(best) / 1e6
+        ));
+    }
+    let why = if g.hugetlb_1g_pages == 0 {
+        "no heap-large block spans a whole 1 GB page (the runtime library puts only whole \
+         gigabytes of a block on 1 GB pages)"
+            .to_string()
+    } else if g.walks >= best.walks {
+        format!(
+            "the 2 MB pages' TLB reach covers the footprint ({} page walks with 1 GB pages, {} \
+             with 2 MB)",
+            g.walks, best.walks
+        )
+    } else {
+        format!(
+            "{} fewer page walks with 1 GB pages save less than they cost ({} against {} walks; \
+             first touch zeroes whole 1 GB pages)",
+            best.walks - g.walks,
+            g.walks,
+            best.walks
+        )
+    };
+    Some(format!(
+        "1 GB pages gain nothing over 2 MB here: {} predicted saving {:.1} ms against {:.1} ms \
+         for {}: {why}",
+        g.label,
+        g.saving_ns / 1e6,
+        best.saving_ns / 1e6,
+        best.label
+    ))
 }
 
 /// The multiple-choice knapsack over allocation sites: each analysed site goes
@@ -1196,5 +1356,170 @@ pub(crate) mod tests {
             vec![(Category::HeapLarge, Backing::Hugetlb2m)]
         );
         assert_eq!(thp_coverage(&v[2], &avail(Some(50))), 0.5);
+    }
+
+    /// Heap-large on 2 MB hugetlb, THP and 1 GB hugetlb pages (`walks` page
+    /// walks each, the 1 GB one with `g1` 1 GB pages and no 2 MB ones).
+    fn gigantic_preds(saving_1g: f64, walks_1g: u64, g1: u64) -> Vec<Prediction> {
+        let mut v = vec![
+            pred("all-small", vec![], 0.0, 0),
+            pred(
+                "heap-large:hugetlb",
+                vec![(Category::HeapLarge, Backing::Hugetlb2m)],
+                300.0,
+                1024,
+            ),
+            pred(
+                "heap-large:thp",
+                vec![(Category::HeapLarge, Backing::Thp2m)],
+                250.0,
+                0,
+            ),
+            pred(
+                "heap-large:hugetlb-1g",
+                vec![(Category::HeapLarge, Backing::Hugetlb1g)],
+                saving_1g,
+                if g1 == 0 { 1024 } else { 0 },
+            ),
+        ];
+        v[1].walks = 5000;
+        v[2].walks = 5000;
+        v[3].walks = walks_1g;
+        v[3].hugetlb_1g_pages = g1;
+        v
+    }
+
+    fn gigantic_avail(free_1g: u64) -> Availability {
+        Availability {
+            hugetlb_2m_free: 1024,
+            hugetlb_1g_free: free_1g,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        }
+    }
+
+    /// Where 1 GB pages are predicted to save more than 2 MB pages and the pool
+    /// has them, heap-large goes on them and the reasons say by how much;
+    /// without 1 GB pages it stays on 2 MB pages, and the reasons say why.
+    #[test]
+    fn one_gb_pages_are_chosen_for_their_saving_over_2mb() {
+        let v = gigantic_preds(340.0, 100, 2);
+        let go = |a: &Availability| choose(&v, &sig(true), a, &ProgramTraits::default(), 1.0, 0.01);
+        let d = go(&gigantic_avail(2));
+        assert_eq!(
+            d.assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb1g)],
+            "{:?}",
+            d.reasons
+        );
+        assert_eq!(d.prediction.as_ref().unwrap().hugetlb_1g_pages, 2);
+        assert!(
+            d.reasons.iter().any(|r| r.starts_with(
+                "chose heap-large:hugetlb-1g over 2 MB pages: predicted saving 340.0 ms, 40.0 ms \
+                 more than heap-large:hugetlb (300.0 ms)"
+            ) && r.contains("page walks 100 against 5000")
+                && r.contains("2 x 1 GB pages")),
+            "{:?}",
+            d.reasons
+        );
+        // One 1 GB page short: 2 MB pages, and the 1 GB mapping's reason.
+        let d = go(&gigantic_avail(1));
+        assert_eq!(
+            d.assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)]
+        );
+        assert!(
+            d.reasons.iter().any(|r| r
+                == "heap-large:hugetlb-1g: ruled out: needs 2 hugetlb 1 GB pages, 1 available"),
+            "{:?}",
+            d.reasons
+        );
+        assert!(!d.reasons.iter().any(|r| r.contains("gain nothing")));
+        // 5 ms more than 2 MB pages on a 1 s run is below the 1 % bar.
+        let small = gigantic_preds(305.0, 100, 2);
+        let d = choose(
+            &small,
+            &sig(true),
+            &gigantic_avail(2),
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert_eq!(
+            d.assignments,
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)],
+            "{:?}",
+            d.reasons
+        );
+        assert!(
+            d.reasons.iter().any(|r| r
+                == "1 GB pages: marginal saving 5.0 ms over heap-large:hugetlb is below 1.0% of \
+                    the run time; heap-large stays on 2 MB pages"),
+            "{:?}",
+            d.reasons
+        );
+        assert!(
+            !d.reasons.iter().any(|r| r.contains("not chosen")),
+            "{:?}",
+            d.reasons
+        );
+        // Without 2 MB pool pages the 1 GB choice is compared with THP.
+        let mut a = gigantic_avail(2);
+        a.hugetlb_2m_free = 0;
+        let d = go(&a);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("90.0 ms more than heap-large:thp (250.0 ms)")),
+            "{:?}",
+            d.reasons
+        );
+    }
+
+    /// A 1 GB mapping that is possible but saves no more than 2 MB pages is
+    /// left, with the reason: the footprint fits the 2 MB pages' TLB reach,
+    /// the fewer walks do not pay, or no block spans a whole gigabyte.
+    #[test]
+    fn one_gb_pages_that_gain_nothing_say_why() {
+        let why = |v: Vec<Prediction>| {
+            let d = choose(
+                &v,
+                &sig(true),
+                &gigantic_avail(4),
+                &ProgramTraits::default(),
+                1.0,
+                0.01,
+            );
+            assert_eq!(
+                d.assignments,
+                vec![(Category::HeapLarge, Backing::Hugetlb2m)],
+                "{:?}",
+                d.reasons
+            );
+            d.reasons
+                .into_iter()
+                .find(|r| r.starts_with("1 GB pages gain nothing over 2 MB here: "))
+                .unwrap_or_default()
+        };
+        let r = why(gigantic_preds(299.0, 5000, 1));
+        assert!(
+            r.contains("heap-large:hugetlb-1g predicted saving 299.0 ms against 300.0 ms for heap-large:hugetlb")
+                && r.contains("the 2 MB pages' TLB reach covers the footprint (5000 page walks with 1 GB pages, 5000 with 2 MB)"),
+            "{r}"
+        );
+        let r = why(gigantic_preds(280.0, 4000, 1));
+        assert!(
+            r.contains("1000 fewer page walks with 1 GB pages save less than they cost"),
+            "{r}"
+        );
+        let r = why(gigantic_preds(300.0, 5000, 0));
+        assert!(
+            r.contains("no heap-large block spans a whole 1 GB page"),
+            "{r}"
+        );
+        // No 1 GB mapping analysed (the kernel has no 1 GB pages): nothing said.
+        let mut v = gigantic_preds(340.0, 100, 2);
+        v.pop();
+        assert_eq!(why(v), "");
     }
 }

@@ -26,7 +26,9 @@ pub struct Args {
     profile_cmd: Option<String>,
     #[command(flatten)]
     runs: super::RunCountArgs,
-    /// As root: grow the hugetlb pool for the runs, restore it afterwards
+    /// As root: grow the hugetlb pools for the runs (2 MB, and 1 GB where the
+    /// plan wants them and the fragmentation doctor expects them), restore them
+    /// afterwards
     #[arg(long)]
     reserve: bool,
     /// Smallest predicted gain worth huge pages, as a fraction of the run time
@@ -142,6 +144,13 @@ pub struct PlanReport {
     pub reasons: Vec<String>,
     pub hugetlb_pages: u64,
     pub reserved_pages: u64,
+    /// 1 GB pages reserved for the runs (and released after).
+    #[serde(default)]
+    pub reserved_1g_pages: u64,
+    /// The fragmentation doctor's estimate of the 1 GB pages obtainable, when
+    /// `--reserve` asked it (the plan wanted more 1 GB pages than were free).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gigantic: Option<stages::GiganticEstimate>,
     pub availability: Availability,
     /// What the profile and the sizing run showed about the program (forks).
     #[serde(default)]
@@ -537,9 +546,26 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
 
     let avail_now = stages::availability_now();
     let mut avail_plan = avail_now.clone();
+    let mut gigantic = None;
     if o.reserve {
         avail_plan.hugetlb_2m_free += ref_pages + small_pages;
         avail_plan.hugetlb_2m_total += ref_pages + small_pages;
+        // 1 GB pages count as far as the fragmentation doctor expects the
+        // kernel to assemble them now (and memory lasts).
+        let want_1g = preds.iter().map(|p| p.hugetlb_1g_pages).max().unwrap_or(0);
+        if want_1g > avail_now.hugetlb_1g_free && machine::pool(1 << 20).is_some() {
+            match stages::gigantic_estimate() {
+                Ok(e) => {
+                    stages::note(e.text());
+                    avail_plan.hugetlb_1g_free +=
+                        e.obtainable.min(want_1g - avail_now.hugetlb_1g_free);
+                    gigantic = Some(e);
+                }
+                Err(e) => stages::note(format!(
+                    "no 1 GB page counted as obtainable: the fragmentation doctor failed: {e:#}"
+                )),
+            }
+        }
     }
     // Plans of this program that lost a validation before stay out.
     let policy = plan::Policy {
@@ -551,11 +577,19 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         plan::choose_with(&preds, &an.significance, avail, &program, native_s, &policy)
     };
     let mut decision = choose(&avail_plan);
-    let mut reserved = None;
+    let mut reserved = stages::Reserved::default();
     if o.reserve {
-        match stages::reserve_for(&decision, &avail_now) {
-            Ok(r) => reserved = r,
-            Err(e) => stages::note(format!("cannot grow the hugetlb pool: {e:#}")),
+        if let Err(e) = stages::reserve_for(&decision, &avail_now, &mut reserved) {
+            stages::note(format!("cannot grow the hugetlb pool: {e:#}"));
+        }
+        let got = stages::availability_now();
+        if let Some(why) = stages::gigantic_shortfall(&decision, got.hugetlb_1g_free) {
+            stages::note(why);
+            avail_plan.hugetlb_1g_free = got.hugetlb_1g_free;
+            decision = choose(&avail_plan);
+            if let Err(e) = stages::reserve_for(&decision, &got, &mut reserved) {
+                stages::note(format!("cannot grow the hugetlb pool: {e:#}"));
+            }
         }
         let got = stages::availability_now();
         if decision.hugetlb_pages() > got.hugetlb_2m_free {
@@ -599,7 +633,8 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         cmds.driver.as_ref(),
     )?;
     timings.validate_s = t.elapsed().as_secs_f64();
-    let reserved_pages = reserved.as_ref().map_or(0, |r| r.added());
+    let reserved_pages = reserved.added(2048);
+    let reserved_1g_pages = reserved.added(1 << 20);
     drop(reserved);
 
     let huge = validation
@@ -673,6 +708,8 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             reasons: decision.reasons.clone(),
             hugetlb_pages: decision.hugetlb_pages(),
             reserved_pages,
+            reserved_1g_pages,
+            gigantic,
             availability,
             program,
         },
@@ -805,10 +842,17 @@ pub fn render(r: &Report) -> String {
     for why in &r.plan.reasons {
         s += &format!("             - {why}\n");
     }
-    if r.plan.reserved_pages > 0 {
+    if let Some(g) = &r.plan.gigantic {
+        s += &format!("             {}\n", g.text());
+    }
+    if r.plan.reserved_pages > 0 || r.plan.reserved_1g_pages > 0 {
         s += &format!(
-            "             {} hugetlb pages reserved for the runs and released after\n",
-            r.plan.reserved_pages
+            "             {} reserved for the runs and released after\n",
+            match (r.plan.reserved_pages, r.plan.reserved_1g_pages) {
+                (n, 0) => format!("{n} hugetlb pages"),
+                (0, g) => format!("{g} x 1 GB hugetlb pages"),
+                (n, g) => format!("{g} x 1 GB and {n} x 2 MB hugetlb pages"),
+            }
         );
     }
     let v = &r.validation;

@@ -80,6 +80,10 @@ pub struct SizeReport {
     pub commands_boot: Vec<String>,
     pub baseline_median_s: Option<f64>,
     pub measured: Vec<Measured>,
+    /// `--size 1G` as root: the fragmentation doctor's estimate of the 1 GB
+    /// pages the kernel can assemble now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gigantic: Option<stages::GiganticEstimate>,
 }
 
 /// The commands that reserve `pages` more pages now and at boot (`service
@@ -155,7 +159,20 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         baseline_median_s: None,
         measured: vec![],
         predicted: curve,
+        gigantic: None,
     };
+    // 1 GB pages are assembled from whole free or movable gigabytes: how many
+    // the kernel can give now decides between reserving now and at boot.
+    // SAFETY: geteuid has no preconditions.
+    if a.size == Pool::P1g && unsafe { libc::geteuid() } == 0 {
+        match stages::gigantic_estimate() {
+            Ok(e) => {
+                stages::note(e.text());
+                report.gigantic = Some(e);
+            }
+            Err(e) => stages::note(format!("the fragmentation doctor failed: {e:#}")),
+        }
+    }
     if a.sweep {
         sweep(&art, &a, &st, &mut report)?;
     }
@@ -337,6 +354,13 @@ fn sweep(
             let b = r.predicted[i].pages;
             let change = set_hugetlb_pool_holding(&lock, kb, held + b)?;
             got[j] = change.now.saturating_sub(held);
+            if got[j] < b && a.size == Pool::P1g && step.round == 0 {
+                stages::note(format!(
+                    "the kernel gave {} of the {b} 1 GB pages asked (fragmentation): the runtime \
+                     library falls back for the rest, 1 GB -> 2 MB -> 4 KB pages",
+                    got[j]
+                ));
+            }
             let s = runner::run(&specs[j].spec)?;
             stages::take_summaries(specs[j].dir.path());
             drop(change);
@@ -431,6 +455,17 @@ fn render(r: &SizeReport) -> String {
             for c in &r.commands_boot {
                 s += &format!("  {c}\n");
             }
+            if let Some(g) = &r.gigantic {
+                s += &format!("{}\n", g.text());
+                if g.obtainable < k {
+                    s += &format!(
+                        "the kernel can assemble about {} of the {k} 1 GB pages now: reserve them \
+                         at boot, or the runtime library falls back to 2 MB and 4 KB pages for the \
+                         rest\n",
+                        g.obtainable
+                    );
+                }
+            }
         }
         None => s += "\nno benefit predicted from hugetlb pages: reserve none\n",
     }
@@ -490,6 +525,7 @@ mod html_tests {
                     pmb: 100.0,
                 },
             ],
+            gigantic: None,
         }
     }
 

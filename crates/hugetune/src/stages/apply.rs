@@ -17,7 +17,9 @@ use hugetune_capture::runner::{self, OnStart, Output, RunSpec};
 use hugetune_format::env;
 use hugetune_format::plan::{self, PlanOptions};
 use hugetune_format::summary::Summary;
-use hugetune_host::kernel_state::{reserve_hugetlb, PoolChange};
+use hugetune_host::kernel_state::{
+    lock_kernel_state, reserve_hugetlb_holding, KernelStateLock, PoolChange,
+};
 use hugetune_host::procfs::RunStats;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
@@ -289,24 +291,107 @@ pub fn missing_summary(stats: &RunStats, summaries: &[serde_json::Value]) -> Opt
     })
 }
 
-/// Grows the pool when the plan needs more hugetlb pages than are free.
+/// The hugetlb pools grown for an optimize's runs: each goes back to its
+/// persistent size when this drops (or on interrupt, or through the journal
+/// after a kill). The kernel-state lock is taken once, before the first
+/// change, and shared by all of them.
+#[derive(Default)]
+pub struct Reserved {
+    pub changes: Vec<PoolChange>,
+    lock: Option<KernelStateLock>,
+}
+
+impl Reserved {
+    /// Pages added to the `page_kb` pool, over all the changes.
+    pub fn added(&self, page_kb: u64) -> u64 {
+        self.changes
+            .iter()
+            .filter(|c| c.page_kb == page_kb)
+            .map(|c| c.added())
+            .sum()
+    }
+
+    /// The kernel-state lock, taken on first use (waiting for another user of
+    /// the pools, and saying so, before anything is timed or changed).
+    fn lock(&mut self) -> Result<&KernelStateLock> {
+        if self.lock.is_none() {
+            self.lock = Some(lock_kernel_state()?);
+        }
+        Ok(self.lock.as_ref().expect("just set"))
+    }
+
+    fn grow(&mut self, page_kb: u64, extra: u64) -> Result<&PoolChange> {
+        let c = reserve_hugetlb_holding(self.lock()?, page_kb, extra)?;
+        self.changes.push(c);
+        Ok(self.changes.last().expect("just pushed"))
+    }
+}
+
+/// Grows the pools when the plan needs more hugetlb pages than `avail_now`
+/// has free: its 1 GB pages first (the scarcer; the kernel may give fewer,
+/// which the caller sees in the next availability and plans again), then its
+/// 2 MB pages. Says what it asked and what the kernel gave.
 pub fn reserve_for(
     decision: &PlanDecision,
     avail_now: &Availability,
-) -> Result<Option<PoolChange>> {
-    let need = decision.hugetlb_pages();
-    if need <= avail_now.hugetlb_2m_free {
-        return Ok(None);
+    reserved: &mut Reserved,
+) -> Result<()> {
+    let need_1g = decision
+        .prediction
+        .as_ref()
+        .map_or(0, |p| p.hugetlb_1g_pages);
+    if need_1g > avail_now.hugetlb_1g_free {
+        let extra = need_1g - avail_now.hugetlb_1g_free;
+        reserved.lock()?;
+        let t = std::time::Instant::now();
+        let r = reserved.grow(1 << 20, extra)?;
+        note(format!(
+            "grew the 1 GB hugetlb pool by {} pages ({} asked) in {:.1} s for the runs; it goes \
+             back to {} persistent pages afterwards",
+            r.added(),
+            extra,
+            t.elapsed().as_secs_f64(),
+            r.restores_to
+        ));
+        if r.added() < extra {
+            note(format!(
+                "the kernel gave {} x 1 GB pages of the {extra} asked: no further aligned gigabyte \
+                 could be emptied of what is in it now (fragmentation or memory)",
+                r.added()
+            ));
+        }
     }
-    let extra = need - avail_now.hugetlb_2m_free;
-    let r = reserve_hugetlb(2048, extra)?;
-    note(format!(
-        "grew the 2 MB hugetlb pool by {} pages ({} asked) for the runs; it goes back to {} afterwards",
-        r.added(),
-        extra,
-        r.previous
-    ));
-    Ok(Some(r))
+    let need = decision.hugetlb_pages();
+    if need > avail_now.hugetlb_2m_free {
+        let extra = need - avail_now.hugetlb_2m_free;
+        let r = reserved.grow(2048, extra)?;
+        note(format!(
+            "grew the 2 MB hugetlb pool by {} pages ({} asked) for the runs; it goes back to {} \
+             persistent pages afterwards",
+            r.added(),
+            extra,
+            r.restores_to
+        ));
+    }
+    Ok(())
+}
+
+/// What to say, and the 1 GB pages to plan with, when the kernel gave fewer
+/// 1 GB pages than the plan needs (`got_1g` free now): None when it gave
+/// enough. The plan falls back as the runtime library does for a block it
+/// cannot place, 1 GB -> 2 MB -> 4 KB pages.
+pub fn gigantic_shortfall(decision: &PlanDecision, got_1g: u64) -> Option<String> {
+    let need = decision
+        .prediction
+        .as_ref()
+        .map_or(0, |p| p.hugetlb_1g_pages);
+    (need > got_1g).then(|| {
+        format!(
+            "only {got_1g} x 1 GB pages are free of the {need} the plan needs: planning again \
+             with {got_1g}; heap-large falls back as the runtime library does, 1 GB -> 2 MB -> \
+             4 KB pages"
+        )
+    })
 }
 
 /// Fallbacks the runtime library reported, deduplicated across runs.
@@ -471,5 +556,48 @@ mod tests {
             m.contains("exited with status 0") && m.contains("inert"),
             "{m}"
         );
+    }
+
+    /// A kernel that gave fewer 1 GB pages than the plan needs: said, with the
+    /// fallback; nothing said when it gave enough or the plan wants none.
+    #[test]
+    fn a_short_gigantic_pool_is_said_and_planned_again() {
+        let p = hugetune_model::rank::Prediction {
+            mapping: "heap-large:1g".into(),
+            label: "heap-large:hugetlb-1g".into(),
+            base: true,
+            assignments: vec![(Category::HeapLarge, Backing::Hugetlb1g)],
+            miss_time_ns: 0.0,
+            saving_ns: 1e9,
+            pmb: 100.0,
+            predicted_seconds: 1.0,
+            predicted_speedup: 2.0,
+            hugetlb_pages: 0,
+            hugetlb_1g_pages: 4,
+            thp_pages: 0,
+            sites: vec![],
+            walks: 0,
+            faults: 0,
+        };
+        let d = PlanDecision {
+            assignments: vec![(Category::HeapLarge, Backing::Hugetlb1g)],
+            sites: vec![],
+            prediction: Some(p),
+            reasons: vec![],
+            jvm: None,
+        };
+        let m = gigantic_shortfall(&d, 1).unwrap();
+        assert!(
+            m.starts_with(
+                "only 1 x 1 GB pages are free of the 4 the plan needs: planning again with 1"
+            ) && m.contains("1 GB -> 2 MB -> 4 KB"),
+            "{m}"
+        );
+        assert_eq!(gigantic_shortfall(&d, 4), None);
+        let none = PlanDecision {
+            prediction: None,
+            ..d
+        };
+        assert_eq!(gigantic_shortfall(&none, 0), None);
     }
 }

@@ -36,6 +36,71 @@ pub fn availability_now() -> Availability {
     }
 }
 
+/// What the fragmentation doctor (`hugetune frag --scan`) says about 1 GB
+/// pages now, before a pool is grown for them: the kernel assembles a 1 GB page
+/// from an aligned 1 GB range by migrating what is in it, so only ranges with no
+/// unmovable page nor hole can become one, and only while free memory lasts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GiganticEstimate {
+    /// Aligned 1 GB ranges with no unmovable page nor hole (compaction could
+    /// assemble them); None without the kpageflags scan (it needs root).
+    pub assemblable: Option<u64>,
+    /// Of those, ranges entirely free now.
+    pub free_now: Option<u64>,
+    /// `MemAvailable`, bytes.
+    pub mem_available: u64,
+    /// 1 GB pages worth asking the kernel for now: the assemblable ranges, at
+    /// most what the available memory holds beyond `GIGANTIC_HEADROOM`.
+    pub obtainable: u64,
+}
+
+/// Memory left to everything else when 1 GB pages are counted as obtainable:
+/// the program's other memory and the rest of the machine.
+pub const GIGANTIC_HEADROOM: u64 = 1 << 30;
+
+impl GiganticEstimate {
+    pub fn new(assemblable: Option<u64>, free_now: Option<u64>, mem_available: u64) -> Self {
+        let by_memory = mem_available.saturating_sub(GIGANTIC_HEADROOM) >> 30;
+        GiganticEstimate {
+            assemblable,
+            free_now,
+            mem_available,
+            obtainable: assemblable.unwrap_or(0).min(by_memory),
+        }
+    }
+
+    /// The line printed before the pool is grown.
+    pub fn text(&self) -> String {
+        let mem = format!(
+            "{} available (1 GiB kept for the rest)",
+            hugetune_render::bytes(self.mem_available)
+        );
+        match self.assemblable {
+            Some(a) => format!(
+                "fragmentation doctor: aligned 1 GB ranges with no unmovable page: {a} ({} \
+                 entirely free now); {mem}: 1 GB pages obtainable now: about {}",
+                self.free_now.unwrap_or(0),
+                self.obtainable
+            ),
+            None => format!(
+                "fragmentation doctor: 1 GB ranges not scanned (the kpageflags scan needs root); \
+                 {mem}: no 1 GB page counted as obtainable"
+            ),
+        }
+    }
+}
+
+/// The fragmentation doctor's estimate of the 1 GB pages obtainable now (a
+/// /proc/kpageflags scan: about a second per 16 GiB).
+pub fn gigantic_estimate() -> Result<GiganticEstimate> {
+    let snap = frag::snapshot::take(&Default::default(), true)?;
+    Ok(GiganticEstimate::new(
+        snap.totals.gb_ranges_clean,
+        snap.totals.gb_ranges_free,
+        machine::mem_available_kb().unwrap_or(0) << 10,
+    ))
+}
+
 /// The mappings worth evaluating on this machine: heap-large on 1 GB pages when
 /// the kernel has them, on every mTHP size usable now.
 pub fn analysis_options(simulate: bool) -> AnalysisOptions {
@@ -189,4 +254,35 @@ pub fn with_reference_pages(
             p
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 1 GB pages counted as obtainable: the assemblable ranges, bounded by
+    /// the available memory less the headroom; none without a scan.
+    #[test]
+    fn obtainable_gigantic_pages_are_bounded_by_ranges_and_memory() {
+        let gib = 1u64 << 30;
+        let e = GiganticEstimate::new(Some(9), Some(2), 14 * gib + 5);
+        assert_eq!(e.obtainable, 9);
+        assert!(
+            e.text()
+                .contains("aligned 1 GB ranges with no unmovable page: 9 (2 entirely free now)")
+                && e.text().ends_with("1 GB pages obtainable now: about 9"),
+            "{}",
+            e.text()
+        );
+        // Memory binds: 3.5 GiB available, 1 GiB kept: 2 pages.
+        assert_eq!(
+            GiganticEstimate::new(Some(9), None, 7 * gib / 2).obtainable,
+            2
+        );
+        assert_eq!(GiganticEstimate::new(Some(9), None, gib / 2).obtainable, 0);
+        // No scan (not root): nothing counted, and the line says why.
+        let e = GiganticEstimate::new(None, None, 14 * gib);
+        assert_eq!(e.obtainable, 0);
+        assert!(e.text().contains("needs root"), "{}", e.text());
+    }
 }
