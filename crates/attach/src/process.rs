@@ -247,7 +247,23 @@ pub fn errno_name(e: i32) -> String {
 /// Pages present (or swapped) per 2 MiB piece of [start, end), from pagemap
 /// (bit 63 present, bit 62 swapped); None when it cannot be read.
 pub fn populated(pagemap: &File, start: u64, end: u64) -> Option<Vec<u32>> {
+    Some(
+        pieces(pagemap, start, end)?
+            .into_iter()
+            .map(|p| p.0)
+            .collect(),
+    )
+}
+
+/// Per 2 MiB piece of [start, end): pages present (or swapped), and whether
+/// the piece is one huge page already: all 512 present on consecutive frames
+/// from a 2 MiB-aligned one (pagemap shows frame numbers to CAP_SYS_ADMIN
+/// only; without them no piece is seen huge). A huge piece needs no collapse
+/// (the kernel gives it at fault time where the program's memory was advised
+/// MADV_HUGEPAGE: crate::trace).
+pub fn pieces(pagemap: &File, start: u64, end: u64) -> Option<Vec<(u32, bool)>> {
     const PER: usize = (crate::HUGE / crate::BASE) as usize;
+    const PFN: u64 = (1 << 55) - 1;
     let pieces = ((end - start) / crate::HUGE) as usize;
     let mut out = Vec::with_capacity(pieces);
     // 16 pieces (32 MiB, 64 KiB of pagemap) per read.
@@ -259,14 +275,23 @@ pub fn populated(pagemap: &File, start: u64, end: u64) -> Option<Vec<u32>> {
         let off = (start / crate::BASE + (at * PER) as u64).checked_mul(8)?;
         pagemap.read_exact_at(bytes, off).ok()?;
         for piece in bytes.chunks_exact(PER * 8) {
-            let present = piece
+            let entries = piece
                 .chunks_exact(8)
-                .filter(|e| {
-                    let v = u64::from_ne_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
-                    v & (3 << 62) != 0
-                })
-                .count();
-            out.push(present as u32);
+                .map(|e| u64::from_ne_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]));
+            let (mut present, mut huge, mut first) = (0u32, true, 0u64);
+            for (i, v) in entries.enumerate() {
+                if v & (3 << 62) != 0 {
+                    present += 1;
+                }
+                let pfn = if v & (1 << 63) != 0 { v & PFN } else { 0 };
+                if i == 0 {
+                    first = pfn;
+                    huge = pfn != 0 && pfn % PER as u64 == 0;
+                } else if huge && pfn != first + i as u64 {
+                    huge = false;
+                }
+            }
+            out.push((present, huge));
         }
         at += n;
     }

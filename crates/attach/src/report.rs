@@ -5,7 +5,9 @@
 //! moment (never a sum over moments, so a range freed and another mapped do not
 //! count twice); a range's `huge_bytes` is the largest seen for it, at most its
 //! interior; failures are counted in refused MADV_COLLAPSE calls (up to
-//! 32 MiB each) per errno name.
+//! 32 MiB each) per errno name. The tracer's part (`trace`, docs/attach.md
+//! "At fault time") counts what it advised inside the program; its advised
+//! bytes are the ranges it named, what became huge is still `huge_bytes`.
 
 use crate::ranges::Kind;
 use serde::{Deserialize, Serialize};
@@ -70,6 +72,60 @@ pub struct Report {
     /// Translations and limits (hugetlb as THP, directives not applied, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// What the fault-time tracer did (a program `hugetune run` started; absent
+    /// for `run -p`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceReport>,
+}
+
+/// Calls advised and the bytes they named.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advised {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// The fault-time tracer's account (crate::trace).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceReport {
+    /// Whether the program ran under the tracer with its seccomp filter (its
+    /// mmap, mremap, mprotect and brk calls stopped and the planned ones
+    /// advised).
+    pub ran: bool,
+    /// Why it did not, in one line (the collapse watcher then works alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
+    /// MADV_HUGEPAGE injected at the calls' exits, per category.
+    pub advised: BTreeMap<String, Advised>,
+    /// Injections that did not advise, per reason (`madvise EINVAL`, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failures: BTreeMap<String, u64>,
+    /// Calls of a planned size left alone, per reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub skipped: BTreeMap<String, u64>,
+    /// Seccomp stops handled (one per traced call).
+    pub stops: u64,
+    /// Processes and threads followed (the program's included).
+    pub processes: u64,
+    pub threads: u64,
+    /// Seconds the tracer spent handling stops (the program's threads wait
+    /// while their own stop is handled).
+    pub handling_s: f64,
+}
+
+impl TraceReport {
+    pub fn advised_calls(&self) -> u64 {
+        self.advised.values().map(|a| a.calls).sum()
+    }
+    pub fn advised_bytes(&self) -> u64 {
+        self.advised.values().map(|a| a.bytes).sum()
+    }
+    pub(crate) fn fail(&mut self, why: &str) {
+        *self.failures.entry(why.to_string()).or_default() += 1;
+    }
+    pub(crate) fn skip(&mut self, why: &str) {
+        *self.skipped.entry(why.to_string()).or_default() += 1;
+    }
 }
 
 impl Report {

@@ -21,7 +21,7 @@
 //! error, named.
 
 use crate::plan::OutsidePlan;
-use crate::process::{errno_name, populated, AttachError, Collapse, Process};
+use crate::process::{errno_name, pieces as piece_states, AttachError, Collapse, Process};
 use crate::ranges::{self, Skip};
 use crate::report::Report;
 use crate::{BASE, HUGE};
@@ -218,12 +218,15 @@ fn look(
                 if huge_now >= interior { 0 } else { interior };
             continue;
         }
-        let counts = pagemap.and_then(|pm| populated(pm, t.start, t.end));
+        let counts = pagemap.and_then(|pm| piece_states(pm, t.start, t.end));
         let mut unpopulated = 0u64;
         let mut due = vec![];
         for (i, &a) in pieces.iter().enumerate() {
             let enough = match &counts {
-                Some(c) => c[i] >= MIN_PRESENT,
+                // Huge already (at fault time, under the tracer's advice):
+                // nothing to collapse.
+                Some(c) if c[i].1 => continue,
+                Some(c) => c[i].0 >= MIN_PRESENT,
                 None => v.rss >= v.len() / 2,
             };
             if !enough {

@@ -1,6 +1,11 @@
 //! Running a command and measuring it: wall time, rusage (user, system, faults),
 //! and the peak huge page usage of it and its descendants, sampled from
 //! /proc/PID/smaps_rollup while it runs.
+//!
+//! A `RunSpec::launch` hook may start the child itself and reap it (a tracer:
+//! hugetune-attach's fault-time advice): the runner then takes the child's end
+//! from it and never waits for the child, since a tracer's stops would
+//! otherwise be reported to the runner's wait.
 
 use crate::session::{self, Driver};
 use anyhow::{bail, Context, Result};
@@ -52,6 +57,31 @@ pub struct RunSpec {
     /// called after the child was reaped (`hugetune run` applies a plan from
     /// outside this way: hugetune-attach).
     pub on_start: Option<OnStart>,
+    /// Starts the child instead of `Command::spawn` (see `Launch`).
+    pub launch: Option<Launch>,
+}
+
+/// The end of a child reaped by a `Launch` hook: wait status, rusage, when.
+pub type Reaped = (i32, libc::rusage, Instant);
+
+/// Starts the prepared command; returns the child and, when the hook reaps it
+/// itself, the receiver of its end (the runner must then not wait for it).
+pub type LaunchFn = dyn Fn(
+        Command,
+    ) -> std::io::Result<(
+        std::process::Child,
+        Option<std::sync::mpsc::Receiver<Reaped>>,
+    )> + Send
+    + Sync;
+
+/// A hook that starts the child (see `RunSpec::launch`).
+#[derive(Clone)]
+pub struct Launch(pub std::sync::Arc<LaunchFn>);
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Launch")
+    }
 }
 
 /// A hook on a started child (see `RunSpec::on_start`).
@@ -82,6 +112,7 @@ impl RunSpec {
             cpu: None,
             driver: None,
             on_start: None,
+            launch: None,
         }
     }
 }
@@ -172,9 +203,11 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     }
     let start = Instant::now();
     let spawning = hugetune_host::kernel_state::begin_spawn()?;
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
+    let (mut child, reaped) = match &spec.launch {
+        Some(l) => (l.0)(cmd),
+        None => cmd.spawn().map(|c| (c, None)),
+    }
+    .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
     let pid = child.id();
     let _tracked = track_child(pid);
     drop(spawning);
@@ -208,18 +241,32 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     let mut status: i32 = 0;
     // SAFETY: an all-zero rusage is a valid value to be overwritten by wait4.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut end: Option<Instant> = None;
     loop {
-        // SAFETY: wait4 on our own child with valid out-pointers.
-        let r = unsafe { libc::wait4(pid as i32, &mut status, libc::WNOHANG, &mut ru) };
-        if r == pid as i32 {
-            break;
-        }
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
+        if let Some(rx) = &reaped {
+            match rx.recv_timeout(pause) {
+                Ok((st, r, at)) => {
+                    (status, ru, end) = (st, r, Some(at));
+                    break;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("the tracer of {pid} ended without its exit status")
+                }
             }
-            return Err(e).context("waiting for the child");
+        } else {
+            // SAFETY: wait4 on our own child with valid out-pointers.
+            let r = unsafe { libc::wait4(pid as i32, &mut status, libc::WNOHANG, &mut ru) };
+            if r == pid as i32 {
+                break;
+            }
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e).context("waiting for the child");
+            }
         }
         let now = tree_usage(pid);
         peak = peak.max(now);
@@ -237,10 +284,13 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
                 peak_folios = c;
             }
         }
-        std::thread::sleep(pause);
+        if reaped.is_none() {
+            // (A hook's receiver waited already.)
+            std::thread::sleep(pause);
+        }
         pause = (pause * 2).min(spec.sample_every);
     }
-    let wall = start.elapsed();
+    let wall = end.map_or_else(|| start.elapsed(), |e| e.duration_since(start));
     // The child is reaped: keep std from waiting on it again.
     std::mem::forget(child);
     if let Some(f) = started {
