@@ -335,6 +335,34 @@ mod tests {
         let pm = me.pagemap().expect("own pagemap");
         let counts = populated(&pm, a, a + 2 * crate::HUGE).unwrap();
         assert_eq!(counts, [512, 0]);
+        // Small pages are not a huge piece; a piece advised MADV_HUGEPAGE
+        // before its first touch is (seen through frame numbers: root only).
+        let st = pieces(&pm, a, a + 2 * crate::HUGE).unwrap();
+        assert!(!st[0].1 && !st[1].1, "{st:?}");
+        let b = a + crate::HUGE;
+        // SAFETY: [b, b + 2 MiB) lies inside the mapping, untouched so far.
+        let advised = unsafe {
+            libc::madvise(
+                b as *mut libc::c_void,
+                crate::HUGE as usize,
+                libc::MADV_HUGEPAGE,
+            ) == 0
+        };
+        unsafe { std::ptr::write_bytes(b as *mut u8, 1, crate::HUGE as usize) };
+        let st = pieces(&pm, a, a + 2 * crate::HUGE).unwrap();
+        assert_eq!(st[1].0, 512);
+        let root = unsafe { libc::geteuid() } == 0;
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|m| !m.contains("[never]"));
+        let huge_now = std::fs::read_to_string("/proc/self/smaps")
+            .ok()
+            .and_then(|t| crate::maps::parse_smaps(&t).ok())
+            .and_then(|v| v.into_iter().find(|v| v.start <= b && b < v.end))
+            .is_some_and(|v| v.anon_huge >= crate::HUGE);
+        if root && thp && advised {
+            assert_eq!(st[1].1, huge_now, "{st:?} (smaps says huge: {huge_now})");
+        }
+        assert!(!st[0].1);
         // SAFETY: unmapping what we mapped.
         unsafe { libc::munmap(p, len) };
         assert!(!me.exited());
