@@ -106,6 +106,8 @@ fn holds_huge(start: u64, end: u64) -> bool {
 /// Whether a call could make planned memory: those are run to their exit and
 /// looked at, the others resume at once.
 pub fn follow(c: &Call, plan: &OutsidePlan) -> bool {
+    // Below 2 MiB (in whole pages) a region holds no huge page.
+    let sized = |len: u64| page_up(len) >= HUGE && kind_of(page_up(len), plan).is_some();
     match *c {
         Call::Brk => plan.heap_small,
         Call::Mmap { len, prot, flags } => {
@@ -114,10 +116,10 @@ pub fn follow(c: &Call, plan: &OutsidePlan) -> bool {
                 && f & libc::MAP_ANONYMOUS != 0
                 && f & (libc::MAP_STACK | libc::MAP_GROWSDOWN | libc::MAP_HUGETLB) == 0
                 && rw(prot)
-                && kind_of(page_up(len), plan).is_some()
+                && sized(len)
         }
-        Call::Mprotect { len, prot, .. } => rw(prot) && kind_of(page_up(len), plan).is_some(),
-        Call::Mremap { new_len } => kind_of(page_up(new_len), plan).is_some(),
+        Call::Mprotect { len, prot, .. } => rw(prot) && sized(len),
+        Call::Mremap { new_len } => sized(new_len),
     }
 }
 
@@ -235,40 +237,132 @@ pub fn why_not(f: &Facts) -> Option<String> {
     }
 }
 
-/// The seccomp filter: SECCOMP_RET_TRACE for x86-64 mmap, mprotect, mremap
-/// and brk, SECCOMP_RET_ALLOW for everything else (other architectures' and
-/// x32 numbers included: they never match).
-pub fn filter() -> Vec<libc::sock_filter> {
+/// The seccomp filter for `plan`: SECCOMP_RET_TRACE for the x86-64 calls that
+/// could make planned memory (a superset of `follow`, so the calls it lets
+/// through never stop): mmap of private anonymous read-write memory of at
+/// least 2 MiB (in whole pages) that is not a stack or hugetlb, mprotect to
+/// read-write of at least 2 MiB, mremap to at least 2 MiB, and brk when heap-small is planned.
+/// SECCOMP_RET_ALLOW for everything else, other architectures' and x32
+/// numbers included (they never match).
+pub fn filter(plan: &OutsidePlan) -> Vec<libc::sock_filter> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum L {
+        Next,
+        Allow,
+        Trace,
+        Mmap,
+        Mprotect,
+        Mremap,
+    }
+    enum Op {
+        Ld(u32),
+        And(u32),
+        Jeq(u32, L, L),
+        Jge(u32, L, L),
+        Ret(u32),
+        Label(L),
+    }
     const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    let ld = |k: u32| libc::sock_filter {
-        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-        jt: 0,
-        jf: 0,
-        k,
+    // seccomp_data: nr at 0, arch at 4, args from 16 (64-bit, low word first).
+    let lo = |i: u32| 16 + 8 * i;
+    let hi = |i: u32| 20 + 8 * i;
+    // The kernel rounds a length up to whole pages.
+    let min = (HUGE - BASE + 1) as u32;
+    let len_at_least_2m = |i: u32| {
+        [
+            Op::Ld(hi(i)),
+            Op::Jeq(0, L::Next, L::Trace),
+            Op::Ld(lo(i)),
+            Op::Jge(min, L::Trace, L::Allow),
+        ]
     };
-    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
-        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+    let flags_mask =
+        (0x0f | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_GROWSDOWN | libc::MAP_HUGETLB)
+            as u32;
+    let flags_want = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u32;
+    let rw = (libc::PROT_READ | libc::PROT_WRITE) as u32;
+    let brk = if plan.heap_small { L::Trace } else { L::Allow };
+    let mut ops = vec![
+        Op::Ld(4),
+        Op::Jeq(AUDIT_ARCH_X86_64, L::Next, L::Allow),
+        Op::Ld(0),
+        Op::Jeq(SYS_MMAP as u32, L::Mmap, L::Next),
+        Op::Jeq(SYS_MPROTECT as u32, L::Mprotect, L::Next),
+        Op::Jeq(SYS_MREMAP as u32, L::Mremap, L::Next),
+        Op::Jeq(SYS_BRK as u32, brk, L::Allow),
+        Op::Label(L::Mmap),
+        Op::Ld(lo(3)),
+        Op::And(flags_mask),
+        Op::Jeq(flags_want, L::Next, L::Allow),
+        Op::Ld(lo(2)),
+        Op::And(rw),
+        Op::Jeq(rw, L::Next, L::Allow),
+    ];
+    ops.extend(len_at_least_2m(1));
+    ops.extend([
+        Op::Label(L::Mprotect),
+        Op::Ld(lo(2)),
+        Op::And(rw),
+        Op::Jeq(rw, L::Next, L::Allow),
+    ]);
+    ops.extend(len_at_least_2m(1));
+    ops.push(Op::Label(L::Mremap));
+    ops.extend(len_at_least_2m(2));
+    ops.extend([
+        Op::Label(L::Allow),
+        Op::Ret(libc::SECCOMP_RET_ALLOW),
+        Op::Label(L::Trace),
+        Op::Ret(libc::SECCOMP_RET_TRACE),
+    ]);
+    // Labels to instruction indices (BPF jumps go forward, by offset).
+    let mut at = vec![];
+    let mut pc = 0usize;
+    for op in &ops {
+        match op {
+            Op::Label(l) => at.push((*l, pc)),
+            _ => pc += 1,
+        }
+    }
+    let off = |pc: usize, l: L| -> u8 {
+        if l == L::Next {
+            return 0;
+        }
+        let to = at
+            .iter()
+            .find(|(x, _)| *x == l)
+            .expect("every label is placed")
+            .1;
+        u8::try_from(to - pc - 1).expect("a short forward jump")
+    };
+    let ins = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
         jt,
         jf,
         k,
     };
-    let ret = |k: u32| libc::sock_filter {
-        code: (libc::BPF_RET | libc::BPF_K) as u16,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    vec![
-        ld(4), // seccomp_data.arch
-        jeq(AUDIT_ARCH_X86_64, 0, 5),
-        ld(0), // seccomp_data.nr
-        jeq(SYS_MMAP as u32, 4, 0),
-        jeq(SYS_MPROTECT as u32, 3, 0),
-        jeq(SYS_MREMAP as u32, 2, 0),
-        jeq(SYS_BRK as u32, 1, 0),
-        ret(libc::SECCOMP_RET_ALLOW),
-        ret(libc::SECCOMP_RET_TRACE),
-    ]
+    let mut out = vec![];
+    for op in &ops {
+        let pc = out.len();
+        out.push(match *op {
+            Op::Label(_) => continue,
+            Op::Ld(k) => ins(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, k),
+            Op::And(k) => ins(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, 0, 0, k),
+            Op::Jeq(k, t, f) => ins(
+                libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+                off(pc, t),
+                off(pc, f),
+                k,
+            ),
+            Op::Jge(k, t, f) => ins(
+                libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K,
+                off(pc, t),
+                off(pc, f),
+                k,
+            ),
+            Op::Ret(k) => ins(libc::BPF_RET | libc::BPF_K, 0, 0, k),
+        });
+    }
+    out
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -873,7 +967,7 @@ mod imp {
             down_r.as_raw_fd(),
             down_w.as_raw_fd(),
         ];
-        let filter = filter();
+        let filter = filter(&plan);
         let nnp = !has_cap(CAP_SYS_ADMIN);
         // SAFETY: child_side makes only async-signal-safe calls and allocates
         // nothing (the filter was built before the fork).
@@ -1257,36 +1351,115 @@ VmFlags: rd wr mr mw me gd ac
         std::fs::remove_file(&d).unwrap();
     }
 
-    #[test]
-    fn the_filter_traces_the_four_calls_of_x86_64_only() {
-        // Runs the BPF program the way the kernel does, on seccomp_data's
-        // first two words.
-        let f = filter();
-        let run = |nr: u32, arch: u32| -> u32 {
-            let mut pc = 0usize;
-            let mut acc = 0u32;
-            loop {
-                let i = f[pc];
-                match i.code as u32 {
-                    c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
-                        acc = if i.k == 0 { nr } else { arch };
-                        pc += 1;
+    /// Runs the BPF program the way the kernel does, on a seccomp_data.
+    fn run_filter(f: &[libc::sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = f[pc];
+            pc += 1;
+            match i.code as u32 {
+                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                    acc = match i.k {
+                        0 => nr,
+                        4 => arch,
+                        k if (16..64).contains(&k) => {
+                            let a = args[(k as usize - 16) / 8];
+                            if k % 8 == 0 {
+                                a as u32
+                            } else {
+                                (a >> 32) as u32
+                            }
+                        }
+                        k => panic!("load of offset {k}"),
                     }
-                    c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
-                        pc += 1 + if acc == i.k { i.jt } else { i.jf } as usize;
-                    }
-                    c if c == libc::BPF_RET | libc::BPF_K => return i.k,
-                    c => panic!("unexpected instruction {c:#x}"),
                 }
+                c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => acc &= i.k,
+                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
+                    pc += if acc == i.k { i.jt } else { i.jf } as usize
+                }
+                c if c == libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K => {
+                    pc += if acc >= i.k { i.jt } else { i.jf } as usize
+                }
+                c if c == libc::BPF_RET | libc::BPF_K => return i.k,
+                c => panic!("unexpected instruction {c:#x}"),
             }
-        };
+        }
+    }
+
+    #[test]
+    fn the_filter_stops_exactly_the_calls_that_could_make_planned_memory() {
         let x86 = 0xc000_003e;
-        for nr in [9, 10, 12, 25] {
-            assert_eq!(run(nr, x86), libc::SECCOMP_RET_TRACE, "{nr}");
-            assert_eq!(run(nr, 0x4000_0003), libc::SECCOMP_RET_ALLOW, "i386 {nr}");
+        let both = plan(
+            &[
+                (Category::HeapLarge, Backing::Thp2m),
+                (Category::HeapSmall, Backing::Thp2m),
+            ],
+            1 << 20,
+        );
+        let large = plan(&[(Category::HeapLarge, Backing::Thp2m)], 1 << 20);
+        let fb = filter(&both);
+        let fl = filter(&large);
+        assert!(fb.len() < 64, "{} instructions", fb.len());
+        let stops = |f: &[libc::sock_filter], nr: u64, a: [u64; 6]| {
+            run_filter(f, nr as u32, x86, a) == libc::SECCOMP_RET_TRACE
+        };
+        // Every call `follow` would look at is stopped, the others (mostly)
+        // are not: a grid of lengths, protections and flags.
+        // 2 MiB in whole pages.
+        const MIN: u64 = (2 << 20) - 4095;
+        let lens = [
+            0u64,
+            4096,
+            MIN - 1,
+            MIN,
+            2 << 20,
+            3 << 20,
+            1 << 32,
+            (1 << 32) + 5,
+        ];
+        let prots = [0u64, 1, 2, 3, 7];
+        let flags = [
+            ANON,
+            ANON | libc::MAP_FIXED as u64,
+            ANON | libc::MAP_STACK as u64,
+            ANON | libc::MAP_GROWSDOWN as u64,
+            ANON | libc::MAP_HUGETLB as u64,
+            libc::MAP_PRIVATE as u64,
+            (libc::MAP_SHARED | libc::MAP_ANONYMOUS) as u64,
+        ];
+        for (f, p) in [(&fb, &both), (&fl, &large)] {
+            for &len in &lens {
+                for &prot in &prots {
+                    for &fl in &flags {
+                        let a = [0, len, prot, fl, u64::MAX, 0];
+                        let c = Call::from_regs(SYS_MMAP, a).unwrap();
+                        let not_stack =
+                            (libc::MAP_STACK | libc::MAP_GROWSDOWN | libc::MAP_HUGETLB) as u64;
+                        let want = fl & (0x2f | not_stack) == ANON && prot & 3 == 3 && len >= MIN;
+                        assert_eq!(stops(f, SYS_MMAP, a), want, "mmap {a:x?}");
+                        assert!(!follow(&c, p) || want, "follow {c:?} beyond the filter");
+                    }
+                    let a = [0x1000_0000, len, prot, 0, 0, 0];
+                    let want = prot & 3 == 3 && len >= MIN;
+                    assert_eq!(stops(f, SYS_MPROTECT, a), want, "mprotect {a:x?}");
+                    let c = Call::from_regs(SYS_MPROTECT, a).unwrap();
+                    assert!(!follow(&c, p) || want, "follow {c:?} beyond the filter");
+                }
+                let a = [0x1000_0000, 4096, len, 1, 0, 0];
+                assert_eq!(stops(f, SYS_MREMAP, a), len >= MIN, "mremap {len}");
+            }
         }
-        for nr in [0, 1, 11, 28, 59, 60, 231, 9 | 0x4000_0000] {
-            assert_eq!(run(nr, x86), libc::SECCOMP_RET_ALLOW, "{nr}");
+        assert!(stops(&fb, SYS_BRK, [0; 6]));
+        assert!(!stops(&fl, SYS_BRK, [0; 6]), "heap-small not planned");
+        // Other calls, other architectures and x32 numbers: never.
+        let big = [0, 64 << 20, 3, ANON, u64::MAX, 0];
+        for nr in [0u64, 1, 11, 28, 59, 60, 231, SYS_MMAP | 0x4000_0000] {
+            assert!(!stops(&fb, nr, big), "{nr}");
         }
+        assert_eq!(
+            run_filter(&fb, SYS_MMAP as u32, 0x4000_0003, big),
+            libc::SECCOMP_RET_ALLOW,
+            "i386"
+        );
     }
 }
