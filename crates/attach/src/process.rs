@@ -215,6 +215,12 @@ impl Process {
 
 /// Whether this process holds CAP_SYS_NICE in its effective set.
 pub fn has_cap_sys_nice() -> bool {
+    has_cap(CAP_SYS_NICE)
+}
+
+/// Whether this process holds capability `bit` (linux/capability.h) in its
+/// effective set.
+pub fn has_cap(bit: u32) -> bool {
     let mut s = String::new();
     if File::open("/proc/self/status")
         .and_then(|mut f| f.read_to_string(&mut s))
@@ -225,7 +231,7 @@ pub fn has_cap_sys_nice() -> bool {
     s.lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
+        .is_some_and(|caps| caps & (1 << bit) != 0)
 }
 
 /// The errno's name, for reports (`ENOMEM`, …).

@@ -31,6 +31,7 @@
 //!   on a stack (`MAP_STACK`, `MAP_GROWSDOWN`).
 
 use crate::plan::OutsidePlan;
+use crate::process::has_cap;
 use crate::ranges::Kind;
 use crate::report::TraceReport;
 use crate::{BASE, HUGE};
@@ -50,6 +51,8 @@ const SYS_BRK: u64 = 12;
 const SYS_MREMAP: u64 = 25;
 const SYS_MADVISE: u64 = 28;
 const MADV_HUGEPAGE: u64 = 14;
+/// linux/capability.h.
+const CAP_SYS_PTRACE: u32 = 19;
 
 impl Call {
     /// The call of system call `nr` with arguments `a` (x86-64 numbers).
@@ -402,7 +405,7 @@ impl Facts {
         Facts {
             privileged_exe,
             ptrace_scope,
-            cap_sys_ptrace: has_cap(19),
+            cap_sys_ptrace: has_cap(CAP_SYS_PTRACE),
             turned_off: std::env::var("HUGETUNE_ATTACH_TRACE").is_ok_and(|v| v == "0"),
             x86_64: cfg!(target_arch = "x86_64"),
         }
@@ -424,18 +427,6 @@ fn has_file_caps(p: &std::path::Path) -> bool {
         )
     };
     n > 0
-}
-
-/// Whether this process holds capability `bit` in its effective set.
-fn has_cap(bit: u32) -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
-        })
-        .is_some_and(|c| c & (1 << bit) != 0)
 }
 
 #[cfg(target_arch = "x86_64")]
