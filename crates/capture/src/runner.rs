@@ -413,6 +413,51 @@ mod tests {
         assert!(format!("{e:#}").contains("CPU 100000"), "{e:#}");
     }
 
+    /// A launch hook that reaps the child itself (as the tracer does): the
+    /// runner takes the status, rusage and end time it hands over, and never
+    /// waits for the child (a second wait would fail with ECHILD).
+    #[test]
+    fn a_launch_hook_owns_the_childs_wait() {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c2 = calls.clone();
+        let mut s = RunSpec::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo out; sleep 0.2; exit 7".into(),
+        ]);
+        s.stdout = Output::Capture;
+        s.launch = Some(Launch(std::sync::Arc::new(move |mut cmd: Command| {
+            c2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let child = cmd.spawn()?;
+            let pid = child.id() as i32;
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut st = 0;
+                // SAFETY: wait4 on the child spawned above, valid pointers.
+                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+                unsafe { libc::wait4(pid, &mut st, 0, &mut ru) };
+                let _ = tx.send((st, ru, Instant::now()));
+            });
+            Ok((child, Some(rx)))
+        })));
+        let r = run(&s).unwrap();
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(r.exit_code, 7);
+        assert_eq!(r.stdout, b"out\n");
+        assert!(r.wall_s >= 0.2 && r.wall_s < 5.0, "{}", r.wall_s);
+        // A hook whose reaper vanishes without a status is an error, not a hang.
+        s.launch = Some(Launch(std::sync::Arc::new(|mut cmd: Command| {
+            let child = cmd.spawn()?;
+            let (_, rx) = std::sync::mpsc::channel();
+            Ok((child, Some(rx)))
+        })));
+        let e = run(&s).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("without its exit status"),
+            "{e:#}"
+        );
+    }
+
     #[test]
     fn missing_program_is_a_clear_error() {
         let e = run(&RunSpec::new(vec!["/nonexistent/prog".into()])).unwrap_err();

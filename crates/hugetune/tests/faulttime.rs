@@ -112,6 +112,52 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Goroutines that allocate, a signal it asked for, os/exec (vfork + exec),
+/// exit 4: its output must be the same traced.
+const GO_BEHAVES: &str = r#"package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR1)
+	var wg sync.WaitGroup
+	sums := make([]uint64, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for r := 0; r < 20; r++ {
+				a := make([]uint64, 1<<20)
+				for i := range a {
+					a[i] = uint64(i * g)
+				}
+				sums[g] += a[len(a)-1]
+			}
+		}(g)
+	}
+	wg.Wait()
+	syscall.Kill(os.Getpid(), syscall.SIGUSR1)
+	select {
+	case s := <-ch:
+		fmt.Println("got", s)
+	case <-time.After(10 * time.Second):
+		fmt.Println("no signal")
+	}
+	out, err := exec.Command("/bin/echo", "from", "child").Output()
+	fmt.Printf("%s %v %v\n", out, err, sums)
+	os.Exit(4)
+}
+"#;
+
 /// Makes a 256 MiB slice, writes it, prints its own AnonHugePages in kB.
 const GO_FILL: &str = r#"package main
 
@@ -321,7 +367,7 @@ fn a_traced_program_behaves_exactly_as_untraced() {
 }
 
 #[test]
-fn a_go_programs_heap_is_huge_at_fault_time() {
+fn a_go_programs_heap_is_huge_at_fault_time_and_it_behaves_as_untraced() {
     if !thp_madvise() {
         return;
     }
@@ -334,27 +380,7 @@ fn a_go_programs_heap_is_huge_at_fault_time() {
         return;
     };
     let d = tempfile::tempdir().unwrap();
-    let pkg = d.path().join("src");
-    std::fs::create_dir_all(&pkg).unwrap();
-    std::fs::write(pkg.join("main.go"), GO_FILL).unwrap();
-    std::fs::write(pkg.join("go.mod"), "module gofill\n\ngo 1.18\n").unwrap();
-    let exe = d.path().join("gofill");
-    // The build cache outlives the test (tests/static_programs.rs uses it too).
-    let cache = std::env::temp_dir().join("hugetune-test-gocache");
-    let o = Command::new(&go)
-        .current_dir(&pkg)
-        .env("GOCACHE", &cache)
-        .env("GOPATH", cache.join("path"))
-        .env("HOME", &cache)
-        .env("GOTOOLCHAIN", "local")
-        .env("CGO_ENABLED", "0")
-        .arg("build")
-        .arg("-o")
-        .arg(&exe)
-        .arg(".")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let exe = go_build(&go, d.path(), "gofill", GO_FILL);
     let native = Command::new(&exe).output().unwrap();
     assert!(native.status.success());
     let native_kb = kb(&String::from_utf8_lossy(&native.stdout));
@@ -376,6 +402,51 @@ fn a_go_programs_heap_is_huge_at_fault_time() {
         traced_kb >= 128 << 10,
         "{traced_kb} kB huge when the Go program looked: {err}"
     );
+
+    // Goroutines, its own signal, os/exec: the same output and exit status.
+    let exe = go_build(&go, d.path(), "gobehaves", GO_BEHAVES);
+    let native = Command::new(&exe).output().unwrap();
+    assert_eq!(native.status.code(), Some(4));
+    let p = plan(
+        d.path(),
+        "hugetune-plan 1\nheap-large thp-2m\nheap-small thp-2m\n",
+    );
+    let (code, out, j, err) = run(d.path(), &p, &[exe.to_str().unwrap()], &[]);
+    assert_eq!(code, 4, "{err}");
+    assert_eq!(out, String::from_utf8_lossy(&native.stdout), "{err}");
+    assert!(
+        out.starts_with("got user defined signal 1\nfrom child\n"),
+        "{out}"
+    );
+    let t = &j["attach"][0]["trace"];
+    assert_eq!(t["ran"], true, "{j}");
+    assert!(t["processes"].as_u64().unwrap() >= 2, "the echo child: {j}");
+}
+
+/// `go build` of a one-file program (no cgo).
+fn go_build(go: &Path, dir: &Path, name: &str, src: &str) -> PathBuf {
+    let pkg = dir.join(format!("{name}-src"));
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("main.go"), src).unwrap();
+    std::fs::write(pkg.join("go.mod"), format!("module {name}\n\ngo 1.18\n")).unwrap();
+    let exe = dir.join(name);
+    // The build cache outlives the test (tests/static_programs.rs uses it too).
+    let cache = std::env::temp_dir().join("hugetune-test-gocache");
+    let o = Command::new(go)
+        .current_dir(&pkg)
+        .env("GOCACHE", &cache)
+        .env("GOPATH", cache.join("path"))
+        .env("HOME", &cache)
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .arg("build")
+        .arg("-o")
+        .arg(&exe)
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    exe
 }
 
 #[test]
