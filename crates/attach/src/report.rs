@@ -97,7 +97,8 @@ pub struct TraceReport {
     pub why_not: Option<String>,
     /// MADV_HUGEPAGE injected at the calls' exits, per category.
     pub advised: BTreeMap<String, Advised>,
-    /// Injections that did not advise, per reason (`madvise EINVAL`, …).
+    /// Injections that did not advise, per category and reason
+    /// (`heap-large: madvise EINVAL`, …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failures: BTreeMap<String, u64>,
     /// Calls of a planned size left alone, per reason.
@@ -120,8 +121,11 @@ impl TraceReport {
     pub fn advised_bytes(&self) -> u64 {
         self.advised.values().map(|a| a.bytes).sum()
     }
-    pub(crate) fn fail(&mut self, why: &str) {
-        *self.failures.entry(why.to_string()).or_default() += 1;
+    pub(crate) fn fail(&mut self, kind: Kind, why: &str) {
+        *self
+            .failures
+            .entry(format!("{}: {why}", kind.name()))
+            .or_default() += 1;
     }
     pub(crate) fn skip(&mut self, why: &str) {
         *self.skipped.entry(why.to_string()).or_default() += 1;
@@ -220,6 +224,30 @@ mod tests {
         );
         assert_eq!(r.failure_text().unwrap(), "1 × EINVAL, 2 × ENOMEM");
         assert_eq!(r.ranges[1].failures["ENOMEM"], 2);
+        // The tracer's account: advised per category, failures per category
+        // and reason.
+        let mut t = TraceReport::default();
+        t.advised.insert(
+            "heap-large".into(),
+            Advised {
+                calls: 2,
+                bytes: 96 << 20,
+            },
+        );
+        t.advised.insert(
+            "heap-small".into(),
+            Advised {
+                calls: 1,
+                bytes: 4 << 20,
+            },
+        );
+        t.fail(Kind::HeapLarge, "madvise EINVAL");
+        t.fail(Kind::HeapLarge, "madvise EINVAL");
+        t.skip("already advised");
+        assert_eq!((t.advised_calls(), t.advised_bytes()), (3, 100 << 20));
+        assert_eq!(t.failures["heap-large: madvise EINVAL"], 2);
+        assert_eq!(t.skipped["already advised"], 1);
+        r.trace = Some(t);
         let back: Report = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
         assert_eq!(back, r);
     }

@@ -802,7 +802,7 @@ mod imp {
                         let _ = pt(PTRACE_SYSCALL, tid, 0, 0);
                     }
                     _ => {
-                        self.rep().fail("the injected call did not start");
+                        self.rep().fail(inj.kind, "the injected call did not start");
                         self.restore(tid, &inj);
                     }
                 },
@@ -814,11 +814,11 @@ mod imp {
                             e.calls += 1;
                             e.bytes += inj.len;
                         }
-                        Ok(e) => self.rep().fail(&format!(
-                            "madvise {}",
-                            crate::process::errno_name(-e as i32)
-                        )),
-                        Err(_) => self.rep().fail("registers unreadable"),
+                        Ok(e) => self.rep().fail(
+                            inj.kind,
+                            &format!("madvise {}", crate::process::errno_name(-e as i32)),
+                        ),
+                        Err(_) => self.rep().fail(inj.kind, "registers unreadable"),
                     }
                     self.restore(tid, &inj);
                 }
@@ -831,15 +831,16 @@ mod imp {
         fn inject(&mut self, tid: i32, r: libc::user_regs_struct, a: Advice) {
             let at = r.rip.wrapping_sub(2);
             if peek(tid, at).is_none_or(|w| w & 0xffff != 0x050f) {
-                self.rep().fail("no syscall instruction before the stop");
+                self.rep()
+                    .fail(a.kind, "no syscall instruction before the stop");
                 return self.resume(tid, 0);
             }
             let Ok(mask) = getsigmask(tid) else {
-                self.rep().fail("signal mask unreadable");
+                self.rep().fail(a.kind, "signal mask unreadable");
                 return self.resume(tid, 0);
             };
             if setsigmask(tid, !0).is_err() {
-                self.rep().fail("signal mask not settable");
+                self.rep().fail(a.kind, "signal mask not settable");
                 return self.resume(tid, 0);
             }
             let mut m = r;
@@ -857,7 +858,7 @@ mod imp {
                 len: a.end - a.start,
             });
             if setregs(tid, &m).is_err() {
-                self.rep().fail("registers not settable");
+                self.rep().fail(a.kind, "registers not settable");
                 return self.restore(tid, &inj);
             }
             self.thread(tid).state = State::InjectEnter(inj);
@@ -868,7 +869,8 @@ mod imp {
         fn restore(&mut self, tid: i32, inj: &Inject) {
             if setregs(tid, &inj.saved).is_err() || setsigmask(tid, inj.mask).is_err() {
                 // Only a thread being killed refuses: nothing runs on.
-                self.rep().fail("registers not restored (thread ending)");
+                self.rep()
+                    .fail(inj.kind, "registers not restored (thread ending)");
             }
             self.thread(tid).state = State::Running;
             self.resume(tid, 0);
