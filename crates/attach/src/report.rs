@@ -4,7 +4,7 @@
 //! Invariants: `huge_bytes` is the largest total verified in smaps at one
 //! moment (never a sum over moments, so a range freed and another mapped do not
 //! count twice); a range's `huge_bytes` is the largest seen for it, at most its
-//! interior; failures are counted in refused MADV_COLLAPSE calls (up to
+//! interior; mappings that merged into one are one range from then on; failures are counted in refused MADV_COLLAPSE calls (up to
 //! 32 MiB each) per errno name. The tracer's part (`trace`, docs/attach.md
 //! "At fault time") counts what it advised inside the program; its advised
 //! bytes are the ranges it named, what became huge is still `huge_bytes`.
@@ -185,6 +185,33 @@ impl Report {
         &mut self.ranges[i]
     }
 
+    /// Folds the ranges of `kind` whose planned interior lies inside
+    /// [start, end), the interior of the mapping at `mapping_start`, into that
+    /// mapping's range: mappings that merged (adjacent chunks, advised alike)
+    /// are reported once, not once per mapping they were.
+    pub(crate) fn fold_merged(&mut self, kind: Kind, mapping_start: u64, start: u64, end: u64) {
+        let (inside, keep): (Vec<RangeReport>, Vec<RangeReport>) =
+            std::mem::take(&mut self.ranges).into_iter().partition(|r| {
+                r.category == kind.name()
+                    && r.mapping_start != mapping_start
+                    && r.start < r.end
+                    && r.start >= start
+                    && r.end <= end
+            });
+        self.ranges = keep;
+        if inside.is_empty() {
+            return;
+        }
+        let x = self.range_mut(kind, mapping_start);
+        for r in inside {
+            x.collapsed_bytes += r.collapsed_bytes;
+            x.huge_bytes = x.huge_bytes.max(r.huge_bytes);
+            for (k, n) in r.failures {
+                *x.failures.entry(k).or_default() += n;
+            }
+        }
+    }
+
     pub(crate) fn fail(&mut self, kind: Kind, mapping_start: u64, reason: &str) {
         *self.failures.entry(reason.to_string()).or_default() += 1;
         *self
@@ -224,6 +251,28 @@ mod tests {
         );
         assert_eq!(r.failure_text().unwrap(), "1 × EINVAL, 2 × ENOMEM");
         assert_eq!(r.ranges[1].failures["ENOMEM"], 2);
+        // Two chunks that merged into one mapping are one range from then on.
+        let mut m = Report::default();
+        for (s, e, h) in [
+            (0x4000000u64, 0x6000000u64, 32 << 20),
+            (0x2000000, 0x4000000, 16 << 20),
+        ] {
+            let x = m.range_mut(Kind::HeapLarge, s);
+            (x.start, x.end, x.huge_bytes, x.collapsed_bytes) = (s, e, h, h);
+        }
+        m.fold_merged(Kind::HeapLarge, 0x2000000, 0x2000000, 0x6000000);
+        assert_eq!(m.ranges.len(), 1, "{m:#?}");
+        assert_eq!(m.ranges[0].collapsed_bytes, 48 << 20);
+        assert_eq!(
+            m.per_category()[0].2,
+            32 << 20,
+            "the largest, until smaps says more"
+        );
+        // Another category's range, or one outside the interior, stays.
+        m.range_mut(Kind::HeapSmall, 0x4000000).end = 0x200000;
+        m.fold_merged(Kind::HeapLarge, 0x0, 0x0, 0x6000000);
+        assert_eq!(m.ranges.len(), 2, "{m:#?}");
+
         // The tracer's account: advised per category, failures per category
         // and reason.
         let mut t = TraceReport::default();

@@ -342,6 +342,7 @@ fn verify(vmas: &[crate::maps::Vma], targets: &[ranges::Target], r: &mut Report)
     for t in targets {
         let v = &vmas[t.vma];
         let h = if t.file { v.file_pmd } else { v.anon_huge }.min(t.end - t.start);
+        r.fold_merged(t.kind, v.start, t.start, t.end);
         let x = r.range_mut(t.kind, v.start);
         x.mapping_end = v.end;
         x.start = t.start;
