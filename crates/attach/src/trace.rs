@@ -614,6 +614,23 @@ mod imp {
         std::fs::read_link(format!("/proc/{pid}/exe")).ok()
     }
 
+    /// Whether the clone `parent` just made (stopped at its clone event) is a
+    /// thread: CLONE_THREAD in the flags of its clone (rdi) or clone3 (the
+    /// first word of the clone_args rdi points to); else what /proc says.
+    fn is_thread_clone(parent: i32, new: i32) -> bool {
+        const SYS_CLONE: u64 = 56;
+        const SYS_CLONE3: u64 = 435;
+        let flags = getregs(parent).ok().and_then(|r| match r.orig_rax {
+            SYS_CLONE => Some(r.rdi),
+            SYS_CLONE3 => peek(parent, r.rdi),
+            _ => None,
+        });
+        match flags {
+            Some(f) => f & libc::CLONE_THREAD as u64 != 0,
+            None => tgid_of(new) == tgid_of(parent),
+        }
+    }
+
     fn tgid_of(tid: i32) -> i32 {
         std::fs::read_to_string(format!("/proc/{tid}/status"))
             .ok()
@@ -682,7 +699,9 @@ mod imp {
                     | libc::PTRACE_EVENT_VFORK
                     | libc::PTRACE_EVENT_CLONE => {
                         if let Some(new) = eventmsg(tid) {
-                            self.new_task(tid, new as i32);
+                            let thread = event == libc::PTRACE_EVENT_CLONE
+                                && is_thread_clone(tid, new as i32);
+                            self.new_task(tid, new as i32, thread);
                         }
                         self.resume(tid, 0);
                     }
@@ -704,14 +723,20 @@ mod imp {
             self.rep().handling_s += t0.elapsed().as_secs_f64();
         }
 
-        fn new_task(&mut self, parent: i32, new: i32) {
+        fn new_task(&mut self, parent: i32, new: i32, thread: bool) {
             let ptgid = self.thread(parent).tgid;
-            let tgid = tgid_of(new);
-            self.threads.entry(new).or_insert(Thread {
-                tgid,
-                state: State::Running,
-            });
-            if tgid != ptgid {
+            // A new process's id is its thread group's.
+            let tgid = if thread { ptgid } else { new };
+            // Its own first stops may have come first (and a call of its be
+            // under way): only its process is set here.
+            self.threads
+                .entry(new)
+                .or_insert(Thread {
+                    tgid,
+                    state: State::Running,
+                })
+                .tgid = tgid;
+            if !thread {
                 let st = self.proc_of(ptgid).clone();
                 self.procs.insert(tgid, st);
                 self.rep().processes += 1;

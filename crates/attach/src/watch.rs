@@ -58,6 +58,11 @@ pub struct Options {
     /// Make every `every`-th collapse fail with `errno` without asking the kernel
     /// (`HUGETUNE_ATTACH_INJECT=ERRNO[:EVERY]`, for tests of the refusal paths).
     pub inject: Option<(i32, u64)>,
+    /// Leave mappings advised MADV_HUGEPAGE (`hg`) to the kernel: the
+    /// fault-time tracer advised them, so their faults take huge pages and
+    /// khugepaged collapses the rest; looking into them (pagemap, a whole
+    /// read per look) would only cost the program CPU time.
+    pub leave_advised: bool,
 }
 
 impl Default for Options {
@@ -67,6 +72,7 @@ impl Default for Options {
             once: false,
             duration: None,
             inject: None,
+            leave_advised: false,
         }
     }
 }
@@ -200,6 +206,7 @@ fn look(
         *n = (*n).max(nohuge);
     }
     let mut collapsed_any = false;
+    let mut advised = 0u64;
     'targets: for t in &targets {
         let v = &vmas[t.vma];
         let huge_now = if t.file { v.file_pmd } else { v.anon_huge };
@@ -212,6 +219,11 @@ fn look(
             for a in &pieces {
                 st.done.remove(a);
             }
+        }
+        if opt.leave_advised && v.flags.iter().any(|f| f == "hg") {
+            advised += 1;
+            r.range_mut(t.kind, v.start).unpopulated_bytes = 0;
+            continue;
         }
         if huge_now >= interior || v.rss == 0 {
             r.range_mut(t.kind, v.start).unpopulated_bytes =
@@ -311,6 +323,14 @@ fn look(
                 }
             }
         }
+    }
+    if advised > 0 {
+        // The most seen at one look.
+        let n = r
+            .skipped
+            .entry("mappings advised MADV_HUGEPAGE, left to the kernel".into())
+            .or_default();
+        *n = (*n).max(advised);
     }
     // What the collapses made: read back, the proof that counts.
     if collapsed_any && !reverify(p, plan, exe, r)? {

@@ -92,11 +92,16 @@ pub fn outside_spec(argv: &[OsString], plan: OutsidePlan, dir: &Path) -> Result<
             // The pidfd is opened before the runner can reap the child, so it
             // names this child even if it ended at once.
             let proc = hugetune_attach::process::Process::open(pid);
-            let (plan, opt, dir) = (plan.clone(), opt.clone(), dir.clone());
+            let (plan, mut opt, dir) = (plan.clone(), opt.clone(), dir.clone());
             let account = accounts
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&pid);
+            // Traced, the program's planned mappings are advised as they
+            // appear: the watcher collapses only what was not.
+            opt.leave_advised = account
+                .as_ref()
+                .is_some_and(|a| a.lock().unwrap_or_else(|p| p.into_inner()).ran);
             let t = std::thread::spawn(move || {
                 let r = proc.and_then(|p| hugetune_attach::attach(&p, &plan, &opt, None));
                 let mut report = r.unwrap_or_else(|e| {
