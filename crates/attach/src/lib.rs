@@ -19,6 +19,7 @@ pub mod plan;
 pub mod process;
 pub mod ranges;
 pub mod report;
+pub mod trace;
 pub mod watch;
 
 pub use plan::OutsidePlan;

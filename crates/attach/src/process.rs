@@ -215,6 +215,12 @@ impl Process {
 
 /// Whether this process holds CAP_SYS_NICE in its effective set.
 pub fn has_cap_sys_nice() -> bool {
+    has_cap(CAP_SYS_NICE)
+}
+
+/// Whether this process holds capability `bit` (linux/capability.h) in its
+/// effective set.
+pub fn has_cap(bit: u32) -> bool {
     let mut s = String::new();
     if File::open("/proc/self/status")
         .and_then(|mut f| f.read_to_string(&mut s))
@@ -225,7 +231,7 @@ pub fn has_cap_sys_nice() -> bool {
     s.lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
+        .is_some_and(|caps| caps & (1 << bit) != 0)
 }
 
 /// The errno's name, for reports (`ENOMEM`, …).
@@ -247,7 +253,23 @@ pub fn errno_name(e: i32) -> String {
 /// Pages present (or swapped) per 2 MiB piece of [start, end), from pagemap
 /// (bit 63 present, bit 62 swapped); None when it cannot be read.
 pub fn populated(pagemap: &File, start: u64, end: u64) -> Option<Vec<u32>> {
+    Some(
+        pieces(pagemap, start, end)?
+            .into_iter()
+            .map(|p| p.0)
+            .collect(),
+    )
+}
+
+/// Per 2 MiB piece of [start, end): pages present (or swapped), and whether
+/// the piece is one huge page already: all 512 present on consecutive frames
+/// from a 2 MiB-aligned one (pagemap shows frame numbers to CAP_SYS_ADMIN
+/// only; without them no piece is seen huge). A huge piece needs no collapse
+/// (the kernel gives it at fault time where the program's memory was advised
+/// MADV_HUGEPAGE: crate::trace).
+pub fn pieces(pagemap: &File, start: u64, end: u64) -> Option<Vec<(u32, bool)>> {
     const PER: usize = (crate::HUGE / crate::BASE) as usize;
+    const PFN: u64 = (1 << 55) - 1;
     let pieces = ((end - start) / crate::HUGE) as usize;
     let mut out = Vec::with_capacity(pieces);
     // 16 pieces (32 MiB, 64 KiB of pagemap) per read.
@@ -259,14 +281,23 @@ pub fn populated(pagemap: &File, start: u64, end: u64) -> Option<Vec<u32>> {
         let off = (start / crate::BASE + (at * PER) as u64).checked_mul(8)?;
         pagemap.read_exact_at(bytes, off).ok()?;
         for piece in bytes.chunks_exact(PER * 8) {
-            let present = piece
+            let entries = piece
                 .chunks_exact(8)
-                .filter(|e| {
-                    let v = u64::from_ne_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
-                    v & (3 << 62) != 0
-                })
-                .count();
-            out.push(present as u32);
+                .map(|e| u64::from_ne_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]));
+            let (mut present, mut huge, mut first) = (0u32, true, 0u64);
+            for (i, v) in entries.enumerate() {
+                if v & (3 << 62) != 0 {
+                    present += 1;
+                }
+                let pfn = if v & (1 << 63) != 0 { v & PFN } else { 0 };
+                if i == 0 {
+                    first = pfn;
+                    huge = pfn != 0 && pfn % PER as u64 == 0;
+                } else if huge && pfn != first + i as u64 {
+                    huge = false;
+                }
+            }
+            out.push((present, huge));
         }
         at += n;
     }
@@ -310,6 +341,34 @@ mod tests {
         let pm = me.pagemap().expect("own pagemap");
         let counts = populated(&pm, a, a + 2 * crate::HUGE).unwrap();
         assert_eq!(counts, [512, 0]);
+        // Small pages are not a huge piece; a piece advised MADV_HUGEPAGE
+        // before its first touch is (seen through frame numbers: root only).
+        let st = pieces(&pm, a, a + 2 * crate::HUGE).unwrap();
+        assert!(!st[0].1 && !st[1].1, "{st:?}");
+        let b = a + crate::HUGE;
+        // SAFETY: [b, b + 2 MiB) lies inside the mapping, untouched so far.
+        let advised = unsafe {
+            libc::madvise(
+                b as *mut libc::c_void,
+                crate::HUGE as usize,
+                libc::MADV_HUGEPAGE,
+            ) == 0
+        };
+        unsafe { std::ptr::write_bytes(b as *mut u8, 1, crate::HUGE as usize) };
+        let st = pieces(&pm, a, a + 2 * crate::HUGE).unwrap();
+        assert_eq!(st[1].0, 512);
+        let root = unsafe { libc::geteuid() } == 0;
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|m| !m.contains("[never]"));
+        let huge_now = std::fs::read_to_string("/proc/self/smaps")
+            .ok()
+            .and_then(|t| crate::maps::parse_smaps(&t).ok())
+            .and_then(|v| v.into_iter().find(|v| v.start <= b && b < v.end))
+            .is_some_and(|v| v.anon_huge >= crate::HUGE);
+        if root && thp && advised {
+            assert_eq!(st[1].1, huge_now, "{st:?} (smaps says huge: {huge_now})");
+        }
+        assert!(!st[0].1);
         // SAFETY: unmapping what we mapped.
         unsafe { libc::munmap(p, len) };
         assert!(!me.exited());

@@ -4,8 +4,10 @@
 //! Invariants: `huge_bytes` is the largest total verified in smaps at one
 //! moment (never a sum over moments, so a range freed and another mapped do not
 //! count twice); a range's `huge_bytes` is the largest seen for it, at most its
-//! interior; failures are counted in refused MADV_COLLAPSE calls (up to
-//! 32 MiB each) per errno name.
+//! interior; mappings that merged into one are one range from then on; failures are counted in refused MADV_COLLAPSE calls (up to
+//! 32 MiB each) per errno name. The tracer's part (`trace`, docs/attach.md
+//! "At fault time") counts what it advised inside the program; its advised
+//! bytes are the ranges it named, what became huge is still `huge_bytes`.
 
 use crate::ranges::Kind;
 use serde::{Deserialize, Serialize};
@@ -70,6 +72,64 @@ pub struct Report {
     /// Translations and limits (hugetlb as THP, directives not applied, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// What the fault-time tracer did (a program `hugetune run` started; absent
+    /// for `run -p`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceReport>,
+}
+
+/// Calls advised and the bytes they named.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advised {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// The fault-time tracer's account (crate::trace).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceReport {
+    /// Whether the program ran under the tracer with its seccomp filter (its
+    /// mmap, mremap, mprotect and brk calls stopped and the planned ones
+    /// advised).
+    pub ran: bool,
+    /// Why it did not, in one line (the collapse watcher then works alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
+    /// MADV_HUGEPAGE injected at the calls' exits, per category.
+    pub advised: BTreeMap<String, Advised>,
+    /// Injections that did not advise, per category and reason
+    /// (`heap-large: madvise EINVAL`, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failures: BTreeMap<String, u64>,
+    /// Calls of a planned size left alone, per reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub skipped: BTreeMap<String, u64>,
+    /// Seccomp stops handled (one per traced call).
+    pub stops: u64,
+    /// Processes and threads followed (the program's included).
+    pub processes: u64,
+    pub threads: u64,
+    /// Seconds the tracer spent handling stops (the program's threads wait
+    /// while their own stop is handled).
+    pub handling_s: f64,
+}
+
+impl TraceReport {
+    pub fn advised_calls(&self) -> u64 {
+        self.advised.values().map(|a| a.calls).sum()
+    }
+    pub fn advised_bytes(&self) -> u64 {
+        self.advised.values().map(|a| a.bytes).sum()
+    }
+    pub(crate) fn fail(&mut self, kind: Kind, why: &str) {
+        *self
+            .failures
+            .entry(format!("{}: {why}", kind.name()))
+            .or_default() += 1;
+    }
+    pub(crate) fn skip(&mut self, why: &str) {
+        *self.skipped.entry(why.to_string()).or_default() += 1;
+    }
 }
 
 impl Report {
@@ -125,6 +185,33 @@ impl Report {
         &mut self.ranges[i]
     }
 
+    /// Folds the ranges of `kind` whose planned interior lies inside
+    /// [start, end), the interior of the mapping at `mapping_start`, into that
+    /// mapping's range: mappings that merged (adjacent chunks, advised alike)
+    /// are reported once, not once per mapping they were.
+    pub(crate) fn fold_merged(&mut self, kind: Kind, mapping_start: u64, start: u64, end: u64) {
+        let (inside, keep): (Vec<RangeReport>, Vec<RangeReport>) =
+            std::mem::take(&mut self.ranges).into_iter().partition(|r| {
+                r.category == kind.name()
+                    && r.mapping_start != mapping_start
+                    && r.start < r.end
+                    && r.start >= start
+                    && r.end <= end
+            });
+        self.ranges = keep;
+        if inside.is_empty() {
+            return;
+        }
+        let x = self.range_mut(kind, mapping_start);
+        for r in inside {
+            x.collapsed_bytes += r.collapsed_bytes;
+            x.huge_bytes = x.huge_bytes.max(r.huge_bytes);
+            for (k, n) in r.failures {
+                *x.failures.entry(k).or_default() += n;
+            }
+        }
+    }
+
     pub(crate) fn fail(&mut self, kind: Kind, mapping_start: u64, reason: &str) {
         *self.failures.entry(reason.to_string()).or_default() += 1;
         *self
@@ -164,6 +251,52 @@ mod tests {
         );
         assert_eq!(r.failure_text().unwrap(), "1 × EINVAL, 2 × ENOMEM");
         assert_eq!(r.ranges[1].failures["ENOMEM"], 2);
+        // Two chunks that merged into one mapping are one range from then on.
+        let mut m = Report::default();
+        for (s, e, h) in [
+            (0x4000000u64, 0x6000000u64, 32 << 20),
+            (0x2000000, 0x4000000, 16 << 20),
+        ] {
+            let x = m.range_mut(Kind::HeapLarge, s);
+            (x.start, x.end, x.huge_bytes, x.collapsed_bytes) = (s, e, h, h);
+        }
+        m.fold_merged(Kind::HeapLarge, 0x2000000, 0x2000000, 0x6000000);
+        assert_eq!(m.ranges.len(), 1, "{m:#?}");
+        assert_eq!(m.ranges[0].collapsed_bytes, 48 << 20);
+        assert_eq!(
+            m.per_category()[0].2,
+            32 << 20,
+            "the largest, until smaps says more"
+        );
+        // Another category's range, or one outside the interior, stays.
+        m.range_mut(Kind::HeapSmall, 0x4000000).end = 0x200000;
+        m.fold_merged(Kind::HeapLarge, 0x0, 0x0, 0x6000000);
+        assert_eq!(m.ranges.len(), 2, "{m:#?}");
+
+        // The tracer's account: advised per category, failures per category
+        // and reason.
+        let mut t = TraceReport::default();
+        t.advised.insert(
+            "heap-large".into(),
+            Advised {
+                calls: 2,
+                bytes: 96 << 20,
+            },
+        );
+        t.advised.insert(
+            "heap-small".into(),
+            Advised {
+                calls: 1,
+                bytes: 4 << 20,
+            },
+        );
+        t.fail(Kind::HeapLarge, "madvise EINVAL");
+        t.fail(Kind::HeapLarge, "madvise EINVAL");
+        t.skip("already advised");
+        assert_eq!((t.advised_calls(), t.advised_bytes()), (3, 100 << 20));
+        assert_eq!(t.failures["heap-large: madvise EINVAL"], 2);
+        assert_eq!(t.skipped["already advised"], 1);
+        r.trace = Some(t);
         let back: Report = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
         assert_eq!(back, r);
     }

@@ -21,7 +21,7 @@
 //! error, named.
 
 use crate::plan::OutsidePlan;
-use crate::process::{errno_name, populated, AttachError, Collapse, Process};
+use crate::process::{errno_name, pieces as piece_states, AttachError, Collapse, Process};
 use crate::ranges::{self, Skip};
 use crate::report::Report;
 use crate::{BASE, HUGE};
@@ -58,6 +58,11 @@ pub struct Options {
     /// Make every `every`-th collapse fail with `errno` without asking the kernel
     /// (`HUGETUNE_ATTACH_INJECT=ERRNO[:EVERY]`, for tests of the refusal paths).
     pub inject: Option<(i32, u64)>,
+    /// Leave mappings advised MADV_HUGEPAGE (`hg`) to the kernel: the
+    /// fault-time tracer advised them, so their faults take huge pages and
+    /// khugepaged collapses the rest; looking into them (pagemap, a whole
+    /// read per look) would only cost the program CPU time.
+    pub leave_advised: bool,
 }
 
 impl Default for Options {
@@ -67,6 +72,7 @@ impl Default for Options {
             once: false,
             duration: None,
             inject: None,
+            leave_advised: false,
         }
     }
 }
@@ -200,6 +206,7 @@ fn look(
         *n = (*n).max(nohuge);
     }
     let mut collapsed_any = false;
+    let mut advised = 0u64;
     'targets: for t in &targets {
         let v = &vmas[t.vma];
         let huge_now = if t.file { v.file_pmd } else { v.anon_huge };
@@ -213,17 +220,25 @@ fn look(
                 st.done.remove(a);
             }
         }
+        if opt.leave_advised && v.flags.iter().any(|f| f == "hg") {
+            advised += 1;
+            r.range_mut(t.kind, v.start).unpopulated_bytes = 0;
+            continue;
+        }
         if huge_now >= interior || v.rss == 0 {
             r.range_mut(t.kind, v.start).unpopulated_bytes =
                 if huge_now >= interior { 0 } else { interior };
             continue;
         }
-        let counts = pagemap.and_then(|pm| populated(pm, t.start, t.end));
+        let counts = pagemap.and_then(|pm| piece_states(pm, t.start, t.end));
         let mut unpopulated = 0u64;
         let mut due = vec![];
         for (i, &a) in pieces.iter().enumerate() {
             let enough = match &counts {
-                Some(c) => c[i] >= MIN_PRESENT,
+                // Huge already (at fault time, under the tracer's advice):
+                // nothing to collapse.
+                Some(c) if c[i].1 => continue,
+                Some(c) => c[i].0 >= MIN_PRESENT,
                 None => v.rss >= v.len() / 2,
             };
             if !enough {
@@ -309,6 +324,14 @@ fn look(
             }
         }
     }
+    if advised > 0 {
+        // The most seen at one look.
+        let n = r
+            .skipped
+            .entry("mappings advised MADV_HUGEPAGE, left to the kernel".into())
+            .or_default();
+        *n = (*n).max(advised);
+    }
     // What the collapses made: read back, the proof that counts.
     if collapsed_any && !reverify(p, plan, exe, r)? {
         return Ok(false);
@@ -339,6 +362,7 @@ fn verify(vmas: &[crate::maps::Vma], targets: &[ranges::Target], r: &mut Report)
     for t in targets {
         let v = &vmas[t.vma];
         let h = if t.file { v.file_pmd } else { v.anon_huge }.min(t.end - t.start);
+        r.fold_merged(t.kind, v.start, t.start, t.end);
         let x = r.range_mut(t.kind, v.start);
         x.mapping_end = v.end;
         x.start = t.start;

@@ -1,6 +1,11 @@
 //! Running a command and measuring it: wall time, rusage (user, system, faults),
 //! and the peak huge page usage of it and its descendants, sampled from
 //! /proc/PID/smaps_rollup while it runs.
+//!
+//! A `RunSpec::launch` hook may start the child itself and reap it (a tracer:
+//! hugetune-attach's fault-time advice): the runner then takes the child's end
+//! from it and never waits for the child, since a tracer's stops would
+//! otherwise be reported to the runner's wait.
 
 use crate::session::{self, Driver};
 use anyhow::{bail, Context, Result};
@@ -52,6 +57,31 @@ pub struct RunSpec {
     /// called after the child was reaped (`hugetune run` applies a plan from
     /// outside this way: hugetune-attach).
     pub on_start: Option<OnStart>,
+    /// Starts the child instead of `Command::spawn` (see `Launch`).
+    pub launch: Option<Launch>,
+}
+
+/// The end of a child reaped by a `Launch` hook: wait status, rusage, when.
+pub type Reaped = (i32, libc::rusage, Instant);
+
+/// Starts the prepared command; returns the child and, when the hook reaps it
+/// itself, the receiver of its end (the runner must then not wait for it).
+pub type LaunchFn = dyn Fn(
+        Command,
+    ) -> std::io::Result<(
+        std::process::Child,
+        Option<std::sync::mpsc::Receiver<Reaped>>,
+    )> + Send
+    + Sync;
+
+/// A hook that starts the child (see `RunSpec::launch`).
+#[derive(Clone)]
+pub struct Launch(pub std::sync::Arc<LaunchFn>);
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Launch")
+    }
 }
 
 /// A hook on a started child (see `RunSpec::on_start`).
@@ -82,6 +112,7 @@ impl RunSpec {
             cpu: None,
             driver: None,
             on_start: None,
+            launch: None,
         }
     }
 }
@@ -172,9 +203,11 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     }
     let start = Instant::now();
     let spawning = hugetune_host::kernel_state::begin_spawn()?;
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
+    let (mut child, reaped) = match &spec.launch {
+        Some(l) => (l.0)(cmd),
+        None => cmd.spawn().map(|c| (c, None)),
+    }
+    .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
     let pid = child.id();
     let _tracked = track_child(pid);
     drop(spawning);
@@ -208,18 +241,32 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     let mut status: i32 = 0;
     // SAFETY: an all-zero rusage is a valid value to be overwritten by wait4.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut end: Option<Instant> = None;
     loop {
-        // SAFETY: wait4 on our own child with valid out-pointers.
-        let r = unsafe { libc::wait4(pid as i32, &mut status, libc::WNOHANG, &mut ru) };
-        if r == pid as i32 {
-            break;
-        }
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
+        if let Some(rx) = &reaped {
+            match rx.recv_timeout(pause) {
+                Ok((st, r, at)) => {
+                    (status, ru, end) = (st, r, Some(at));
+                    break;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("the tracer of {pid} ended without its exit status")
+                }
             }
-            return Err(e).context("waiting for the child");
+        } else {
+            // SAFETY: wait4 on our own child with valid out-pointers.
+            let r = unsafe { libc::wait4(pid as i32, &mut status, libc::WNOHANG, &mut ru) };
+            if r == pid as i32 {
+                break;
+            }
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e).context("waiting for the child");
+            }
         }
         let now = tree_usage(pid);
         peak = peak.max(now);
@@ -237,10 +284,13 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
                 peak_folios = c;
             }
         }
-        std::thread::sleep(pause);
+        if reaped.is_none() {
+            // (A hook's receiver waited already.)
+            std::thread::sleep(pause);
+        }
         pause = (pause * 2).min(spec.sample_every);
     }
-    let wall = start.elapsed();
+    let wall = end.map_or_else(|| start.elapsed(), |e| e.duration_since(start));
     // The child is reaped: keep std from waiting on it again.
     std::mem::forget(child);
     if let Some(f) = started {
@@ -361,6 +411,51 @@ mod tests {
         s.cpu = Some(100_000);
         let e = run(&s).unwrap_err();
         assert!(format!("{e:#}").contains("CPU 100000"), "{e:#}");
+    }
+
+    /// A launch hook that reaps the child itself (as the tracer does): the
+    /// runner takes the status, rusage and end time it hands over, and never
+    /// waits for the child (a second wait would fail with ECHILD).
+    #[test]
+    fn a_launch_hook_owns_the_childs_wait() {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c2 = calls.clone();
+        let mut s = RunSpec::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo out; sleep 0.2; exit 7".into(),
+        ]);
+        s.stdout = Output::Capture;
+        s.launch = Some(Launch(std::sync::Arc::new(move |mut cmd: Command| {
+            c2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let child = cmd.spawn()?;
+            let pid = child.id() as i32;
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut st = 0;
+                // SAFETY: wait4 on the child spawned above, valid pointers.
+                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+                unsafe { libc::wait4(pid, &mut st, 0, &mut ru) };
+                let _ = tx.send((st, ru, Instant::now()));
+            });
+            Ok((child, Some(rx)))
+        })));
+        let r = run(&s).unwrap();
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(r.exit_code, 7);
+        assert_eq!(r.stdout, b"out\n");
+        assert!(r.wall_s >= 0.2 && r.wall_s < 5.0, "{}", r.wall_s);
+        // A hook whose reaper vanishes without a status is an error, not a hang.
+        s.launch = Some(Launch(std::sync::Arc::new(|mut cmd: Command| {
+            let child = cmd.spawn()?;
+            let (_, rx) = std::sync::mpsc::channel();
+            Ok((child, Some(rx)))
+        })));
+        let e = run(&s).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("without its exit status"),
+            "{e:#}"
+        );
     }
 
     #[test]

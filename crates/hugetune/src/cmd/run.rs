@@ -411,7 +411,7 @@ fn plan_file_run(
     } else {
         stages::note(format!(
             "{}: the runtime library cannot enter this program (static or Go): the plan {} ({}) \
-             is applied from outside with MADV_COLLAPSE",
+             is applied from outside (MADV_HUGEPAGE at fault time, MADV_COLLAPSE after)",
             stages::display_cmd(&a.command[..1]),
             file.display(),
             outside.categories().join(", ")

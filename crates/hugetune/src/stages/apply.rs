@@ -13,7 +13,7 @@ use crate::artifacts::Artifacts;
 use anyhow::Result;
 use hugetune_attach::OutsidePlan;
 use hugetune_capture::launcher;
-use hugetune_capture::runner::{self, OnStart, Output, RunSpec};
+use hugetune_capture::runner::{self, Launch, OnStart, Output, RunSpec};
 use hugetune_format::env;
 use hugetune_format::plan::{self, PlanOptions};
 use hugetune_format::summary::Summary;
@@ -60,24 +60,54 @@ pub fn preload_can_enter(argv: &[OsString]) -> bool {
 }
 
 /// A spec that applies `plan` from outside: the program runs without the
-/// runtime library, and a watcher collapses its planned ranges from its start
-/// to its end, its report left in `dir` as `attach.PID.json`.
+/// runtime library, under the fault-time tracer (hugetune_attach::trace, which
+/// starts and reaps it; untraced when it cannot be, saying why), and a watcher
+/// collapses its planned ranges from its start to its end; the report, with
+/// the tracer's part, is left in `dir` as `attach.PID.json`.
 pub fn outside_spec(argv: &[OsString], plan: OutsidePlan, dir: &Path) -> Result<RunSpec> {
+    use hugetune_attach::report::TraceReport;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
     let opt = hugetune_attach::Options::default()
         .with_env_injection()
         .map_err(anyhow::Error::msg)?;
     let mut spec = RunSpec::new(argv.to_vec());
     let (plan, dir) = (Arc::new(plan), dir.to_path_buf());
+    // Each run of the spec (validate runs it again and again) has its own
+    // tracer account, handed from the launch to the watcher by the child's pid.
+    type Accounts = Arc<Mutex<HashMap<u32, Arc<Mutex<TraceReport>>>>>;
+    let accounts: Accounts = Arc::default();
+    let exe = super::program_of(argv).ok().map(|p| PathBuf::from(p.path));
+    let (plan2, accounts2) = (plan.clone(), accounts.clone());
+    spec.launch = Some(Launch(Arc::new(move |cmd| {
+        let account = Arc::new(Mutex::new(TraceReport::default()));
+        let (child, reaped) =
+            hugetune_attach::trace::launch(cmd, plan2.clone(), exe.as_deref(), account.clone())?;
+        accounts2
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(child.id(), account);
+        Ok((child, reaped))
+    })));
     spec.on_start = Some(OnStart(Arc::new(
         move |pid: u32| -> Box<dyn FnOnce() + Send> {
             // The pidfd is opened before the runner can reap the child, so it
             // names this child even if it ended at once.
             let proc = hugetune_attach::process::Process::open(pid);
-            let (plan, opt, dir) = (plan.clone(), opt.clone(), dir.clone());
+            let (plan, mut opt, dir) = (plan.clone(), opt.clone(), dir.clone());
+            let account = accounts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&pid);
+            // Traced, the program's planned mappings are advised as they
+            // appear: the watcher collapses only what was not.
+            opt.leave_advised = account
+                .as_ref()
+                .is_some_and(|a| a.lock().unwrap_or_else(|p| p.into_inner()).ran);
             let t = std::thread::spawn(move || {
                 let r = proc.and_then(|p| hugetune_attach::attach(&p, &plan, &opt, None));
-                let report = r.unwrap_or_else(|e| {
-                    note(format!("the plan could not be applied from outside: {e}"));
+                let mut report = r.unwrap_or_else(|e| {
+                    note(format!("the plan could not be collapsed from outside: {e}"));
                     hugetune_attach::Report {
                         pid,
                         ended: "error".into(),
@@ -85,6 +115,8 @@ pub fn outside_spec(argv: &[OsString], plan: OutsidePlan, dir: &Path) -> Result<
                         ..Default::default()
                     }
                 });
+                // The program has ended: what the tracer did for it is final.
+                report.trace = account.map(|a| a.lock().unwrap_or_else(|p| p.into_inner()).clone());
                 let path = dir.join(format!("attach.{pid}.json"));
                 if let Err(e) = serde_json::to_vec(&report)
                     .map_err(std::io::Error::other)
@@ -137,6 +169,9 @@ pub fn attach_huge_bytes(reports: &[hugetune_attach::Report]) -> u64 {
 /// What an outside report says, one line per category and one for failures.
 pub fn attach_lines(r: &hugetune_attach::Report) -> Vec<String> {
     let mut v = vec![];
+    if let Some(t) = &r.trace {
+        v.push(trace_line(t));
+    }
     for (c, planned, huge) in r.per_category() {
         v.push(format!(
             "{c}: {} of {} planned became huge",
@@ -178,6 +213,57 @@ pub fn attach_lines(r: &hugetune_attach::Report) -> Vec<String> {
     v
 }
 
+/// The tracer's part of an outside report, in one line.
+pub fn trace_line(t: &hugetune_attach::report::TraceReport) -> String {
+    if !t.ran {
+        return format!(
+            "at fault time: not traced ({}); collapsed after the fact only",
+            t.why_not.as_deref().unwrap_or("no reason recorded")
+        );
+    }
+    let per: Vec<String> = t
+        .advised
+        .iter()
+        .map(|(c, a)| {
+            format!(
+                "{c} {} call(s), {}",
+                a.calls,
+                hugetune_render::bytes(a.bytes)
+            )
+        })
+        .collect();
+    let mut line = format!(
+        "at fault time: MADV_HUGEPAGE given inside the program at {} ({} traced calls, {} \
+         process(es), {} thread(s), {:.3} s in the tracer)",
+        if per.is_empty() {
+            "no call (none mapped planned memory)".to_string()
+        } else {
+            per.join(", ")
+        },
+        t.stops,
+        t.processes,
+        t.threads,
+        t.handling_s
+    );
+    if !t.failures.is_empty() {
+        let f: Vec<String> = t
+            .failures
+            .iter()
+            .map(|(k, n)| format!("{n} × {k}"))
+            .collect();
+        line.push_str(&format!("; not advised: {}", f.join(", ")));
+    }
+    if !t.skipped.is_empty() {
+        let f: Vec<String> = t
+            .skipped
+            .iter()
+            .map(|(k, n)| format!("{n} × {k}"))
+            .collect();
+        line.push_str(&format!("; left alone: {}", f.join(", ")));
+    }
+    line
+}
+
 /// The optimized run's spec: the plan file written, the runtime library
 /// preloaded; for a program it cannot enter, the plan applied from outside.
 pub fn applied_spec(
@@ -193,7 +279,7 @@ pub fn applied_spec(
         let plan = OutsidePlan::from_assignments(assignments, threshold);
         note(format!(
             "{}: the runtime library cannot enter this program (static or Go): the plan ({}) \
-             is applied from outside with MADV_COLLAPSE",
+             is applied from outside (MADV_HUGEPAGE at fault time, MADV_COLLAPSE after)",
             display_cmd(&argv[..1]),
             plan.categories().join(", ")
         ));
@@ -537,6 +623,7 @@ mod tests {
             outside.env
         );
         assert!(outside.on_start.is_some());
+        assert!(outside.launch.is_some(), "the tracer starts it");
     }
 
     #[test]
