@@ -161,7 +161,8 @@ pub fn plan_text_with(
     if opts.outside {
         s.push_str(
             "# applied from outside the process (the runtime library cannot enter it): \
-             process_madvise(MADV_COLLAPSE) of the planned ranges, THP only\n",
+             MADV_HUGEPAGE injected at the planned mappings' creation (a tracer) and \
+             process_madvise(MADV_COLLAPSE) of what is already populated, THP only\n",
         );
     }
     if let Some(l) = opts.layout {
@@ -374,7 +375,8 @@ mod tests {
         assert_eq!(
             plan_text_with(&a, 131072, &opts),
             "hugetune-plan 1\nthreshold 131072\n# applied from outside the process (the runtime \
-             library cannot enter it): process_madvise(MADV_COLLAPSE) of the planned ranges, THP \
+             library cannot enter it): MADV_HUGEPAGE injected at the planned mappings' creation (a \
+             tracer) and process_madvise(MADV_COLLAPSE) of what is already populated, THP \
              only\nheap-small thp-2m\nstatic thp-2m\n"
         );
     }

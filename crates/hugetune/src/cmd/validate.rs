@@ -146,7 +146,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         if v.attach.is_empty() {
             "reported by the runtime library"
         } else {
-            "verified by the outside applier (MADV_COLLAPSE; the library cannot enter this program)"
+            "verified by the outside applier (MADV_HUGEPAGE at fault time, MADV_COLLAPSE; the library cannot enter this program)"
         }
     );
     if let Some(f) = v.attach.iter().find_map(|r| r.failure_text()) {
