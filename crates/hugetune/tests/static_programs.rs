@@ -442,6 +442,45 @@ fn a_static_c_random_walk_is_profiled_and_planned_on_thp() {
         "heap-large has {large} of the walks; refs {refs}"
     );
     check_outside_plan(&plan);
+    // The same program already running, with other arguments: `run -p PID`
+    // finds its stored plan (the program's newest profile) and applies it.
+    let mut child = Command::new(&exe)
+        .args(["128", "4000000000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    // Wait until the buffer is filled (the walk then runs for many seconds).
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(60) {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let rss_kb: u64 = st
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        if rss_kb >= 120 << 10 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (code, out, err) = hugetune(&db, &["run", "-p", &pid, "--min-gain", "0.001", "--json"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(code, 0, "run -p: {err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert!(r["plan"]["profile"].as_i64().is_some(), "{r}");
+    assert!(
+        r["plan"]["mapping"]
+            .as_str()
+            .unwrap()
+            .contains("heap-large"),
+        "{r}"
+    );
+    assert!(
+        r["attach"]["huge_bytes"].as_u64().unwrap() >= 96 << 20,
+        "the stored plan made the running buffer huge: {r}"
+    );
 }
 
 #[test]
