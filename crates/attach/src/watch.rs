@@ -58,10 +58,12 @@ pub struct Options {
     /// Make every `every`-th collapse fail with `errno` without asking the kernel
     /// (`HUGETUNE_ATTACH_INJECT=ERRNO[:EVERY]`, for tests of the refusal paths).
     pub inject: Option<(i32, u64)>,
-    /// Leave mappings advised MADV_HUGEPAGE (`hg`) to the kernel: the
-    /// fault-time tracer advised them, so their faults take huge pages and
-    /// khugepaged collapses the rest; looking into them (pagemap, a whole
-    /// read per look) would only cost the program CPU time.
+    /// Leave mappings advised MADV_HUGEPAGE (`hg`) to the kernel when at
+    /// least 3/4 of their resident memory is huge: the fault-time tracer
+    /// advised them, so their faults take huge pages and khugepaged collapses
+    /// the rest; looking into them (pagemap, a whole read per look) would only
+    /// cost the program CPU time. Advised mappings that are mostly not huge
+    /// (grown in small steps) are collapsed as any other.
     pub leave_advised: bool,
 }
 
@@ -220,7 +222,14 @@ fn look(
                 st.done.remove(a);
             }
         }
-        if opt.leave_advised && v.flags.iter().any(|f| f == "hg") {
+        // An advised mapping whose resident memory is mostly huge got its
+        // pages at fault time: leave it. One that is not (memory grown in
+        // steps smaller than a huge page, as a brk heap is: its faults came
+        // before the mapping held whole 2 MiB ranges) is collapsed as usual.
+        if opt.leave_advised
+            && v.flags.iter().any(|f| f == "hg")
+            && huge_now.saturating_mul(4) >= v.rss.saturating_mul(3)
+        {
             advised += 1;
             r.range_mut(t.kind, v.start).unpopulated_bytes = 0;
             continue;

@@ -31,10 +31,14 @@ fn static_c(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
         .output()
         .expect("run gcc");
     if !out.status.success() {
-        eprintln!(
-            "SKIPPED: gcc -static failed (no static libc?): {}",
-            String::from_utf8_lossy(&out.stderr)
+        let e = String::from_utf8_lossy(&out.stderr);
+        // Only a missing static libc skips: a test program that does not
+        // compile is the test's own fault.
+        assert!(
+            e.contains("cannot find -l"),
+            "{name}.c does not compile: {e}"
         );
+        eprintln!("SKIPPED: gcc -static failed (no static libc?): {e}");
         return None;
     }
     Some(exe)
