@@ -244,13 +244,28 @@ impl Journal {
                 let p = de.path();
                 let empty = std::fs::symlink_metadata(&p)
                     .is_ok_and(|m| m.is_file() && m.len() == 0 && m.uid() == euid());
-                let owner = de.file_name().to_str().and_then(|n| {
+                let name_owner = |n: &str| {
                     let mut f = n.strip_suffix(".json")?.splitn(3, '-');
                     Some((
                         f.next()?.parse::<u32>().ok()?,
                         f.next()?.parse::<u64>().ok()?,
                     ))
-                });
+                };
+                // A writer killed before its rename left its dot name: its
+                // change was never made either; once it is gone, so is the file.
+                let tmp_owner = de
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| name_owner(n.strip_prefix('.')?.strip_suffix(".tmp")?));
+                let ours =
+                    std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file() && m.uid() == euid());
+                if let (true, Some((pid, start))) = (ours, tmp_owner) {
+                    if !alive(pid, start) {
+                        let _ = std::fs::remove_file(&p);
+                    }
+                    continue;
+                }
+                let owner = de.file_name().to_str().and_then(name_owner);
                 if let (true, Some((pid, start))) = (empty, owner) {
                     if !alive(pid, start) && std::fs::remove_file(&p).is_ok() {
                         r.undone.push(format!(
@@ -455,8 +470,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let j = Journal::at(&d.path().join("journal"));
         j.ensure_dir().unwrap();
-        // What a writer killed before its rename leaves: ignored, not reported.
-        std::fs::write(j.dir.join(".1-2-000001.json.tmp"), b"").unwrap();
+        // What a writer killed before its rename leaves: ignored, not
+        // reported, and removed once its process is gone.
+        let (gone, gone_start) = dead_process();
+        let tmp = j.dir.join(format!(".{gone}-{gone_start}-000001.json.tmp"));
+        std::fs::write(&tmp, b"{").unwrap();
+        let live_tmp = j.dir.join(format!(
+            ".{}-{}-999999.json.tmp",
+            std::process::id(),
+            own_start()
+        ));
+        std::fs::write(&live_tmp, b"").unwrap();
         // What an older version killed between create and write left: removed
         // by recovery when its process is gone, left alone while it runs.
         let (dead, start) = dead_process();
@@ -470,6 +494,7 @@ mod tests {
         std::fs::write(&live, b"").unwrap();
         let r = j.recover();
         assert!(!old.exists() && live.exists(), "{r:?}");
+        assert!(!tmp.exists() && live_tmp.exists(), "{r:?}");
         assert!(
             r.undone
                 .iter()
