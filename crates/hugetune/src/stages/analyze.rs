@@ -211,6 +211,30 @@ fn self_advice_note(cat: &Categorizer) -> Option<String> {
     ))
 }
 
+/// Why no mTHP size was evaluated, when the kernel has some but every one's
+/// control keeps `MADV_HUGEPAGE` from it (issue 23: not silently).
+fn mthp_off_note() -> Option<String> {
+    let root = Path::new(hugetune_host::machine::THP_SYSFS);
+    let listed: Vec<(u64, String)> = hugetune_host::machine::mthp_sizes(root)
+        .into_iter()
+        .filter(|(kb, _)| (16..2048).contains(kb) && kb.is_power_of_two())
+        .collect();
+    if listed.is_empty() || !hugetune_host::machine::mthp_usable(root).is_empty() {
+        return None;
+    }
+    let sizes: Vec<String> = listed
+        .iter()
+        .map(|(kb, v)| format!("{kb} kB {v}"))
+        .collect();
+    Some(format!(
+        "mTHP sizes not evaluated: no size's control lets MADV_HUGEPAGE use it ({}); \
+         `echo madvise > {}/hugepages-64kB/enabled` (as root) lets hugetune predict and plan that \
+         size",
+        sizes.join(", "),
+        root.display()
+    ))
+}
+
 /// Runs the model over a bundle, with the mappings this machine offers.
 pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<Analysis> {
     analyze_with(path, geometry, cost, &analysis_options(false))
@@ -555,6 +579,11 @@ pub fn analyze_sampled(
     }
     if let Some(n) = self_advice_note(&cat) {
         note(n);
+    }
+    if opts.mthp.is_empty() {
+        if let Some(n) = mthp_off_note() {
+            note(n);
+        }
     }
     let mut meta = b.meta;
     if let Some(t) = so.native_s {
