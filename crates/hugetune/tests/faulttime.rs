@@ -347,9 +347,14 @@ fn a_static_programs_mmap_is_huge_at_fault_time_without_a_collapse() {
     let t = &j["attach"][0]["trace"];
     assert_eq!(t["ran"], false, "{j}");
     assert!(t["why_not"].as_str().unwrap().contains("turned off"), "{j}");
+    // What the program saw huge came from the watcher's collapse calls (which
+    // may catch its memory while it still runs; a call refused with EAGAIN
+    // part way may still have collapsed some pieces), not from its faults.
+    let calls = j["attach"][0]["collapse_calls"].as_u64().unwrap_or(0);
     assert!(
-        kb(&out) < 8 << 10,
-        "huge at fault time without the tracer: {out}"
+        kb(&out) < 8 << 10 || calls > 0,
+        "huge at fault time without the tracer: {} kB seen, no collapse call\n{j}",
+        kb(&out)
     );
 }
 
