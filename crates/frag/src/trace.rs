@@ -322,12 +322,25 @@ fn teardown(dir: &Path, fd: &AtomicI32, events: &[String], unmount: bool) {
     }
     if unmount {
         if let Ok(c) = CString::new(TRACEFS) {
-            // SAFETY: umount2 with a valid C string.
-            if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
-                eprintln!(
-                    "hugetune: could not unmount {TRACEFS}: {}",
-                    std::io::Error::last_os_error()
-                );
+            // EBUSY can be a moment's: the instance's last reader is still
+            // closing (seen once in the suite). Tried for up to 2 s.
+            let mut err = None;
+            for _ in 0..100 {
+                // SAFETY: umount2 with a valid C string.
+                if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+                    err = None;
+                    break;
+                }
+                let e = std::io::Error::last_os_error();
+                let busy = e.raw_os_error() == Some(libc::EBUSY);
+                err = Some(e);
+                if !busy {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Some(e) = err {
+                eprintln!("hugetune: could not unmount {TRACEFS}: {e}");
             }
         }
     }
