@@ -14,7 +14,7 @@
 //! libc, without Go, without strace.
 
 mod common;
-use common::{is_root, need_program};
+use common::{is_root, need_program, static_c};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -211,31 +211,8 @@ func main() {
 }
 "#;
 
-fn static_c(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
-    let c = dir.join(format!("{name}.c"));
-    std::fs::write(&c, src).unwrap();
-    let exe = dir.join(name);
-    let o = Command::new("gcc")
-        .args([
-            "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-pthread", "-o",
-        ])
-        .arg(&exe)
-        .arg(&c)
-        .output()
-        .expect("run gcc");
-    if !o.status.success() {
-        let e = String::from_utf8_lossy(&o.stderr);
-        // Only a missing static libc skips: a test program that does not
-        // compile is the test's own fault.
-        assert!(
-            e.contains("cannot find -l"),
-            "{name}.c does not compile: {e}"
-        );
-        eprintln!("SKIPPED: gcc -static failed (no static libc?): {e}");
-        return None;
-    }
-    Some(exe)
-}
+/// The test programs compile clean with every warning on.
+const CFLAGS: &[&str] = &["-Wall", "-Wextra", "-Werror", "-pthread"];
 
 /// THP is `madvise` here (else the advice cannot be told from the mode).
 fn thp_madvise() -> bool {
@@ -300,7 +277,7 @@ fn a_static_programs_mmap_is_huge_at_fault_time_without_a_collapse() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let Some(exe) = static_c(d.path(), "mapper", MAPPER) else {
+    let Some(exe) = static_c(d.path(), "mapper", MAPPER, CFLAGS) else {
         return;
     };
     let exe_s = exe.to_str().unwrap();
@@ -369,7 +346,7 @@ fn a_brk_heap_grown_in_small_steps_is_advised_and_collapsed() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let Some(exe) = static_c(d.path(), "brk", BRK_GROWER) else {
+    let Some(exe) = static_c(d.path(), "brk", BRK_GROWER, CFLAGS) else {
         return;
     };
     let p = plan(d.path(), "hugetune-plan 1\nheap-small thp-2m\n");
@@ -395,7 +372,7 @@ fn a_brk_heap_grown_in_small_steps_is_advised_and_collapsed() {
 #[test]
 fn a_traced_program_behaves_exactly_as_untraced() {
     let d = tempfile::tempdir().unwrap();
-    let Some(exe) = static_c(d.path(), "behaves", BEHAVES) else {
+    let Some(exe) = static_c(d.path(), "behaves", BEHAVES, CFLAGS) else {
         return;
     };
     let exe_s = exe.to_str().unwrap();
@@ -525,7 +502,7 @@ fn an_already_traced_program_runs_with_the_watcher_alone_and_says_why() {
         return;
     };
     let d = tempfile::tempdir().unwrap();
-    let Some(exe) = static_c(d.path(), "mapper", MAPPER) else {
+    let Some(exe) = static_c(d.path(), "mapper", MAPPER, CFLAGS) else {
         return;
     };
     let p = plan(d.path(), "hugetune-plan 1\nheap-large thp-2m\n");

@@ -7,7 +7,7 @@
 //! message) where qemu-x86_64, a static libc or Go is missing.
 
 mod common;
-use common::{hugetune, qemu_or_skip};
+use common::{hugetune, qemu_or_skip, static_c};
 
 use hugetune_capture::elf::{preload_barrier, preload_can_enter, PreloadBarrier};
 use hugetune_capture::qemu::{ALLOC_MARKER_ADDR, MARKER_SPAN};
@@ -18,31 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const PLUGIN: &str = env!("HUGETUNE_BUILT_QEMU_PLUGIN");
-
-/// `gcc -O2 -static` of `src` into `dir`, or `None` (said) without a static libc.
-fn static_c(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
-    let c = dir.join(format!("{name}.c"));
-    std::fs::write(&c, src).unwrap();
-    let exe = dir.join(name);
-    let out = Command::new("gcc")
-        .args(["-O2", "-static", "-o"])
-        .arg(&exe)
-        .arg(&c)
-        .output()
-        .expect("run gcc");
-    if !out.status.success() {
-        let e = String::from_utf8_lossy(&out.stderr);
-        // Only a missing static libc skips: a test program that does not
-        // compile is the test's own fault.
-        assert!(
-            e.contains("cannot find -l"),
-            "{name}.c does not compile: {e}"
-        );
-        eprintln!("SKIPPED: gcc -static failed (no static libc?): {e}");
-        return None;
-    }
-    Some(exe)
-}
 
 /// The Go toolchain, or `None` (said).
 fn go_or_skip() -> Option<PathBuf> {
@@ -161,7 +136,7 @@ int main(void) {
 fn preload_can_enter_tells_static_and_go_programs() {
     let d = tempfile::tempdir().unwrap();
     assert!(preload_can_enter(Path::new("/bin/true")).unwrap());
-    if let Some(exe) = static_c(d.path(), "walk", WALK_C) {
+    if let Some(exe) = static_c(d.path(), "walk", WALK_C, &[]) {
         assert!(!preload_can_enter(&exe).unwrap());
         assert_eq!(preload_barrier(&exe).unwrap(), Some(PreloadBarrier::Static));
     }
@@ -196,7 +171,7 @@ fn the_plugin_records_a_static_programs_system_calls_in_stream_order() {
         return;
     };
     let d = tempfile::tempdir().unwrap();
-    let Some(exe) = static_c(d.path(), "syscalls", SYSCALLS_C) else {
+    let Some(exe) = static_c(d.path(), "syscalls", SYSCALLS_C, &[]) else {
         return;
     };
     let (raw, log) = (d.path().join("refs.raw"), d.path().join("alloc.log"));
@@ -416,7 +391,7 @@ fn a_static_c_random_walk_is_profiled_and_planned_on_thp() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let Some(exe) = static_c(d.path(), "walk", WALK_C) else {
+    let Some(exe) = static_c(d.path(), "walk", WALK_C, &[]) else {
         return;
     };
     let db = d.path().join("db.sqlite");

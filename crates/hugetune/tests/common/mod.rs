@@ -558,3 +558,31 @@ pub fn build_blocks(dir: &Path) -> PathBuf {
     );
     exe
 }
+
+/// Compiles C `src` as a static program `dir/name` with `-O2 -static` and `flags`,
+/// or `None` after saying the test is skipped when no static libc is installed.
+/// A test program that does not compile fails the test: only a missing library
+/// skips.
+pub fn static_c(dir: &Path, name: &str, src: &str, flags: &[&str]) -> Option<PathBuf> {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).unwrap();
+    let exe = dir.join(name);
+    let o = Command::new("gcc")
+        .args(["-O2", "-static"])
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .output()
+        .expect("run gcc");
+    if !o.status.success() {
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains("cannot find -l"),
+            "{name}.c does not compile: {e}"
+        );
+        eprintln!("SKIPPED: gcc -static failed (no static libc?): {e}");
+        return None;
+    }
+    Some(exe)
+}
