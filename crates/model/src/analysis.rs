@@ -1029,6 +1029,40 @@ mod tests {
         }
     }
 
+    /// `n` xorshift-random references into `[base, base + size)`, aligned down to
+    /// `align` bytes, each with the object `cat` places there.
+    pub(super) fn random_refs(
+        cat: &mut Categorizer,
+        base: u64,
+        size: u64,
+        n: usize,
+        seed: u64,
+        align: u64,
+    ) -> Vec<(u32, u64)> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let a = base + (x % size) / align * align;
+                (cat.classify(a).unwrap(), a)
+            })
+            .collect()
+    }
+
+    /// Every candidate of the test geometry over `refs`, with `cat`'s objects.
+    fn analyze_all(cat: &Categorizer, refs: &[(u32, u64)]) -> AnalysisResult {
+        analyze(AnalysisInput {
+            geometry: geometry(),
+            static_segments: vec![],
+            objects: cat.objects(),
+            refs,
+            heap_large_peak_pages: cat.peak_owned_frames(),
+            alloc_stats: cat.stats().clone(),
+        })
+    }
+
     /// The same walk over a buffer the program advised `MADV_HUGEPAGE` itself
     /// (numpy): its baseline is THP already, and planning heap-large gains no
     /// walks. A 3 MB advice over the first 4 MB of a 64 MB buffer marks nothing.
@@ -1066,23 +1100,8 @@ mod tests {
             },
         ));
         assert!(cat.object(id).self_thp);
-        let mut refs = Vec::new();
-        let mut x = 12345u64;
-        for _ in 0..200_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let addr = base + (x % size);
-            refs.push((cat.classify(addr).unwrap(), addr));
-        }
-        let r = analyze(AnalysisInput {
-            geometry: geometry(),
-            static_segments: vec![],
-            objects: cat.objects(),
-            refs: &refs,
-            heap_large_peak_pages: cat.peak_owned_frames(),
-            alloc_stats: cat.stats().clone(),
-        });
+        let refs = random_refs(&mut cat, base, size, 200_000, 12345, 1);
+        let r = analyze_all(&cat, &refs);
         let small = r.all_small().total();
         let large = r.mapping("heap-large").unwrap().total();
         assert_eq!(small.walks, 32, "the program's own THP: cold misses only");
@@ -1137,23 +1156,8 @@ mod tests {
                 site: None,
             },
         });
-        let mut refs = Vec::new();
-        let mut x = 12345u64;
-        for _ in 0..200_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let addr = base + (x % size);
-            refs.push((cat.classify(addr).unwrap(), addr));
-        }
-        let r = analyze(AnalysisInput {
-            geometry: geometry(),
-            static_segments: vec![],
-            objects: cat.objects(),
-            refs: &refs,
-            heap_large_peak_pages: cat.peak_owned_frames(),
-            alloc_stats: cat.stats().clone(),
-        });
+        let refs = random_refs(&mut cat, base, size, 200_000, 12345, 1);
+        let r = analyze_all(&cat, &refs);
         assert_eq!(r.mappings.len(), 2);
         let small = r.all_small().total();
         let large = r.mapping("heap-large").unwrap().total();
@@ -1315,16 +1319,7 @@ mod page_size_tests {
                 site: None,
             },
         });
-        let mut x = 777u64;
-        let refs = (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let a = base + (x % size) / 64 * 64;
-                (cat.classify(a).unwrap(), a)
-            })
-            .collect();
+        let refs = super::tests::random_refs(&mut cat, base, size, n, 777, 64);
         (cat, refs)
     }
 
