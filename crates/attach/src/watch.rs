@@ -286,6 +286,7 @@ fn look(
                 _ => p.collapse(s, e),
             };
             r.collapse_s += c0.elapsed().as_secs_f64();
+            let run = (s, e);
             match out {
                 Collapse::Done => {
                     st.done.extend((s..e).step_by(HUGE as usize));
@@ -317,8 +318,18 @@ fn look(
                     break 'runs;
                 }
                 Collapse::Failed(e) => {
-                    // Pieces before the refused one may be huge now: smaps says.
+                    // Pieces before the refused one may be huge now (a 32 MiB
+                    // call refused with EAGAIN part way had collapsed 12 MiB):
+                    // pagemap says which, so that they are counted as this
+                    // call's work; smaps verifies the total anyway.
                     collapsed_any = true;
+                    let now = pagemap.and_then(|pm| piece_states(pm, run.0, run.1));
+                    for (i, _) in now.iter().flatten().enumerate().filter(|(_, x)| x.1) {
+                        if st.done.insert(run.0 + i as u64 * HUGE) {
+                            r.collapsed_bytes += HUGE;
+                            r.range_mut(t.kind, v.start).collapsed_bytes += HUGE;
+                        }
+                    }
                     let mut why = errno_name(e);
                     if opt.inject.is_some_and(|(ie, _)| ie == e) {
                         why.push_str(" (injected)");

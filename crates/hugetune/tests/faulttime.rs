@@ -333,6 +333,16 @@ fn a_static_programs_mmap_is_huge_at_fault_time_without_a_collapse() {
         "huge at fault time without the tracer: {} kB seen, no collapse call\n{j}",
         kb(&out)
     );
+    // And the report counts it, pieces of calls refused part way included
+    // (pagemap's frame numbers, shown to root only).
+    if is_root() {
+        let collapsed = j["attach"][0]["collapsed_bytes"].as_u64().unwrap_or(0);
+        assert!(
+            kb(&out) <= (collapsed >> 10) + (8 << 10),
+            "{} kB seen huge, {collapsed} bytes collapsed on record\n{j}",
+            kb(&out)
+        );
+    }
 }
 
 /// A brk heap grown in steps far below 2 MiB is advised at each step, but its
