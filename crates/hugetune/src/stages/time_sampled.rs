@@ -180,6 +180,7 @@ pub fn analyze(
             refs_sampled: n,
             groups: 0,
         }),
+        cores: None,
     };
     let native_s = b.meta.native.wall_s;
     let (predictions, errors) =
