@@ -124,9 +124,9 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
     let g = &an.result.geometry;
     println!("TLB model  {} ({})", g.describe().join("; "), g.source);
     if let Some(c) = &an.result.cores {
-        println!("threads    {}", c.describe());
+        // `analyze` said how the threads were placed (a note).
         let per_core = &an.result.all_small().per_core;
-        if !per_core.is_empty() {
+        if !per_core.is_empty() && c.cores() > 1 {
             let walks: Vec<String> = per_core
                 .iter()
                 .map(|x| hugetune_render::count(x.walks as f64))
