@@ -1058,9 +1058,16 @@ pub struct CoreSummary {
     pub source: String,
     /// Each core's references (estimated for a sampled stream).
     pub refs: Vec<u64>,
-    /// References over the busiest core's: how many cores ran at once on
-    /// average; every saving of the cores together is divided by it for the
-    /// wall clock (docs/model.md §3).
+    /// References over the busiest core's: how many cores the work kept busy
+    /// at once if they all ran side by side.
+    pub refs_concurrency: f64,
+    /// CPU time over wall time of the native run (user + system over wall),
+    /// when known: how many CPUs it really kept busy at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_cpus: Option<f64>,
+    /// How many cores' savings overlap on the wall clock: `refs_concurrency`,
+    /// at most `busy_cpus` (at least 1); every saving of the cores together
+    /// is divided by it (docs/model.md §3, "Wall-clock time").
     pub concurrency: f64,
 }
 
@@ -1070,17 +1077,33 @@ impl CoreSummary {
     pub fn new(threads: u64, cpus: u64, source: String, weights: &[f64]) -> Self {
         let total: f64 = weights.iter().sum();
         let max = weights.iter().copied().fold(0.0f64, f64::max);
+        let k = if max > 0.0 {
+            (total / max).max(1.0)
+        } else {
+            1.0
+        };
         CoreSummary {
             threads,
             cpus,
             source,
             refs: weights.iter().map(|w| w.round() as u64).collect(),
-            concurrency: if max > 0.0 {
-                (total / max).max(1.0)
-            } else {
-                1.0
-            },
+            refs_concurrency: k,
+            busy_cpus: None,
+            concurrency: k,
         }
+    }
+
+    /// The native run took `cpu_s` of CPU time (user + system) in `wall_s`:
+    /// the cores overlap no more than the CPUs it kept busy (threads that
+    /// waited on each other, serial phases, an oversubscribed machine where
+    /// they took turns). Unknown times (0) change nothing.
+    pub fn with_native_run(mut self, cpu_s: f64, wall_s: f64) -> Self {
+        if cpu_s > 0.0 && wall_s > 0.0 && cpu_s.is_finite() && wall_s.is_finite() {
+            let busy = cpu_s / wall_s;
+            self.busy_cpus = Some(busy);
+            self.concurrency = self.refs_concurrency.min(busy).max(1.0);
+        }
+        self
     }
 
     /// Cores the threads ran on.
@@ -1092,9 +1115,12 @@ impl CoreSummary {
     pub fn describe(&self) -> String {
         let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
         let how = if self.cores() > 1 {
+            let busy = self.busy_cpus.map_or(String::new(), |b| {
+                format!(", the native run kept {b:.2} CPUs busy")
+            });
             format!(
-                "per-core TLBs, {:.2} cores busy at once on average",
-                self.concurrency
+                "per-core TLBs; their savings overlap {:.2}x (the references spread over {:.2} cores{busy})",
+                self.concurrency, self.refs_concurrency
             )
         } else {
             "one TLB".into()

@@ -141,8 +141,19 @@ fn private_buffers_fit_each_core_but_not_one_tlb() {
     assert_eq!(w2.sim_walks, 960);
     assert_eq!(
         c.describe(),
-        "2 threads over 2 cores (test 2): per-core TLBs, 2.00 cores busy at once on average"
+        "2 threads over 2 cores (test 2): per-core TLBs; their savings overlap 2.00x (the references spread over 2.00 cores)"
     );
+    // The native run kept 1.5 CPUs busy: the savings overlap no more; a run
+    // that took turns on one CPU adds them up; unknown times change nothing.
+    let busy = c.clone().with_native_run(1.5, 1.0);
+    assert_eq!((busy.busy_cpus, busy.concurrency), (Some(1.5), 1.5));
+    assert!(busy
+        .describe()
+        .ends_with("the native run kept 1.50 CPUs busy)"));
+    assert_eq!(c.clone().with_native_run(0.6, 1.0).concurrency, 1.0);
+    assert_eq!(c.clone().with_native_run(7.9, 1.0).concurrency, 2.0);
+    assert_eq!(c.clone().with_native_run(0.0, 1.0), *c);
+    assert_eq!(c.clone().with_native_run(1.0, 0.0), *c);
 }
 
 /// Both threads walk the same 300 pages: each core misses on each page once,

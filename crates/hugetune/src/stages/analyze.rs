@@ -597,8 +597,12 @@ pub fn analyze_sampled(
     if let Some(n) = self_advice_note(&cat) {
         note(n);
     }
-    if let Some(c) = &result.cores {
+    let mut result = result;
+    if let Some(c) = result.cores.take() {
+        let n = &b.meta.native;
+        let c = c.with_native_run(n.user_s + n.sys_s, n.wall_s);
         note(c.describe());
+        result.cores = Some(c);
     }
     if opts.mthp.is_empty() {
         if let Some(n) = mthp_off_note() {
