@@ -729,6 +729,7 @@ pub fn store_analysis_from(
         "program": a.program,
         "mrc": a.mrc.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
         "sampling": a.result.sampling,
+        "cores": a.result.cores,
         "errors": a.errors,
     });
     let directives: Vec<NewDirective> = a
