@@ -56,12 +56,20 @@ fn spec() -> StreamSpec {
     }
 }
 
+/// A `(thread, value)` entry that is no reference: the sampling threshold
+/// falls to `value` here.
+const THRESHOLD: u32 = u32::MAX;
+
 /// (thread, address) references as stream items: the marker, then a THREAD
 /// item wherever the thread changes.
 fn items(refs: &[(u32, u64)]) -> Vec<StreamItem> {
     let mut v = vec![StreamItem::Ref(MARKERS + 1)];
     let mut cur = None;
     for &(t, a) in refs {
+        if t == THRESHOLD {
+            v.push(StreamItem::Threshold(a));
+            continue;
+        }
         if cur != Some(t) {
             cur = Some(t);
             v.push(StreamItem::Thread(t));
@@ -248,10 +256,12 @@ fn threads_spread_round_robin_in_order_of_appearance() {
 
 /// The sum of `per_core` is the mapping's total, and every core's misses are a
 /// one-TLB analysis of its own threads' references: randomized threads,
-/// chunks, shared and private data, exact and SHARDS-sampled.
+/// chunks, shared and private data, exact and SHARDS-sampled (fixed-rate, and
+/// fixed-size whose threshold falls twice, evicting from every core).
 #[test]
 fn every_core_is_one_tlb_over_its_own_references() {
-    for seed in 1..=6u64 {
+    let mut multi_seeds = Vec::new();
+    for seed in 1..=8u64 {
         let mut r = Rng(seed);
         let threads = 1 + r.below(4) as u32;
         let cpus = 1 + r.below(3) as usize;
@@ -268,16 +278,27 @@ fn every_core_is_one_tlb_over_its_own_references() {
                 refs.push((t, a));
             }
         }
+        let modulus = Sampling::with_rate(1, 1.0).modulus;
+        let falling = seed % 4 == 0;
+        if falling {
+            // From R = 1/2 to 1/4 and 1/8 a third and two thirds in.
+            let n = refs.len();
+            refs.insert(2 * n / 3, (THRESHOLD, modulus / 8));
+            refs.insert(n / 3, (THRESHOLD, modulus / 4));
+        }
         let sampled = |s: u64| {
             s.is_multiple_of(2).then(|| StreamSampling {
-                regions: Sampling::with_rate(s, 0.5),
-                kind: "analysis",
+                regions: Sampling::new(s, modulus, modulus / 2).unwrap(),
+                kind: if falling { "spatial-size" } else { "analysis" },
                 realized: 1.0,
             })
         };
         let mut o = opts(cpus);
         o.simulate = sampled(seed).is_none();
         let whole = run_sampled(items(&refs), &o, sampled(seed));
+        if falling {
+            assert_eq!(whole.sampling.as_ref().unwrap().threshold, modulus / 8);
+        }
         let one = {
             let mut o = o.clone();
             o.cpus = 0;
@@ -285,18 +306,21 @@ fn every_core_is_one_tlb_over_its_own_references() {
         };
         let mut order: Vec<u32> = Vec::new();
         for &(t, _) in &refs {
-            if !order.contains(&t) {
+            if t != THRESHOLD && !order.contains(&t) {
                 order.push(t);
             }
         }
         let core_of = |t: u32| order.iter().position(|&x| x == t).unwrap() % cpus;
         let cores = threads.min(cpus as u32) as usize;
+        if cores > 1 {
+            multi_seeds.push((seed, falling));
+        }
         let subs: Vec<AnalysisResult> = (0..cores)
             .map(|c| {
                 let sub: Vec<(u32, u64)> = refs
                     .iter()
                     .copied()
-                    .filter(|&(t, _)| core_of(t) == c)
+                    .filter(|&(t, _)| t == THRESHOLD || core_of(t) == c)
                     .collect();
                 let mut o = o.clone();
                 o.cpus = 0;
@@ -338,6 +362,9 @@ fn every_core_is_one_tlb_over_its_own_references() {
             }
         }
     }
+    // The seeds cover several cores, sampled with falling thresholds among them.
+    assert!(multi_seeds.len() >= 3, "{multi_seeds:?}");
+    assert!(multi_seeds.iter().any(|&(_, f)| f), "{multi_seeds:?}");
 }
 
 /// Wall-clock savings: two balanced cores save half of what their walks cost
