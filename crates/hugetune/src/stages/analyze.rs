@@ -483,7 +483,14 @@ pub fn analyze_sampled(
         }
     });
     let (present, _, top) = present_categories(&spec, first);
-    let (cpus, cpus_source) = run_cpus(b.meta.affinity.as_deref());
+    // Valgrind runs the threads one at a time and lackey names none: its
+    // stream is one thread, whatever the program ran.
+    let (cpus, cpus_source) = if b.meta.ref_source.starts_with("valgrind") {
+        note("valgrind's stream does not say which thread made each reference: one TLB for all of them (`record --refs qemu` gives each thread its core's TLBs)");
+        (0, String::new())
+    } else {
+        run_cpus(b.meta.affinity.as_deref())
+    };
     let opts = &AnalysisOptions {
         sites: top,
         cpus,
