@@ -59,6 +59,11 @@ pub struct ProfileMeta {
     /// Filled in by `write` from the stream itself (absent in version-1 metadata).
     #[serde(default)]
     pub ref_stream: Option<RefStreamInfo>,
+    /// The CPUs the profiled command could run on (its affinity when it was
+    /// launched); the analysis spreads its threads over them. Absent in
+    /// bundles recorded before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Vec<u32>>,
 }
 
 /// What is wrong with a profile bundle, or why one could not be written.
@@ -283,6 +288,7 @@ mod tests {
             machine: hugetune_host::machine::machine(None).unwrap(),
             runtime_summary: None,
             ref_stream: None,
+            affinity: None,
         }
     }
 
@@ -361,6 +367,26 @@ mod tests {
         rewrite_meta(&p, |v| v["ref_stream"]["header"]["source"] = "other".into());
         let e = chain(&read(&p).err().unwrap());
         assert!(e.contains("does not match"), "{e}");
+    }
+
+    /// The run's affinity is kept; bundles from before it load without one,
+    /// and a list that is not CPU numbers is refused.
+    #[test]
+    fn affinity_round_trips_and_old_bundles_load_without_it() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.htb");
+        let mut m = meta();
+        m.affinity = Some(vec![0, 1, 5]);
+        write(&p, &m, &empty_log(), Some(stream(100)), vec![]).unwrap();
+        assert_eq!(read(&p).unwrap().meta.affinity, Some(vec![0, 1, 5]));
+        let (p, _) = valid_bundle(d.path());
+        rewrite_meta(&p, |v| {
+            v.as_object_mut().unwrap().remove("affinity");
+        });
+        assert_eq!(read(&p).unwrap().meta.affinity, None);
+        rewrite_meta(&p, |v| v["affinity"] = "0-1".into());
+        let e = chain(&read(&p).err().unwrap());
+        assert!(e.contains("not valid profile metadata"), "{e}");
     }
 
     fn mutate(bytes: &[u8], ops: &[(u8, usize, u8)]) -> Vec<u8> {

@@ -264,6 +264,11 @@ pub struct MappingResult {
     /// error bars are.
     #[serde(skip)]
     pub buckets: Vec<Vec<Cell>>,
+    /// Per-core TLBs ([`Analyzer::with_cores`]) with more than one core used:
+    /// each core's counts, summed over categories (the cells hold the sums over
+    /// cores). Empty with one TLB.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_core: Vec<SizeStats>,
 }
 
 impl MappingResult {
@@ -312,18 +317,50 @@ pub(crate) struct Route {
     pub(crate) array: usize,
 }
 
+/// The TLB state of one core under one mapping: its reuse engines and its
+/// set-associative simulation (TLBs are per core; faults are per process).
+struct CoreTlb {
+    engines: Vec<SampledEngine>,
+    sim: Option<TlbSim>,
+}
+
+impl CoreTlb {
+    fn new(n: usize, geometry: &TlbGeometry, simulate: bool, sampled: bool) -> Self {
+        CoreTlb {
+            engines: (0..n)
+                .map(|_| {
+                    if sampled {
+                        SampledEngine::estimating()
+                    } else {
+                        SampledEngine::exact()
+                    }
+                })
+                .collect(),
+            sim: simulate.then(|| TlbSim::new(geometry)),
+        }
+    }
+}
+
 struct MappingState {
     res: PerCategory<Option<Backing>>,
     sites: Vec<(Site, Backing)>,
     /// `routes[backing][level]`.
     routes: Vec<Vec<Option<Route>>>,
     /// Per backing: an engine keyed at folio granularity, whose cold misses are the
-    /// faults; `None`: a set of touched folios counts them.
+    /// faults; `None`: a set of touched folios counts them. With several cores a
+    /// cold miss is a fault only when no other core touched the folio first (the
+    /// touched set, kept for every backing then).
     fault_engine: Vec<Option<usize>>,
-    engines: Vec<SampledEngine>,
+    /// Per core, created when the core's first reference comes (index: core).
+    cores: Vec<CoreTlb>,
+    /// Engines per core.
+    n_engines: usize,
+    simulate: bool,
+    sampled: bool,
     scratch: Vec<Option<Option<u64>>>,
     touched: FxHashSet<u64>,
-    sim: Option<TlbSim>,
+    /// Per-core totals (several cores only).
+    core_totals: Vec<Weighted>,
     /// Cell of the previous reference (its bucket included), and its weight
     /// there (0: not in this mapping's sample).
     last_cell: usize,
@@ -380,6 +417,12 @@ pub struct Analyzer {
     geometry: TlbGeometry,
     /// Whether the program's own `MADV_HUGEPAGE` counts (`with_self_advice`).
     advised: bool,
+    /// Per-core TLBs ([`Analyzer::with_cores`]): whether there may be more
+    /// than one core, the core of the references fed now, and each core's
+    /// references (their weight).
+    multi: bool,
+    core: usize,
+    core_weight: Vec<f64>,
 }
 
 /// The backing a reference to `addr` in `obj` lands on when the object's category
@@ -533,18 +576,13 @@ impl MappingState {
             sites: m.sites.clone(),
             routes,
             fault_engine,
-            engines: (0..n)
-                .map(|_| {
-                    if sampled {
-                        SampledEngine::estimating()
-                    } else {
-                        SampledEngine::exact()
-                    }
-                })
-                .collect(),
+            cores: vec![CoreTlb::new(n, geometry, simulate, sampled)],
+            n_engines: n,
+            simulate,
+            sampled,
             scratch: vec![None; n],
             touched: FxHashSet::default(),
-            sim: simulate.then(|| TlbSim::new(geometry)),
+            core_totals: Vec::new(),
             last_cell: 0,
             last_w: 0.0,
             cells: vec![Weighted::default(); CELLS * if sampled { BUCKETS } else { 1 }],
@@ -555,7 +593,19 @@ impl MappingState {
                 cells: Vec::new(),
                 simulated: simulate,
                 buckets: Vec::new(),
+                per_core: Vec::new(),
             },
+        }
+    }
+
+    /// Makes sure core `c` has its TLB state (and its totals with `multi`).
+    fn ensure_core(&mut self, c: usize, geometry: &TlbGeometry, multi: bool) {
+        while self.cores.len() <= c {
+            let t = CoreTlb::new(self.n_engines, geometry, self.simulate, self.sampled);
+            self.cores.push(t);
+        }
+        if multi && self.core_totals.len() <= c {
+            self.core_totals.resize(c + 1, Weighted::default());
         }
     }
 }
@@ -612,7 +662,46 @@ impl Analyzer {
             sampled,
             geometry,
             advised: false,
+            multi: false,
+            core: 0,
+            core_weight: vec![0.0],
         }
+    }
+
+    /// Per-core TLBs: the references may come from several cores
+    /// ([`Analyzer::set_core`]), each with TLBs of its own; a folio still
+    /// faults once, on the core that touches it first. Call before the first
+    /// reference. With one core used, the counts are those of one TLB.
+    pub fn with_cores(mut self) -> Self {
+        self.multi = true;
+        for m in &mut self.mappings {
+            m.core_totals = vec![Weighted::default()];
+        }
+        self
+    }
+
+    /// The references fed from now on run on core `c` (0-based; with
+    /// [`Analyzer::with_cores`] only).
+    pub fn set_core(&mut self, c: usize) {
+        debug_assert!(self.multi || c == 0, "set_core without with_cores");
+        if c == self.core {
+            return;
+        }
+        self.core = c;
+        // The previous reference was another core's: its page is not this
+        // core's most recent entry.
+        self.last = (u32::MAX, u64::MAX, 0);
+        if self.core_weight.len() <= c {
+            self.core_weight.resize(c + 1, 0.0);
+        }
+        for m in &mut self.mappings {
+            m.ensure_core(c, &self.geometry, self.multi);
+        }
+    }
+
+    /// Each core's references (their weight), for the cores used so far.
+    pub fn core_weights(&self) -> &[f64] {
+        &self.core_weight
     }
 
     /// The program advises `MADV_HUGEPAGE` itself (`AllocOp::Advise`): the
@@ -620,12 +709,16 @@ impl Analyzer {
     /// alone, all-small included, as in the run without hugetune. Call before
     /// the first reference.
     pub fn with_self_advice(mut self) -> Self {
-        let (geometry, sampled) = (self.geometry.clone(), self.sampled);
+        let (geometry, sampled, multi) = (self.geometry.clone(), self.sampled, self.multi);
         self.mappings = std::mem::take(&mut self.mappings)
             .into_iter()
             .map(|s| {
-                let simulate = s.sim.is_some();
-                MappingState::new(s.result.mapping, &geometry, simulate, sampled, true)
+                let mut n =
+                    MappingState::new(s.result.mapping, &geometry, s.simulate, sampled, true);
+                if multi {
+                    n.core_totals = vec![Weighted::default()];
+                }
+                n
             })
             .collect();
         self.advised = true;
@@ -668,7 +761,7 @@ impl Analyzer {
         group_left: impl Fn(u64) -> bool + Copy,
     ) {
         for m in &mut self.mappings {
-            for e in &mut m.engines {
+            for e in m.cores.iter_mut().flat_map(|c| &mut c.engines) {
                 e.evict(page_left, group_left);
             }
         }
@@ -688,6 +781,7 @@ impl Analyzer {
         self.refs += 1;
         if u.flags & RefUnits::PAGE != 0 {
             self.weight += inv_page;
+            self.core_weight[self.core] += inv_page;
         }
         let k4 = key_4k(addr);
         // Same object, same 4 KB page (and the same sample decisions) as the
@@ -701,6 +795,9 @@ impl Analyzer {
             for m in &mut self.mappings {
                 if m.last_w > 0.0 {
                     m.cells[m.last_cell].refs += m.last_w;
+                    if self.multi {
+                        m.core_totals[self.core].refs += m.last_w;
+                    }
                 }
             }
             return;
@@ -711,6 +808,7 @@ impl Analyzer {
             .and_then(|i| self.static_segments.get(i as usize));
         let cat = obj.category.index();
         let mut slots = [None; 4];
+        let core = self.core;
         for m in &mut self.mappings {
             let res = match obj.site {
                 Some(site) if !m.sites.is_empty() && obj.category == Category::HeapLarge => {
@@ -761,7 +859,8 @@ impl Analyzer {
                         } else {
                             (layer, unit)
                         };
-                        let d = m.engines[r.engine].access(k, kl, ku, inv_page, inv_region);
+                        let d =
+                            m.cores[core].engines[r.engine].access(k, kl, ku, inv_page, inv_region);
                         m.scratch[r.engine] = Some(d);
                         d
                     }
@@ -771,33 +870,44 @@ impl Analyzer {
                 }
             }
             let fault = match m.fault_engine[bi] {
+                // With several cores, a folio another core touched first is
+                // this core's cold miss but no fault.
+                Some(e) if self.multi => {
+                    m.scratch[e] == Some(None) && m.touched.insert(key(space, b.folio_shift(), pa))
+                }
                 Some(e) => m.scratch[e] == Some(None),
                 None => m.touched.insert(key(space, b.folio_shift(), pa)),
             };
             let bucket = if self.sampled { bucket_of(unit) } else { 0 };
             let cell = bucket * CELLS + cat * BACKINGS + bi;
             m.last_cell = cell;
-            let s = &mut m.cells[cell];
-            s.refs += w;
+            let mut one = Weighted {
+                refs: w,
+                ..Weighted::default()
+            };
             if hit_level > 0 {
-                s.l1_misses += w;
+                one.l1_misses = w;
             }
             if hit_level == self.levels {
-                s.walks += w;
+                one.walks = w;
             }
             if fault {
                 // A 1 GB folio is seen whenever its page is referenced at all
                 // (sampled.rs): its fault is counted once, not scaled.
-                s.faults += if b.folio_shift() > SHIFT_2M { 1.0 } else { w };
+                one.faults = if b.folio_shift() > SHIFT_2M { 1.0 } else { w };
             }
-            if let Some(sim) = m.sim.as_mut() {
+            if let Some(sim) = m.cores[core].sim.as_mut() {
                 let h = sim.access(&slots[..self.levels]);
                 if h > 0 {
-                    s.sim_l1_misses += w;
+                    one.sim_l1_misses = w;
                 }
                 if h == self.levels {
-                    s.sim_walks += w;
+                    one.sim_walks = w;
                 }
+            }
+            m.cells[cell].add(&one);
+            if self.multi {
+                m.core_totals[core].add(&one);
             }
         }
     }
@@ -833,6 +943,9 @@ impl Analyzer {
                 sampled: self.sampled,
                 geometry: self.geometry.clone(),
                 advised: self.advised,
+                multi: self.multi,
+                core: self.core,
+                core_weight: self.core_weight.clone(),
             });
             rest = tail;
         }
@@ -847,6 +960,9 @@ impl Analyzer {
                 sampled: self.sampled,
                 geometry: self.geometry,
                 advised: self.advised,
+                multi: self.multi,
+                core: self.core,
+                core_weight: self.core_weight,
             });
         }
         parts
@@ -886,6 +1002,9 @@ impl Analyzer {
                     }
                 }
                 m.result.cells = cells(&total, 1.0);
+                if m.core_totals.len() > 1 {
+                    m.result.per_core = m.core_totals.iter().map(|w| w.counts(1.0)).collect();
+                }
                 if m.cells.len() > CELLS {
                     m.result.buckets = m
                         .cells
@@ -919,6 +1038,100 @@ pub struct AnalysisResult {
     /// (exact counts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<SamplingSummary>,
+    /// How the threads were placed on cores (per-core TLBs); `None`: one TLB
+    /// for every reference (a single-threaded stream, or analyses before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<CoreSummary>,
+}
+
+/// The threads of a stream and the cores their references were given to
+/// (docs/model.md §3, "Per-core TLBs").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoreSummary {
+    /// Threads seen in the stream.
+    pub threads: u64,
+    /// The CPUs the run could use (`cpus` CPUs: the bundle's affinity, or this
+    /// machine's when the bundle has none); threads go round-robin over
+    /// min(threads, cpus) cores in the order they first appear.
+    pub cpus: u64,
+    /// Where `cpus` came from, for people: `affinity 0-1`, `this machine's CPUs`.
+    pub source: String,
+    /// Each core's references (estimated for a sampled stream).
+    pub refs: Vec<u64>,
+    /// References over the busiest core's: how many cores the work kept busy
+    /// at once if they all ran side by side.
+    pub refs_concurrency: f64,
+    /// CPU time over wall time of the native run (user + system over wall),
+    /// when known: how many CPUs it really kept busy at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_cpus: Option<f64>,
+    /// How many cores' savings overlap on the wall clock: `refs_concurrency`,
+    /// at most `busy_cpus` (at least 1); every saving of the cores together
+    /// is divided by it (docs/model.md §3, "Wall-clock time").
+    pub concurrency: f64,
+}
+
+impl CoreSummary {
+    /// The summary of `threads` threads over `cpus` CPUs whose cores ran
+    /// `weights` references each.
+    pub fn new(threads: u64, cpus: u64, source: String, weights: &[f64]) -> Self {
+        let total: f64 = weights.iter().sum();
+        let max = weights.iter().copied().fold(0.0f64, f64::max);
+        let k = if max > 0.0 {
+            (total / max).max(1.0)
+        } else {
+            1.0
+        };
+        CoreSummary {
+            threads,
+            cpus,
+            source,
+            refs: weights.iter().map(|w| w.round() as u64).collect(),
+            refs_concurrency: k,
+            busy_cpus: None,
+            concurrency: k,
+        }
+    }
+
+    /// The native run took `cpu_s` of CPU time (user + system) in `wall_s`:
+    /// the cores overlap no more than the CPUs it kept busy (threads that
+    /// waited on each other, serial phases, an oversubscribed machine where
+    /// they took turns). Unknown times (0) change nothing.
+    pub fn with_native_run(mut self, cpu_s: f64, wall_s: f64) -> Self {
+        if cpu_s > 0.0 && wall_s > 0.0 && cpu_s.is_finite() && wall_s.is_finite() {
+            let busy = cpu_s / wall_s;
+            self.busy_cpus = Some(busy);
+            self.concurrency = self.refs_concurrency.min(busy).max(1.0);
+        }
+        self
+    }
+
+    /// Cores the threads ran on.
+    pub fn cores(&self) -> u64 {
+        self.refs.len() as u64
+    }
+
+    /// "4 threads over 2 cores (affinity 0-1): per-core TLBs".
+    pub fn describe(&self) -> String {
+        let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+        let how = if self.cores() > 1 {
+            let busy = self.busy_cpus.map_or(String::new(), |b| {
+                format!(", the native run kept {b:.2} CPUs busy")
+            });
+            format!(
+                "per-core TLBs; their savings overlap {:.2}x (the references spread over {:.2} cores{busy})",
+                self.concurrency, self.refs_concurrency
+            )
+        } else {
+            "one TLB".into()
+        };
+        format!(
+            "{} over {} ({}): {how}",
+            plural(self.threads, "thread"),
+            plural(self.cores(), "core"),
+            self.source
+        )
+    }
 }
 
 fn one() -> f64 {
@@ -957,6 +1170,12 @@ impl AnalysisResult {
             .find(|m| m.mapping.is_all_small())
             .expect("all-small is always analysed")
     }
+    /// How many cores ran at once on average ([`CoreSummary::concurrency`]);
+    /// 1 with one TLB.
+    pub fn concurrency(&self) -> f64 {
+        self.cores.as_ref().map_or(1.0, |c| c.concurrency)
+    }
+
     /// Categories with references.
     pub fn present(&self) -> Vec<Category> {
         let base = self.all_small();
@@ -1009,6 +1228,7 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
         alloc_stats: input.alloc_stats,
         geometry: input.geometry,
         sampling: None,
+        cores: None,
     }
 }
 
@@ -1548,6 +1768,7 @@ mod site_tests {
             alloc_stats: Default::default(),
             geometry: g,
             sampling: None,
+            cores: None,
         };
         let preds = predictions(&result, &CostModel::default(), 1.0);
         let find = |f: &dyn Fn(&crate::rank::Prediction) -> bool| {
@@ -1624,6 +1845,7 @@ mod site_tests {
             alloc_stats: cat.stats().clone(),
             geometry: g,
             sampling: None,
+            cores: None,
         };
         let preds = predictions(&result, &CostModel::default(), 1.0);
         let get = |b: Backing| {

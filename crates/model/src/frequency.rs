@@ -458,6 +458,7 @@ pub fn analysis_result(
                 cells,
                 simulated: false,
                 buckets: vec![],
+                per_core: vec![],
             }
         })
         .collect();
@@ -470,6 +471,7 @@ pub fn analysis_result(
         alloc_stats,
         geometry: geometry.clone(),
         sampling: None,
+        cores: None,
     }
 }
 

@@ -58,9 +58,10 @@ pub struct Prediction {
     pub label: String,
     pub base: bool,
     pub assignments: Vec<(Category, Backing)>,
-    /// Time spent in TLB misses and faults (ns), eq. 2.
+    /// Time spent in TLB misses and faults (ns), eq. 2; with per-core TLBs,
+    /// the wall-clock share: every core's, over the cores busy at once.
     pub miss_time_ns: f64,
-    /// Saving against all-small (ns).
+    /// Saving against all-small (ns of wall-clock time).
     pub saving_ns: f64,
     /// Percentage of maximal benefit among all predictions (0..100).
     pub pmb: f64,
@@ -168,8 +169,11 @@ pub struct WalkOverlap {
 /// plus the memory latency); when the native run spends less than that per walk,
 /// walks were in flight together, `serial_ns / ns_per_walk` of them, at most the
 /// cost model's `walk_concurrency`. The calibrated walk costs come from a
-/// dependent chase, where the factor is 1.
+/// dependent chase, where the factor is 1. With per-core TLBs the walks of
+/// every core are set against the time of every core that ran: the native
+/// run's wall time times the cores busy at once ([`AnalysisResult::concurrency`]).
 pub fn walk_overlap(result: &AnalysisResult, cost: &CostModel, native_seconds: f64) -> WalkOverlap {
+    let native_seconds = native_seconds * result.concurrency();
     let base = result.all_small();
     let none = Variant {
         assignments: vec![],
@@ -288,11 +292,14 @@ pub fn predictions(
         site_backing: None,
     };
     let overlap = walk_overlap(result, cost, native_seconds).factor;
-    let base_time = miss_time(result.all_small(), cost, &none, overlap);
+    // Per-core TLBs: the cores' miss times add up to CPU time; cores that ran
+    // at once overlap theirs (docs/model.md §3, "Wall-clock time").
+    let k = result.concurrency();
+    let base_time = miss_time(result.all_small(), cost, &none, overlap) / k;
     let mut out = Vec::new();
     for m in &result.mappings {
         for v in variants(m) {
-            let mt = miss_time(m, cost, &v, overlap);
+            let mt = miss_time(m, cost, &v, overlap) / k;
             let assignments = v.assignments.clone();
             let saving = base_time - mt;
             let (mut hugetlb, mut hugetlb_1g, mut thp) = (0, 0, 0);

@@ -14,7 +14,7 @@
 //! mapping's view. A complete stream can be sampled the same way by the
 //! analysis itself (`analyze --rate`).
 
-use crate::analysis::{AnalysisResult, Analyzer, Mapping, RefUnits, SamplingSummary};
+use crate::analysis::{AnalysisResult, Analyzer, CoreSummary, Mapping, RefUnits, SamplingSummary};
 use crate::categorize::{AddressSpace, AllocEvent, AllocOp, Categorizer, Site};
 use crate::category::{Category, PerCategory};
 use crate::sampled::{group_of, page_unit, Sampling};
@@ -28,6 +28,9 @@ pub enum StreamItem {
     Ref(u64),
     /// Fixed-size sampling lowered the threshold to this value.
     Threshold(u64),
+    /// The references that follow are this thread's (its id in the stream;
+    /// before the first: the first thread's).
+    Thread(u32),
 }
 
 /// How the stream the analysis reads was sampled.
@@ -191,6 +194,15 @@ pub struct AnalysisOptions {
     /// depend on it.
     #[serde(default)]
     pub threads: usize,
+    /// The CPUs the profiled run could use: its threads go round-robin, in the
+    /// order they first appear in the stream, over min(threads, cpus) cores,
+    /// each with TLBs of its own (docs/model.md §3, "Per-core TLBs"). 0: one
+    /// TLB for every reference, no thread placement reported.
+    #[serde(default)]
+    pub cpus: usize,
+    /// Where `cpus` came from, for people (`affinity 0-1`).
+    #[serde(default)]
+    pub cpus_source: String,
 }
 
 /// References categorized at a time before the analysis threads take them.
@@ -211,6 +223,8 @@ pub fn top_sites(cat: &Categorizer) -> Vec<Site> {
 
 /// A batch entry that is no reference: the threshold fell to `addr` here.
 const THRESHOLD_ID: u32 = u32::MAX;
+/// A batch entry that is no reference: the references after it run on core `addr`.
+const CORE_ID: u32 = u32::MAX - 1;
 
 /// A batch entry: object, address, units (sampled streams).
 type Entry = (u32, u64, RefUnits);
@@ -218,12 +232,20 @@ type Entry = (u32, u64, RefUnits);
 fn feed_batch(a: &mut Analyzer, cat: &Categorizer, batch: &[Entry], s: Sampling, realized: f64) {
     if !a.is_sampled() {
         for &(id, addr, _) in batch {
+            if id == CORE_ID {
+                a.set_core(addr as usize);
+                continue;
+            }
             a.feed(cat.object(id), addr);
         }
         return;
     }
     let mut s = s;
     for (id, addr, u) in batch {
+        if *id == CORE_ID {
+            a.set_core(*addr as usize);
+            continue;
+        }
         if *id == THRESHOLD_ID {
             s.threshold = *addr;
             a.evict(|p| !s.page_sampled(p), |g| !s.region_sampled(g));
@@ -276,6 +298,10 @@ pub fn analyze_stream_sampled(
     } else {
         a
     };
+    let a = if opts.cpus > 1 { a.with_cores() } else { a };
+    // Threads in the order they first appear; the core of the current one.
+    let mut seen: rustc_hash::FxHashMap<u32, usize> = Default::default();
+    let mut core = 0usize;
     let mut s = sampling.map_or(Sampling::complete(), |x| x.regions);
     let realized = sampling.map_or(1.0, |x| crate::sampled::sane_ratio(x.realized));
     // Weights of the program references in the sample, per category.
@@ -298,6 +324,16 @@ pub fn analyze_stream_sampled(
         for item in items.by_ref() {
             let addr = match item {
                 StreamItem::Ref(a) => a,
+                StreamItem::Thread(t) => {
+                    let n = seen.len();
+                    let i = *seen.entry(t).or_insert(n);
+                    let c = if opts.cpus > 1 { i % opts.cpus } else { 0 };
+                    if c != core {
+                        core = c;
+                        batch.push((CORE_ID, c as u64, RefUnits::ALL));
+                    }
+                    continue;
+                }
                 StreamItem::Threshold(t) => {
                     // Thresholds only fall (the reader checks); a hostile
                     // stream's rise would only be ignored.
@@ -362,6 +398,14 @@ pub fn analyze_stream_sampled(
         });
     }
     let a = Analyzer::join(parts);
+    let cores = (opts.cpus > 0).then(|| {
+        CoreSummary::new(
+            seen.len().max(1) as u64,
+            opts.cpus as u64,
+            opts.cpus_source.clone(),
+            a.core_weights(),
+        )
+    });
     for (c, w) in weights.iter().enumerate() {
         d.summary.refs_per_category[c] = w.round() as u64;
     }
@@ -388,6 +432,7 @@ pub fn analyze_stream_sampled(
             refs_sampled: d.summary.sampled_refs,
             groups: groups.len() as u64,
         }),
+        cores,
     };
     (result, d.summary, d.cat)
 }
@@ -512,6 +557,7 @@ mod tests {
             simulate: true,
             sites: vec![],
             threads: 0,
+            ..Default::default()
         };
         let (r, _, cat) = analyze_stream(&spec, &g, &present, &opts, refs.into_iter());
         assert_eq!(r.refs, 4);
@@ -590,6 +636,7 @@ mod tests {
             simulate: true,
             sites: vec![],
             threads: 1,
+            ..Default::default()
         };
         let (serial, s1, _) = analyze_stream(&spec, &g, &present, &opts, refs.iter().copied());
         assert!(

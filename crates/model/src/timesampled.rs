@@ -427,6 +427,7 @@ pub fn analyze(input: &TimeSampledInput<'_>) -> Vec<MappingResult> {
                 .chunks(CELLS)
                 .map(|b| cells_of(b, BUCKETS as f64))
                 .collect(),
+            per_core: vec![],
         });
     }
     out

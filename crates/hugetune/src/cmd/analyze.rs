@@ -123,6 +123,17 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
     println!("references {}", cats.join(", "));
     let g = &an.result.geometry;
     println!("TLB model  {} ({})", g.describe().join("; "), g.source);
+    if let Some(c) = &an.result.cores {
+        // `analyze` said how the threads were placed (a note).
+        let per_core = &an.result.all_small().per_core;
+        if !per_core.is_empty() && c.cores() > 1 {
+            let walks: Vec<String> = per_core
+                .iter()
+                .map(|x| hugetune_render::count(x.walks as f64))
+                .collect();
+            println!("walks per core with 4 KB pages: {}", walks.join(", "));
+        }
+    }
     let sig = &an.significance;
     println!(
         "significance  {} TLB misses/s, {} faults/s with 4 KB pages (model estimate): {}",

@@ -273,6 +273,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         simulate: a.simulate,
         sites: vec![],
         threads: 0,
+        ..Default::default()
     };
     let an = stages::analyze_with(&bundle, &m.tlb.geometry, &cost, &opts)?;
     let set = measured_set(&an.predictions);

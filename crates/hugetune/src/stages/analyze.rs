@@ -408,36 +408,50 @@ pub fn analyze_sampled(
         let mut r = RefReader::new(&refs[..]).context("reading the reference stream")?;
         let err = &stream_error;
         let (bar, done, ends) = (&bar, &done, &ends);
-        Ok(std::iter::from_fn(move || match r.next_event() {
-            Ok(Some(Event::Ref(x))) => {
-                let left = done.get() - 1;
-                if left == 0 {
-                    bar.inc(1);
-                    done.set(unit);
-                } else {
-                    done.set(left);
+        // The thread of the references given so far, and a reference held
+        // back behind the THREAD item that announces its new thread.
+        let mut thread = None;
+        let mut held = None;
+        Ok(std::iter::from_fn(move || {
+            if let Some(a) = held.take() {
+                return Some(StreamItem::Ref(a));
+            }
+            match r.next_event() {
+                Ok(Some(Event::Ref(x))) => {
+                    let left = done.get() - 1;
+                    if left == 0 {
+                        bar.inc(1);
+                        done.set(unit);
+                    } else {
+                        done.set(left);
+                    }
+                    if thread != Some(x.thread) {
+                        thread = Some(x.thread);
+                        held = Some(x.addr);
+                        return Some(StreamItem::Thread(x.thread));
+                    }
+                    Some(StreamItem::Ref(x.addr))
                 }
-                Some(StreamItem::Ref(x.addr))
-            }
-            Ok(Some(Event::Threshold(t))) => Some(StreamItem::Threshold(t)),
-            Ok(None) => {
-                *ends.borrow_mut() = Some((
-                    r.totals().and_then(|t| t.regions_seen),
-                    r.threshold(),
-                    r.totals().map(|t| t.refs_seen),
-                ));
-                None
-            }
-            Err(e) => {
-                *err.borrow_mut() = Some(e);
-                None
+                Ok(Some(Event::Threshold(t))) => Some(StreamItem::Threshold(t)),
+                Ok(None) => {
+                    *ends.borrow_mut() = Some((
+                        r.totals().and_then(|t| t.regions_seen),
+                        r.threshold(),
+                        r.totals().map(|t| t.refs_seen),
+                    ));
+                    None
+                }
+                Err(e) => {
+                    *err.borrow_mut() = Some(e);
+                    None
+                }
             }
         }))
     };
     fn addrs(it: impl Iterator<Item = StreamItem>) -> impl Iterator<Item = u64> {
         it.filter_map(|i| match i {
             StreamItem::Ref(a) => Some(a),
-            StreamItem::Threshold(_) => None,
+            StreamItem::Threshold(_) | StreamItem::Thread(_) => None,
         })
     }
     // The first pass: the categories present, the largest sites, and the 2 MB
@@ -469,8 +483,18 @@ pub fn analyze_sampled(
         }
     });
     let (present, _, top) = present_categories(&spec, first);
+    // Valgrind runs the threads one at a time and lackey names none: its
+    // stream is one thread, whatever the program ran.
+    let (cpus, cpus_source) = if b.meta.ref_source.starts_with("valgrind") {
+        note("valgrind's stream does not say which thread made each reference: one TLB for all of them (`record --refs qemu` gives each thread its core's TLBs)");
+        (0, String::new())
+    } else {
+        run_cpus(b.meta.affinity.as_deref())
+    };
     let opts = &AnalysisOptions {
         sites: top,
+        cpus,
+        cpus_source,
         ..opts.clone()
     };
     if let Some(e) = stream_error.take() {
@@ -531,7 +555,7 @@ pub fn analyze_sampled(
     };
     let second = items()?.inspect(|i| match *i {
         StreamItem::Ref(a) if a.wrapping_sub(mbase) >= mspan => mrcs.feed(a),
-        StreamItem::Ref(_) => {}
+        StreamItem::Ref(_) | StreamItem::Thread(_) => {}
         StreamItem::Threshold(t) => mrcs.set_threshold(t),
     });
     let (result, mut stream, cat) =
@@ -580,6 +604,13 @@ pub fn analyze_sampled(
     if let Some(n) = self_advice_note(&cat) {
         note(n);
     }
+    let mut result = result;
+    if let Some(c) = result.cores.take() {
+        let n = &b.meta.native;
+        let c = c.with_native_run(n.user_s + n.sys_s, n.wall_s);
+        note(c.describe());
+        result.cores = Some(c);
+    }
     if opts.mthp.is_empty() {
         if let Some(n) = mthp_off_note() {
             note(n);
@@ -610,6 +641,52 @@ pub fn analyze_sampled(
             .collect(),
         errors,
     })
+}
+
+/// The CPUs the profiled run could use and where that came from: the bundle's
+/// affinity, else this machine's CPUs (bundles recorded before the affinity
+/// was kept).
+pub(crate) fn run_cpus(affinity: Option<&[u32]>) -> (usize, String) {
+    match affinity.filter(|a| !a.is_empty()) {
+        Some(a) => (cpu_count(a), format!("affinity {}", cpu_list(a))),
+        None => {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (
+                n,
+                format!("round-robin over this machine's {n} CPUs: the bundle has no affinity"),
+            )
+        }
+    }
+}
+
+/// Distinct CPUs in a list.
+fn cpu_count(cpus: &[u32]) -> usize {
+    let mut v = cpus.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.len()
+}
+
+/// CPU numbers as the kernel lists them: `0-3,6`.
+pub(crate) fn cpu_list(cpus: &[u32]) -> String {
+    let mut v = cpus.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
 }
 
 /// A site prediction's label before its modules are named.
@@ -659,6 +736,7 @@ pub fn store_analysis_from(
         "program": a.program,
         "mrc": a.mrc.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
         "sampling": a.result.sampling,
+        "cores": a.result.cores,
         "errors": a.errors,
     });
     let directives: Vec<NewDirective> = a
@@ -910,6 +988,22 @@ pub fn learn_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bundle's affinity decides the CPUs (counted once each); without
+    /// one, this machine's, and the placement says so.
+    #[test]
+    fn run_cpus_come_from_the_affinity_else_this_machine() {
+        assert_eq!(cpu_list(&[3, 0, 1, 2, 6, 8, 9, 1]), "0-3,6,8-9");
+        assert_eq!(cpu_list(&[5]), "5");
+        assert_eq!(run_cpus(Some(&[0, 1])), (2, "affinity 0-1".to_string()));
+        assert_eq!(run_cpus(Some(&[4, 4])), (1, "affinity 4".to_string()));
+        let here = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for none in [None, Some(&[][..])] {
+            let (n, how) = run_cpus(none);
+            assert_eq!(n, here);
+            assert!(how.contains("no affinity"), "{how}");
+        }
+    }
 
     #[test]
     fn key_buckets_are_ordered_and_their_floors_invert_them() {

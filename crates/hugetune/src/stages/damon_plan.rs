@@ -487,6 +487,8 @@ pub fn record_running(
         machine: machine::machine(tlb_override)?,
         runtime_summary: None,
         ref_stream: None,
+        // DAMON gives no reference stream: nothing to place on cores.
+        affinity: None,
     };
     let section = Section {
         name: "damon".into(),

@@ -110,6 +110,7 @@ pub fn analysis_options(simulate: bool) -> AnalysisOptions {
         simulate,
         sites: vec![],
         threads: 0,
+        ..Default::default()
     }
 }
 

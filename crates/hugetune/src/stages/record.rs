@@ -402,6 +402,13 @@ pub fn record_with_native(
         machine: machine::machine(tlb_override)?,
         runtime_summary: rec.summary.clone(),
         ref_stream: None,
+        // The command inherited this process's affinity (taskset, cpuset).
+        affinity: Some(
+            hugetune_capture::runner::allowed_cpus()
+                .into_iter()
+                .map(|c| c as u32)
+                .collect(),
+        ),
     };
     let log_bytes = std::fs::read(&rec.log_path)?;
     let refs = match &rec.refs_path {

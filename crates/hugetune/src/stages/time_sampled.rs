@@ -96,6 +96,7 @@ pub fn analyze(
         ..Default::default()
     };
     let mut samples: Vec<(u32, u64)> = Vec::new();
+    let mut threads = std::collections::HashSet::new();
     let t0 = std::time::Instant::now();
     loop {
         match r.next_event() {
@@ -105,7 +106,10 @@ pub fn analyze(
                     continue;
                 }
                 match cat.classify(x.addr) {
-                    Some(id) => samples.push((id, x.addr)),
+                    Some(id) => {
+                        threads.insert(x.thread);
+                        samples.push((id, x.addr))
+                    }
                     None => summary.excluded += 1,
                 }
             }
@@ -159,6 +163,12 @@ pub fn analyze(
         n,
         n as f64 / secs.max(1e-9)
     ));
+    if threads.len() > 1 {
+        note(format!(
+            "{} threads in the samples: a time-sampled analysis keeps one TLB for all of them (per-core TLBs need a complete or spatially sampled stream, `--refs qemu`: docs/model.md §3, \"Per-core TLBs\")",
+            threads.len()
+        ));
+    }
     summary.refs = n * period;
     summary.sampled_refs = n;
     summary.refs_per_category = per_cat;
@@ -180,6 +190,7 @@ pub fn analyze(
             refs_sampled: n,
             groups: 0,
         }),
+        cores: None,
     };
     let native_s = b.meta.native.wall_s;
     let (predictions, errors) =
