@@ -110,7 +110,8 @@ pub struct PoolProfile {
     pub largest_block_pages: u64,
     /// calloc'd bytes handed out in pool pages used before (cleared by memset).
     pub reused_zeroed_bytes: u64,
-    /// Threads of the program (the most in one process).
+    /// Threads the allocation log shows (those that called the allocator;
+    /// the most in one process).
     pub threads: u32,
     /// Processes with blocks for the pool (each maps a pool of its own).
     pub processes: u32,
