@@ -7,7 +7,9 @@
 //! N from a record-mode run's allocation log, as the planner sizes it) and
 //! without (per-allocation pages). Per kernel: time against threads, the huge
 //! page speedup at each thread count, the parallel speedup per configuration,
-//! optimize's choice and why, next to seed 002's published figures.
+//! optimize's choice and why, next to seed 002's published figures. panels
+//! (blocks allocated and freed over and over) is the control where the pool
+//! matters.
 
 use super::config::{own_page, Config, LibPlan, Missing, THRESHOLD};
 use super::output::{self, SuiteReport};
@@ -54,10 +56,31 @@ pub fn thread_counts(max: u32) -> Vec<u32> {
     v
 }
 
+/// The control where the shared pool matters: blocks allocated and freed
+/// again and again while the threads work (the NAS-like kernels allocate
+/// their arrays once).
+pub const CHURN: (&str, &str) = (
+    "panels",
+    "HPL-like: panels of 3-12 MiB allocated and freed (FIFO) by one thread between the threads' parallel fill and update",
+);
+
+/// panels' live memory and passes: (bytes, iters).
+pub fn churn_size(quick: bool) -> (u64, u32) {
+    if quick {
+        (32 << 20, 2)
+    } else {
+        (256 << 20, 3)
+    }
+}
+
 pub fn workloads(quick: bool, threads: &[u32]) -> Vec<Workload> {
-    let (s, iters) = size(quick);
     let mut v = Vec::new();
-    for (k, about) in KERNELS {
+    for (k, about) in KERNELS.into_iter().chain([CHURN]) {
+        let (s, iters) = if k == CHURN.0 {
+            churn_size(quick)
+        } else {
+            size(quick)
+        };
         for &t in threads {
             v.push(
                 Workload::work(
@@ -261,6 +284,11 @@ pub fn run(ctx: &Ctx, o: &Opts, max_threads: Option<u32>) -> Result<()> {
             }
         }
         let mut cs = configs(o.quick);
+        if w.kernel() == Some(CHURN.0) {
+            // panels has no mapping of its own (`--page` is ignored): only
+            // the library can put its panels on huge pages.
+            cs.retain(|c| c.name == "4k");
+        }
         let failed_sizing = entry["pool_pages"].is_null();
         cs.extend(
             lib_configs(&plans)
@@ -299,7 +327,7 @@ pub fn run(ctx: &Ctx, o: &Opts, max_threads: Option<u32>) -> Result<()> {
 /// over 4 KB, parallel speedup over 1 thread, efficiency).
 pub fn curves(ws: &[WorkloadResult]) -> serde_json::Value {
     let mut out = Vec::new();
-    for (k, _) in KERNELS {
+    for (k, _) in KERNELS.into_iter().chain([CHURN]) {
         let mine: Vec<&WorkloadResult> = ws
             .iter()
             .filter(|w| w.params["kernel"].as_str() == Some(k))
@@ -503,8 +531,10 @@ mod tests {
         assert_eq!(thread_counts(8), (1..=8).collect::<Vec<_>>());
         assert_eq!(thread_counts(40), vec![1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 40]);
         let w = workloads(true, &[1, 2]);
-        assert_eq!(w.len(), 6);
+        assert_eq!(w.len(), 8);
         assert_eq!(w[1].name, "cg-t2");
+        assert_eq!(w[7].name, "panels-t2");
+        assert_eq!(w[7].kernel(), Some("panels"));
         assert_eq!(w[1].kernel(), Some("cg"));
         let c = configs(false);
         assert_eq!(c[2].page.as_deref(), Some("hugetlb-2m"));
