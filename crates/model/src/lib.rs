@@ -12,6 +12,7 @@ pub mod frequency;
 pub mod mrc;
 pub mod page;
 pub mod plan;
+pub mod pool;
 pub mod rank;
 pub mod reuse;
 pub mod sampled;

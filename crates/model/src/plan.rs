@@ -112,11 +112,27 @@ pub struct PlanDecision {
     /// `thp-2m` or `hugetlb-2m`); set by hugetune's JVM planner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jvm: Option<Backing>,
+    /// The shared pool weighed against per-allocation pages for the plan's
+    /// hugetlb-2m blocks ([`choose_pool`]); `chosen`: the plan writes
+    /// `pool hugetlb-2m N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::pool::PoolWeighing>,
 }
 
 impl PlanDecision {
+    /// 2 MB hugetlb pages the plan needs: the prediction's, with a chosen
+    /// pool's pages in place of the per-allocation pages it replaces.
     pub fn hugetlb_pages(&self) -> u64 {
-        self.prediction.as_ref().map_or(0, |p| p.hugetlb_pages)
+        let pages = self.prediction.as_ref().map_or(0, |p| p.hugetlb_pages);
+        match &self.pool {
+            Some(w) if w.chosen => pages.saturating_sub(w.replaces) + w.profile.all_pool_pages(),
+            _ => pages,
+        }
+    }
+
+    /// `pool hugetlb-2m N` when the plan takes the pool.
+    pub fn pool_2m(&self) -> Option<u64> {
+        self.pool.as_ref().filter(|w| w.chosen).map(|w| w.pages)
     }
 
     /// The applied mapping's label (a directive's `mapping`); empty when nothing is applied.
@@ -377,6 +393,7 @@ fn choose_core(
         prediction: None,
         reasons,
         jvm: None,
+        pool: None,
     };
     if !sig.passes {
         reasons.push(format!(
@@ -536,6 +553,7 @@ fn choose_core(
             prediction: Some(k),
             reasons,
             jvm: None,
+            pool: None,
         };
     }
     reasons.push(format!(
@@ -560,7 +578,70 @@ fn choose_core(
         prediction: Some(best.clone()),
         reasons,
         jvm: None,
+        pool: None,
     }
+}
+
+/// The shared pool (seed 002) against per-allocation pages for the blocks the
+/// decision puts on `hugetlb-2m` (heap-large, planned sites), from the
+/// reference run's allocation logs (`traces`, one per process) and the
+/// calibrated fault costs ([`crate::pool::weigh`]). Sets `d.pool` and says
+/// which it chose and why in the reasons; a pool the free pages cannot hold
+/// is not chosen. Nothing is said when no block is planned on `hugetlb-2m`.
+#[allow(clippy::too_many_arguments)]
+pub fn choose_pool(
+    d: &mut PlanDecision,
+    traces: &[crate::pool::PoolTrace],
+    threshold: u64,
+    cost: &crate::cost::CostModel,
+    avail: &Availability,
+    native_seconds: f64,
+    min_gain: f64,
+) {
+    let key = |s: &PlannedSite| (s.module.clone(), s.site.offset);
+    let scope = crate::pool::PoolScope {
+        heap_large: d
+            .assignments
+            .contains(&(Category::HeapLarge, Backing::Hugetlb2m)),
+        threshold,
+        sites_in: d
+            .sites
+            .iter()
+            .filter(|s| s.backing == Backing::Hugetlb2m)
+            .map(key)
+            .collect(),
+        sites_out: d
+            .sites
+            .iter()
+            .filter(|s| s.backing != Backing::Hugetlb2m)
+            .map(key)
+            .collect(),
+    };
+    d.pool = None;
+    if scope.is_empty() {
+        return;
+    }
+    let profile = crate::pool::profile(traces, &scope);
+    let mut w = crate::pool::weigh(&profile, cost, native_seconds, min_gain);
+    if profile.processes > 1 && w.chosen {
+        w.reason += &format!(
+            "; {} processes allocate such blocks: each maps a pool of its own ({} pages in all)",
+            profile.processes,
+            profile.all_pool_pages()
+        );
+    }
+    d.pool = Some(w);
+    let need = d.hugetlb_pages();
+    let w = d.pool.as_mut().expect("just set");
+    if w.chosen && need > avail.hugetlb_2m_free {
+        w.chosen = false;
+        w.reason = format!(
+            "{}; but the plan would need {need} hugetlb 2 MB pages with it, {} available: \
+             per-allocation pages instead",
+            w.reason, avail.hugetlb_2m_free
+        );
+    }
+    d.reasons.push(w.reason.clone());
 }
 
 /// `p`'s assignments with heap-large on `to` instead of what it has (None: `p`
@@ -1521,5 +1602,152 @@ pub(crate) mod tests {
         let mut v = gigantic_preds(340.0, 100, 2);
         v.pop();
         assert_eq!(why(v), "");
+    }
+
+    /// `rounds` rounds in which each of `threads` threads allocates a block of
+    /// `pages` x 2 MB and frees it.
+    fn churn_trace(threads: u32, rounds: u64, pages: u64) -> crate::pool::PoolTrace {
+        let mut b = crate::pool::TraceBuilder::default();
+        for r in 0..rounds {
+            let at = |t: u32| ((r << 8) + t as u64 + 1) << 32;
+            for t in 0..threads {
+                b.alloc(t, at(t), pages << 21, false, None);
+            }
+            for t in 0..threads {
+                b.free(t, at(t));
+            }
+        }
+        b.finish()
+    }
+
+    fn pool_decision(avail: &Availability) -> PlanDecision {
+        let mut p = pred(
+            "heap-large",
+            vec![(Category::HeapLarge, Backing::Hugetlb2m)],
+            300.0,
+            16,
+        );
+        p.hugetlb_pages = 16;
+        choose(
+            &[p],
+            &sig(true),
+            avail,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        )
+    }
+
+    #[test]
+    fn churning_threads_get_the_shared_pool_sized_to_their_peak() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        let cost = crate::cost::CostModel::default();
+        // Two threads, 100 rounds of 8 pages each: at most 16 pages live, first
+        // fit never fragments, one block of slack for the threads' order.
+        let mut d = pool_decision(&avail);
+        let before = d.hugetlb_pages();
+        choose_pool(
+            &mut d,
+            &[churn_trace(2, 100, 8)],
+            131072,
+            &cost,
+            &avail,
+            1.0,
+            0.01,
+        );
+        let w = d.pool.clone().expect("weighed");
+        assert!(w.chosen, "{:?}", d.reasons);
+        assert_eq!(w.profile.peak_pages, 16);
+        assert_eq!(w.pages, 16 + 8);
+        assert_eq!(d.pool_2m(), Some(24));
+        // The pool's pages replace the per-allocation peak in the needs.
+        assert_eq!(before, 16);
+        assert_eq!(d.hugetlb_pages(), 24);
+        let line = d.reasons.last().unwrap();
+        assert!(
+            line.starts_with("pool vs per-allocation: shared pool chosen")
+                && line
+                    .contains("`pool hugetlb-2m 24` (peak 16 live pages, 8 of slack for 2 threads")
+                && line.contains("1600 x 2 MB"),
+            "{line}"
+        );
+        // Single-threaded churn: the peak, no slack.
+        let mut d = pool_decision(&avail);
+        choose_pool(
+            &mut d,
+            &[churn_trace(1, 100, 8)],
+            131072,
+            &cost,
+            &avail,
+            1.0,
+            0.01,
+        );
+        assert_eq!(d.pool_2m(), Some(8));
+        // Too few free pages for the pool: per allocation, and said.
+        let short = Availability {
+            hugetlb_2m_free: 20,
+            ..avail.clone()
+        };
+        let mut d = pool_decision(&short);
+        choose_pool(
+            &mut d,
+            &[churn_trace(2, 100, 8)],
+            131072,
+            &cost,
+            &short,
+            1.0,
+            0.01,
+        );
+        assert_eq!(d.pool_2m(), None);
+        assert_eq!(d.hugetlb_pages(), 16);
+        assert!(
+            d.reasons
+                .last()
+                .unwrap()
+                .contains("would need 24 hugetlb 2 MB pages with it, 20 available"),
+            "{:?}",
+            d.reasons
+        );
+    }
+
+    #[test]
+    fn a_program_allocating_once_keeps_per_allocation_pages() {
+        let avail = Availability {
+            hugetlb_2m_free: 1000,
+            thp: ThpMode::Madvise,
+            ..Default::default()
+        };
+        let cost = crate::cost::CostModel::default();
+        let mut b = crate::pool::TraceBuilder::default();
+        b.alloc(1, 1 << 32, 16 << 21, false, None);
+        b.thread(2);
+        let mut d = pool_decision(&avail);
+        choose_pool(&mut d, &[b.finish()], 131072, &cost, &avail, 1.0, 0.0);
+        assert_eq!(d.pool_2m(), None);
+        assert_eq!(d.hugetlb_pages(), 16);
+        let line = d.reasons.last().unwrap();
+        assert!(
+            line.starts_with("pool vs per-allocation: per-allocation pages: the program allocates its blocks once"),
+            "{line}"
+        );
+        // A plan without hugetlb blocks weighs nothing and says nothing.
+        let mut thp = d.clone();
+        thp.assignments = vec![(Category::HeapLarge, Backing::Thp2m)];
+        thp.pool = None;
+        let n = thp.reasons.len();
+        choose_pool(
+            &mut thp,
+            &[churn_trace(2, 100, 8)],
+            131072,
+            &cost,
+            &avail,
+            1.0,
+            0.0,
+        );
+        assert!(thp.pool.is_none() && thp.reasons.len() == n);
     }
 }

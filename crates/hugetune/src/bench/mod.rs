@@ -227,7 +227,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         Suite::Characterize(o) => characterize::run(&o)?,
         Suite::PagesSweep { opts, pcts } => pages_sweep::run(ctx, &opts, &pcts)?,
         Suite::Integration(o) => integration::run(&o)?,
-        Suite::Scaling { opts, threads } => scaling::run(&opts, threads)?,
+        Suite::Scaling { opts, threads } => scaling::run(ctx, &opts, threads)?,
         Suite::Categories(o) => categories::run(ctx, &o)?,
         Suite::Soak(a) => return soak::run(a),
         Suite::Store(a) => return store::run(ctx, a),

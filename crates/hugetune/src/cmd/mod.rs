@@ -112,6 +112,10 @@ pub fn decision_text(d: &hugetune_model::plan::PlanDecision) -> String {
     } else {
         hugetune_model::rank::site_label(&d.sites)
     };
+    let own = match d.pool_2m() {
+        Some(n) => format!("{own}, one shared pool of {n} x 2 MB pages"),
+        None => own,
+    };
     // A JVM's heap goes through the JVM's own switch (stages/jvm.rs).
     match d.jvm {
         Some(b) if d.assignments.is_empty() && d.sites.is_empty() => {

@@ -155,6 +155,10 @@ pub struct PlanReport {
     /// What the profile and the sizing run showed about the program (forks).
     #[serde(default)]
     pub program: ProgramTraits,
+    /// The shared pool weighed against per-allocation pages (plan `pool`),
+    /// when the plan puts blocks on hugetlb-2m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<hugetune_model::pool::PoolWeighing>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -478,10 +482,11 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     timings.profile_s = t.elapsed().as_secs_f64();
     timings.native_s = meta.native.wall_s;
     let t = Instant::now();
+    let cost = stages::cost_model_at(&ctx.db_path, &machine)?;
     let an: Analysis = stages::analyze_sampled(
         &bundle,
         &machine.tlb.geometry,
-        &stages::cost_model_at(&ctx.db_path, &machine)?,
+        &cost,
         &stages::analysis_options(false),
         &stages::SampleOptions {
             exact: o.exact,
@@ -548,8 +553,13 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let mut avail_plan = avail_now.clone();
     let mut gigantic = None;
     if o.reserve {
-        avail_plan.hugetlb_2m_free += ref_pages + small_pages;
-        avail_plan.hugetlb_2m_total += ref_pages + small_pages;
+        // A shared pool may take more pages than the blocks' peak (whole pages
+        // per block, first-fit fragmentation, slack for threads).
+        let pool_extra = sizing
+            .heap_large_pool_pages(an.threshold)
+            .saturating_sub(ref_pages);
+        avail_plan.hugetlb_2m_free += ref_pages + small_pages + pool_extra;
+        avail_plan.hugetlb_2m_total += ref_pages + small_pages + pool_extra;
         // 1 GB pages count as far as the fragmentation doctor expects the
         // kernel to assemble them now (and memory lasts).
         let want_1g = preds.iter().map(|p| p.hugetlb_1g_pages).max().unwrap_or(0);
@@ -573,8 +583,20 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         lost: db.lost_mappings(program_id)?,
         confidence: vec![],
     };
+    // Then the shared pool against per-allocation pages for the blocks the
+    // plan puts on hugetlb-2m (seed 002), from the sizing run's logs.
     let choose = |avail: &Availability| {
-        plan::choose_with(&preds, &an.significance, avail, &program, native_s, &policy)
+        let mut d = plan::choose_with(&preds, &an.significance, avail, &program, native_s, &policy);
+        plan::choose_pool(
+            &mut d,
+            &sizing.pool,
+            an.threshold,
+            &cost,
+            avail,
+            native_s,
+            o.min_gain,
+        );
+        d
     };
     let mut decision = choose(&avail_plan);
     let mut reserved = stages::Reserved::default();
@@ -611,6 +633,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     plan_options = plan_options
         .with_sites(&decision.sites)
         .with_jvm(decision.jvm);
+    plan_options.pool_2m = decision.pool_2m();
     // The JVM's switch as the runs will get it (said once, at the runs).
     let plan_options = stages::jvm::for_command(
         &plan_options,
@@ -712,6 +735,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             gigantic,
             availability,
             program,
+            pool: decision.pool.clone(),
         },
         chosen_prediction: decision.prediction.clone(),
         predicted: preds,

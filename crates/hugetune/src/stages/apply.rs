@@ -672,6 +672,7 @@ mod tests {
             prediction: Some(p),
             reasons: vec![],
             jvm: None,
+            pool: None,
         };
         let m = gigantic_shortfall(&d, 1).unwrap();
         assert!(

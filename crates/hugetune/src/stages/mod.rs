@@ -192,6 +192,7 @@ mod tests {
             heap_large_pages: 1100,
             heap_small_peak_bytes: 1 << 30,
             program: ProgramTraits::default(),
+            pool: vec![],
         };
         // Training: 6 pages for 10 MiB of live objects (0.6 pages per MiB,
         // more than the 0.5 of bare 2 MB frames): 1 GiB needs 615 pages.

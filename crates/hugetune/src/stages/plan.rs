@@ -15,7 +15,9 @@ use hugetune_model::analysis::AnalysisResult;
 use hugetune_model::categorize::Categorizer;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
+use hugetune_model::page::SIZE_2M;
 use hugetune_model::plan::{Availability, ProgramTraits, ThpMode};
+use hugetune_model::pool::{PoolScope, PoolTrace, TraceBuilder};
 use hugetune_model::rank::Prediction;
 use hugetune_model::stream::AnalysisOptions;
 use std::ffi::OsString;
@@ -149,6 +151,7 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -
         heap_large_pages: 0,
         heap_small_peak_bytes: 0,
         program: ProgramTraits::default(),
+        pool: Vec::new(),
     };
     // One log per process and image: children forked by the program add their own
     // peaks (they run at the same time as the parent in the worst case).
@@ -171,8 +174,52 @@ pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -
             .modules
             .iter()
             .any(|m| hugetune_model::plan::is_jvm_module(m));
+        out.pool.push(pool_trace(&l));
     }
     Ok(out)
+}
+
+/// The blocks a shared pool could hold, from one process's allocation log:
+/// allocations of at least one 2 MB page, their frees and reallocs, with the
+/// threads of the process (hugetune_model::pool).
+pub fn pool_trace(log: &AllocLog) -> PoolTrace {
+    use hugetune_format::alloclog::{Kind, PF_X};
+    // The caller's module and offset (a plan's sites name them so).
+    let site = |caller: u64| {
+        log.modules.iter().find_map(|m| {
+            m.segments
+                .iter()
+                .any(|s| {
+                    let lo = m.bias.wrapping_add(s.vaddr);
+                    s.flags & PF_X != 0 && caller >= lo && caller < lo.wrapping_add(s.memsz)
+                })
+                .then(|| (m.path.clone(), caller.wrapping_sub(m.bias)))
+        })
+    };
+    let mut b = TraceBuilder::default();
+    for r in &log.records {
+        match r.kind {
+            k if k.is_malloc_alloc() => {
+                let s = if r.size >= SIZE_2M {
+                    site(r.caller)
+                } else {
+                    None
+                };
+                b.alloc(r.tid, r.addr, r.size, k == Kind::Calloc, s);
+            }
+            Kind::Realloc | Kind::Reallocarray => {
+                let s = if r.size >= SIZE_2M {
+                    site(r.caller)
+                } else {
+                    None
+                };
+                b.realloc(r.tid, r.arg, r.addr, r.size, s);
+            }
+            Kind::Free => b.free(r.tid, r.addr),
+            _ => b.thread(r.tid),
+        }
+    }
+    b.finish()
 }
 
 /// What the untimed record-mode run of the reference input showed.
@@ -183,9 +230,22 @@ pub struct Sizing {
     pub heap_small_peak_bytes: u64,
     /// Whether the reference input forks (an input the profile did not see may).
     pub program: ProgramTraits,
+    /// Per process, the blocks a shared pool could hold (plan `pool`).
+    pub pool: Vec<PoolTrace>,
 }
 
 impl Sizing {
+    /// Pool pages `pool hugetlb-2m N` would take (all processes) if every
+    /// heap-large block went on `hugetlb-2m`: what `--reserve` may have to add.
+    pub fn heap_large_pool_pages(&self, threshold: u64) -> u64 {
+        let scope = PoolScope {
+            heap_large: true,
+            threshold,
+            ..PoolScope::default()
+        };
+        hugetune_model::pool::profile(&self.pool, &scope).all_pool_pages()
+    }
+
     /// Pool pages the heap-small arena needs on the reference input: its peak
     /// live bytes at the training profile's pages per byte (`training`: its
     /// heap-small peak live bytes and the pages its `heap-small:hugetlb`

@@ -1,0 +1,128 @@
+//! The shared pool end to end (seed 002): `optimize --reserve` on a
+//! multithreaded kernel that allocates and frees its blocks over and over
+//! (panels: 3-12 MiB panels, FIFO-freed, two OpenMP threads) weighs the pool
+//! against per-allocation pages, writes `pool hugetlb-2m N` with N from the
+//! allocation log, the runtime library serves the blocks from that pool, and
+//! the 2 MB pool goes back to its resting size. The weighing itself has unit
+//! tests that run everywhere (model::pool, model::plan).
+
+mod common;
+use common::{hugetune, is_root, WORK};
+
+use hugetune_host::kernel_state::{reserve_hugetlb, resting_pool_size};
+use serde_json::Value;
+
+/// Whether the kernel gives `n` 2 MB pages now (grown and given back at
+/// once, under the kernel-state lock).
+fn two_mb_pages_now(n: u64) -> bool {
+    match reserve_hugetlb(2048, n) {
+        Ok(r) => r.added() >= n,
+        Err(e) => {
+            eprintln!("cannot grow the 2 MB pool: {e:#}");
+            false
+        }
+    }
+}
+
+#[test]
+fn optimize_plans_a_shared_pool_for_threads_that_churn_and_restores_it() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to reserve 2 MB pages");
+        return;
+    }
+    if !two_mb_pages_now(64) {
+        eprintln!("SKIPPED: the kernel gives no 64 x 2 MB hugetlb pages now");
+        return;
+    }
+    let before = resting_pool_size(2048).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    let mut args = vec![
+        "optimize",
+        "--reserve",
+        "--runs",
+        "1",
+        "--max-runs",
+        "1",
+        "--min-gain",
+        "0",
+        "--json",
+        "--",
+    ];
+    args.extend([
+        WORK,
+        "panels",
+        "--size",
+        "24M",
+        "--iters",
+        "3",
+        "--threads",
+        "2",
+    ]);
+    let (code, out, err) = hugetune(&db, &args);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(resting_pool_size(2048).unwrap(), before, "{err}");
+    let plan = &r["plan"];
+    let reasons: Vec<&str> = plan["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    let on_hugetlb = plan["assignments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a[0] == "heap-large" && a[1] == "hugetlb-2m");
+    assert!(on_hugetlb, "{reasons:?}");
+    let w = &plan["pool"];
+    assert_eq!(w["chosen"], true, "{reasons:?}");
+    let n = w["pages"].as_u64().unwrap();
+    let profile = &w["profile"];
+    // The log shows two threads and blocks taken again and again.
+    assert_eq!(profile["threads"], 2, "{profile}");
+    assert!(
+        profile["pages_taken"].as_u64() > Some(n),
+        "no reuse: {profile}"
+    );
+    // N: first fit's extent on the log's order (at least the peak of live
+    // pages), plus the largest block for the threads' changing order.
+    let peak = profile["peak_pages"].as_u64().unwrap();
+    let ff = profile["first_fit_pages"].as_u64().unwrap();
+    let largest = profile["largest_block_pages"].as_u64().unwrap();
+    assert!(ff >= peak && peak > 0, "{profile}");
+    assert_eq!(n, ff + largest, "{profile}");
+    let text = plan["text"].as_str().unwrap();
+    assert!(
+        text.lines().any(|l| l == format!("pool hugetlb-2m {n}")),
+        "{text}"
+    );
+    assert!(
+        reasons.iter().any(
+            |l| l.starts_with("pool vs per-allocation: shared pool chosen")
+                && l.contains(&format!("`pool hugetlb-2m {n}`"))
+        ),
+        "{reasons:?}"
+    );
+    // The pool's pages count in what the plan needs (and --reserve grew).
+    assert!(plan["hugetlb_pages"].as_u64() >= Some(n), "{plan}");
+    // The runtime library mapped the pool and served blocks from it. The
+    // program frees every panel before it exits, so the pages in use at exit
+    // are 0: the peak shows the use.
+    let pools: Vec<&Value> = r["validation"]["runtime_summaries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|run| run.as_array().into_iter().flatten())
+        .map(|s| &s["pools"]["hugetlb-2m"])
+        .filter(|p| !p.is_null())
+        .collect();
+    assert!(!pools.is_empty(), "no pool in the summaries\n{err}");
+    for p in pools {
+        assert_eq!(p["planned_pages"].as_u64(), Some(n), "{p}");
+        assert_eq!(p["pages"].as_u64(), Some(n), "{p}\n{err}");
+        assert!(p["allocations"].as_u64() > Some(0), "{p}");
+        assert!(p["peak_used_pages"].as_u64() > Some(0), "{p}");
+    }
+}
