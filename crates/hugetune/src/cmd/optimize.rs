@@ -482,7 +482,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         &bundle,
         &machine.tlb.geometry,
         &stages::cost_model_at(&ctx.db_path, &machine)?,
-        &stages::analysis_options(false),
+        &stages::analysis_options(false, &machine.tlb.geometry),
         &stages::SampleOptions {
             exact: o.exact,
             max_refs: budget.map(|a| a.max_refs),
