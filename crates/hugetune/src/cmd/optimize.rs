@@ -155,6 +155,10 @@ pub struct PlanReport {
     /// What the profile and the sizing run showed about the program (forks).
     #[serde(default)]
     pub program: ProgramTraits,
+    /// The per-size THP controls set for each optimized run and restored after
+    /// it (a plan with an mTHP size; `hugetune_model::plan::thp_controls`).
+    #[serde(default)]
+    pub thp_controls: Vec<hugetune_model::plan::ThpControl>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -712,6 +716,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             gigantic,
             availability,
             program,
+            thp_controls: decision.thp_controls.clone(),
         },
         chosen_prediction: decision.prediction.clone(),
         predicted: preds,
