@@ -84,11 +84,13 @@ if [ "${NOLOCK:-0}" = 1 ]; then
     run hugetlb 1 HUGETUNE_INJECT=hugetlb:1
     run thp 2 HUGETUNE_INJECT=hugetlb:1
     run round-up 3 HUGETUNE_INJECT=hugetlb:1
+    run mthp 4 HUGETUNE_INJECT=hugetlb:1
     run injected 1 HUGETUNE_INJECT=hugetlb:1,thp:3,mmap:3
 else
     run hugetlb 1
     run thp 2
     run round-up 3
+    run mthp 4
     run injected 1 HUGETUNE_INJECT=hugetlb:3,thp:3,mmap:3
 fi
 exit $fail
