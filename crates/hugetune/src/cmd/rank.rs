@@ -613,16 +613,30 @@ mod tests {
                 true,
                 vec![(Category::Static, Backing::Thp2m), (hl, Backing::Hugetlb2m)],
             ),
+            pred(
+                "static:thp-64k heap-large:thp-64k",
+                true,
+                vec![(Category::Static, Backing::Thp(16)), (hl, Backing::Thp(16))],
+            ),
         ];
         let s = measured_set(&preds);
         let labels: Vec<&str> = s.iter().map(|p| p.label.as_str()).collect();
+        // Single categories at every size, mTHP ones included (issue 23);
+        // all-large only with each category's default backing.
         assert_eq!(
             labels,
             vec![
                 "all-small",
                 "heap-large:hugetlb",
+                "heap-large:thp-64k",
                 "static:thp heap-large:hugetlb"
             ]
         );
+        assert_eq!(parse_mthp("64k, 1m").unwrap(), vec![16, 20]);
+        assert!(parse_mthp("none").unwrap().is_empty());
+        for bad in ["2m", "4k", "3k", ""] {
+            let e = parse_mthp(bad).unwrap_err().to_string();
+            assert!(e.contains("is no mTHP size"), "{bad}: {e}");
+        }
     }
 }
