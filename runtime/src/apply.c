@@ -262,8 +262,12 @@ int ht_apply_setup(void)
         else
             ht_config_error("HUGETUNE_SUMMARY_REQUEST too long: ignored", "");
     }
-    if (ht_ap.heap_small_b == HT_B_THP2M && !tunables_have_hugetlb())
-        ht_stats_error("heap-small thp-2m planned but GLIBC_TUNABLES lacks glibc.malloc.hugetlb=1", "");
+    if (ht_backing_is_thp(ht_ap.heap_small_b) && !tunables_have_hugetlb())
+        ht_stats_error("heap-small thp planned but GLIBC_TUNABLES lacks glibc.malloc.hugetlb=1", "");
+    /* glibc advises its heap whatever the size; the kernel gives an mTHP size
+     * only while its control allows (the run's per-size controls). */
+    if (ht_backing_is_mthp(ht_ap.heap_small_b) && !ht_ap.thp_ok[ht_ap.heap_small_b])
+        ht_stats_fallback(HT_CAT_HEAP_SMALL, ht_ap.heap_small_b, HT_B_4K, "mthp-disabled", 0);
     if (pl->valid) {
         ht_owned_setup_pools();
         if (pl->arena != HT_B_NONE)

@@ -46,7 +46,7 @@ void ht_stats_cat_backed(int cat, int backing, uint64_t bytes);
 struct ht_apply {
     struct ht_plan plan;
     int heap_large_b; /* HT_B_NONE unless the plan is valid and says so */
-    int heap_small_b; /* glibc tunable (HT_B_THP2M) or HT_B_NONE */
+    int heap_small_b; /* glibc tunable (thp-2m or an mTHP size), HT_B_4K or HT_B_NONE */
     int layout;       /* HT_LAYOUT_* */
     int fork_safe;    /* HT_FORK_* */
     int thp_top;      /* 0 never, 1 madvise, 2 always */

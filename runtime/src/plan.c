@@ -221,8 +221,8 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
                 if (nt != 3 && nt != 4)
                     return fail(p, line, "expected 'heap-small arena BACKING [BYTES]'", ls, ln);
                 int b = ht_backing_parse(t[2].s, t[2].n);
-                if (b != HT_B_HUGETLB2M && b != HT_B_THP2M)
-                    return fail(p, line, "arena backing must be hugetlb-2m or thp-2m", ls, ln);
+                if (b != HT_B_HUGETLB2M && !ht_backing_is_thp(b))
+                    return fail(p, line, "arena backing must be hugetlb-2m, thp-2m or an mTHP size", ls, ln);
                 uint64_t bytes = HT_ARENA_DEFAULT_BYTES;
                 if (nt == 4 && (ht_parse_u64(t[3].s, t[3].n, 10, &bytes) || bytes < (2ull << 20) ||
                                 bytes > HT_ARENA_MAX_BYTES))
@@ -236,8 +236,8 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
             int b = ht_backing_parse(t[1].s, t[1].n);
             if (b < 0)
                 return fail(p, line, "unknown backing", ls, ln);
-            if (b != HT_B_THP2M && b != HT_B_4K)
-                return fail(p, line, "backing not supported for this category (thp-2m or 4k)", ls, ln);
+            if (!ht_backing_is_thp(b) && b != HT_B_4K)
+                return fail(p, line, "backing not supported for this category (thp-2m, an mTHP size or 4k)", ls, ln);
             p->heap_small = b;
         } else if (tok_is(&t[0], "static")) {
             if (nt != 2 && nt != 3)
@@ -245,8 +245,9 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
             int b = ht_backing_parse(t[1].s, t[1].n);
             if (b < 0)
                 return fail(p, line, "unknown backing", ls, ln);
-            if (b != HT_B_THP2M && b != HT_B_4K && b != HT_B_HUGETLB2M)
-                return fail(p, line, "backing not supported for static (thp-2m, hugetlb-2m or 4k)", ls, ln);
+            if (!ht_backing_is_thp(b) && b != HT_B_4K && b != HT_B_HUGETLB2M)
+                return fail(p, line, "backing not supported for static (thp-2m, an mTHP size, hugetlb-2m or 4k)",
+                            ls, ln);
             const char *ms = nt == 3 ? t[2].s : "";
             size_t mn = nt == 3 ? t[2].n : 0;
             for (int k = 0; k < p->nstatics; k++) {

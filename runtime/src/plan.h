@@ -67,8 +67,8 @@ struct ht_plan {
     int has_threshold;
     uint64_t threshold;
     int heap_large; /* HT_B_* (HT_B_NONE: directive absent) */
-    int heap_small; /* HT_B_NONE, HT_B_4K or HT_B_THP2M (glibc tunable) */
-    int arena;      /* heap-small arena: HT_B_HUGETLB2M / HT_B_THP2M, HT_B_NONE = none */
+    int heap_small; /* HT_B_NONE, HT_B_4K, or a THP size (glibc tunable: thp-2m or mTHP) */
+    int arena;      /* heap-small arena: HT_B_HUGETLB2M or a THP size, HT_B_NONE = none */
     uint64_t arena_bytes; /* reserved address space of the arena */
     int static_;    /* the main program's static backing (HT_B_NONE: none) */
     int nstatics;   /* all `static` directives, main program included */

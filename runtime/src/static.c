@@ -1,6 +1,7 @@
 /* static.c - plan `static B [MODULE]`: the 2 MB-aligned interior of the
  * writable segments (.data + .bss) of the executable or of a named library
- * moved onto huge pages at start-up (docs/formats.md section 3).
+ * moved onto huge pages at start-up (docs/formats.md section 3); for an mTHP
+ * backing (`static thp-64k`) the interior aligned to that size.
  *
  * How, and why this way: the interior of a writable PT_LOAD (after its RELRO
  * part, which the loader makes read-only) is partly file-backed (.data, a
@@ -12,8 +13,10 @@
  * page is present or swapped: untouched .bss stays untouched), and moves the
  * copy over the original range with mremap(MREMAP_FIXED): one atomic
  * replacement, no moment where the range reads as zero. MADV_COLLAPSE then
- * collapses whatever THP did not give at fault time. This runs in the
- * constructor; if the process already has more than one thread, the copy
+ * collapses whatever THP did not give at fault time (2 MB only: MADV_COLLAPSE
+ * ignores the per-size controls and always makes 2 MB folios, so an mTHP copy
+ * gets its folios at the copy's faults and is never collapsed). This runs in
+ * the constructor; if the process already has more than one thread, the copy
  * could lose a concurrent write, so the library only advises in place
  * (MADV_HUGEPAGE + MADV_COLLAPSE, THP only) and reports it. */
 #include "apply_int.h"
@@ -123,11 +126,14 @@ static void restore_data(uintptr_t lo, uintptr_t copy, size_t len)
     }
 }
 
-/* In place: MADV_HUGEPAGE + MADV_COLLAPSE (THP only). */
+/* In place: MADV_HUGEPAGE + MADV_COLLAPSE (THP only; an mTHP size is only
+ * advised: its folios come with the faults still to come). */
 static int advise_in_place(uintptr_t lo, uintptr_t hi, int b)
 {
-    if (!ht_ap.thp_ok[HT_B_THP2M]) {
-        ht_stats_fallback(HT_CAT_STATIC, b, HT_B_4K, "thp-disabled", hi - lo);
+    int t = ht_backing_is_mthp(b) ? b : HT_B_THP2M;
+    if (!ht_ap.thp_ok[t]) {
+        ht_stats_fallback(HT_CAT_STATIC, b, HT_B_4K, t == HT_B_THP2M ? "thp-disabled" : "mthp-disabled",
+                          hi - lo);
         return HT_B_4K;
     }
     long r = ht_madvise_huge((void *)lo, hi - lo);
@@ -138,8 +144,9 @@ static int advise_in_place(uintptr_t lo, uintptr_t hi, int b)
             ht_stats_fallback_errno(HT_CAT_STATIC, b, HT_B_4K, (int)-r, hi - lo);
         return HT_B_4K;
     }
-    ht_sys_madvise((void *)lo, hi - lo, MADV_COLLAPSE);
-    return HT_B_THP2M;
+    if (t == HT_B_THP2M)
+        ht_sys_madvise((void *)lo, hi - lo, MADV_COLLAPSE);
+    return t;
 }
 
 static void apply_range(uintptr_t lo, uintptr_t hi, uintptr_t file_end, int b, int threads)
@@ -153,7 +160,7 @@ static void apply_range(uintptr_t lo, uintptr_t hi, uintptr_t file_end, int b, i
     }
     b = ht_effective_want(b, HT_CAT_STATIC, len);
     if (threads != 1) {
-        if (b != HT_B_THP2M)
+        if (!ht_backing_is_thp(b))
             ht_stats_fallback(HT_CAT_STATIC, b, HT_B_THP2M, "threads", len);
         record(lo, hi, advise_in_place(lo, hi, b));
         return;
@@ -169,23 +176,27 @@ static void apply_range(uintptr_t lo, uintptr_t hi, uintptr_t file_end, int b, i
             b = HT_B_THP2M;
         }
     }
-    if (b == HT_B_THP2M) {
-        if (!ht_ap.thp_ok[HT_B_THP2M]) {
-            ht_stats_fallback(HT_CAT_STATIC, b, HT_B_4K, "thp-disabled", len);
+    if (ht_backing_is_thp(b)) {
+        /* The copy is aligned to the folio size, so that its faults get
+         * folios of it (2 MB, or the mTHP size). */
+        uintptr_t pg = ht_backing_page(b);
+        if (!ht_ap.thp_ok[b]) {
+            ht_stats_fallback(HT_CAT_STATIC, b, HT_B_4K, b == HT_B_THP2M ? "thp-disabled" : "mthp-disabled",
+                              len);
             record(lo, hi, HT_B_4K);
             return;
         }
-        long r = ht_owned_mmap(NULL, len + HT_HUGE_2M, PROT_READ | PROT_WRITE, 0);
+        long r = ht_owned_mmap(NULL, len + pg, PROT_READ | PROT_WRITE, 0);
         if (ht_mmap_failed(r)) {
             /* No room for a copy: advise where it is. */
             record(lo, hi, advise_in_place(lo, hi, b));
             return;
         }
-        uintptr_t a = (uintptr_t)r, al = up(a, HT_HUGE_2M);
+        uintptr_t a = (uintptr_t)r, al = up(a, pg);
         if (al > a)
             ht_sys_munmap((void *)a, al - a);
-        if (a + len + HT_HUGE_2M > al + len)
-            ht_sys_munmap((void *)(al + len), a + len + HT_HUGE_2M - (al + len));
+        if (a + len + pg > al + len)
+            ht_sys_munmap((void *)(al + len), a + len + pg - (al + len));
         long m = ht_madvise_huge((void *)al, len);
         if (m < 0) {
             ht_sys_munmap((void *)al, len);
@@ -261,10 +272,12 @@ static int static_cb(struct dl_phdr_info *info, size_t size, void *p)
             uintptr_t start = base, end = base + ph->p_memsz;
             if (relro_end > start && relro_end <= end)
                 start = relro_end;
-            uintptr_t lo = up(start, HT_HUGE_2M), hi = down(end, HT_HUGE_2M);
+            int b = ht_ap.plan.statics[s].backing;
+            uintptr_t pg = ht_backing_is_mthp(b) ? ht_backing_page(b) : HT_HUGE_2M;
+            uintptr_t lo = up(start, pg), hi = down(end, pg);
             if (hi <= lo)
                 continue;
-            apply_range(lo, hi, up(base + ph->p_filesz, 4096), ht_ap.plan.statics[s].backing, c->threads);
+            apply_range(lo, hi, up(base + ph->p_filesz, 4096), b, c->threads);
         }
     }
     return 0;

@@ -7,7 +7,8 @@
  * smaps' AnonHugePages over an owned range shows what the kernel gave (checked
  * when a block is freed, for the first 256 frees, and for live blocks when the
  * summary is written). mTHP sizes are invisible in smaps: pagemap +
- * kpageflags (pagemap.c) classify the folios, root only.
+ * kpageflags (pagemap.c) classify the folios of what was planned on one
+ * (owned blocks, static interiors, the arena, glibc's [heap]), root only.
  *
  * Everything here reads /proc and /sys with raw syscalls into fixed buffers,
  * so the summary can be written from a signal handler: the writer takes the
@@ -95,6 +96,7 @@ struct vctx {
     uint64_t static_ah, static_hp;
     uint64_t arena_ah, arena_hp;
     uint64_t heap_ah;
+    uint64_t heap_lo, heap_hi; /* the [heap] VMA (glibc's brk heap) */
 };
 
 static uint64_t overlap(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)
@@ -109,8 +111,11 @@ static int vcb(const struct ht_vma *v, void *p)
 {
     struct vctx *c = p;
     uint64_t ah = v->anon_huge_kb * 1024, hp = (v->private_hugetlb_kb + v->shared_hugetlb_kb) * 1024;
-    if (strcmp(v->name, "[heap]") == 0)
+    if (strcmp(v->name, "[heap]") == 0) {
         c->heap_ah += ah;
+        c->heap_lo = v->start;
+        c->heap_hi = v->end;
+    }
     if (!ah && !hp)
         return 0;
     for (int i = 0; i < ht_nstatic_ranges; i++) {
@@ -203,6 +208,24 @@ void ht_verify_summary(struct ht_json *j, int in_signal)
             scanned += m;
         }
         pthread_mutex_unlock(&ht_ap.lock);
+    }
+    /* Static interiors, the arena and glibc's advised [heap] planned on an
+     * mTHP size: their folios, counted the same way (issue 23). */
+    for (int i = 0; i < ht_nstatic_ranges && scanned < (4ull << 30); i++) {
+        const struct ht_static_range *sr = &ht_static_ranges[i];
+        if (ht_backing_is_mthp(sr->backing)) {
+            ht_pm_scan(sr->lo, sr->hi, &h);
+            scanned += sr->hi - sr->lo;
+        }
+    }
+    if (ht_arena_on && ht_backing_is_mthp(ht_ap.plan.arena) && ht_arena.committed > ht_arena.base &&
+        scanned < (4ull << 30)) {
+        ht_pm_scan(ht_arena.base, min64(ht_arena.committed, ht_arena.base + (4ull << 30)), &h);
+        scanned += ht_arena.committed - ht_arena.base;
+    }
+    if (ht_backing_is_mthp(ht_ap.heap_small_b) && c.heap_hi > c.heap_lo && scanned < (4ull << 30)) {
+        ht_pm_scan(c.heap_lo, min64(c.heap_hi, c.heap_lo + (4ull << 30)), &h);
+        scanned += c.heap_hi - c.heap_lo;
     }
     ht_pm_finish(&h);
     ht_verify_heap_small_thp = c.heap_ah;

@@ -14,8 +14,9 @@
 # Plans: heap-small in the library's arena and heap-large owned, on hugetlb-2m
 # (whatever free pool pages exist; without a pool every hugetlb attempt falls
 # back, which is a path to stress too), on
-# thp-2m, with the round-up layout, and with failures injected every 3rd
-# attempt. A run fails on any sanitizer report, a content error in t_threads,
+# thp-2m, with the round-up layout, on thp-64k (mTHP: 64 KB folios where
+# its control allows, else the mthp-disabled fallback to 4 KB pages), and with
+# failures injected every 3rd attempt. A run fails on any sanitizer report, a content error in t_threads,
 # a non-zero exit, or an error in the library's summary.
 set -eu
 dir=$1
@@ -52,6 +53,7 @@ done <<'PLANS'
 hugetlb heap-small arena hugetlb-2m\nheap-large hugetlb-2m\n
 thp heap-small arena thp-2m\nheap-large thp-2m\n
 round-up layout round-up\nheap-small arena thp-2m\nheap-large hugetlb-2m\n
+mthp heap-small arena thp-64k\nheap-large thp-64k\n
 PLANS
 nplans=$i
 per=$(( (secs + nplans) / (nplans + 1) ))
@@ -82,11 +84,13 @@ if [ "${NOLOCK:-0}" = 1 ]; then
     run hugetlb 1 HUGETUNE_INJECT=hugetlb:1
     run thp 2 HUGETUNE_INJECT=hugetlb:1
     run round-up 3 HUGETUNE_INJECT=hugetlb:1
+    run mthp 4 HUGETUNE_INJECT=hugetlb:1
     run injected 1 HUGETUNE_INJECT=hugetlb:1,thp:3,mmap:3
 else
     run hugetlb 1
     run thp 2
     run round-up 3
+    run mthp 4
     run injected 1 HUGETUNE_INJECT=hugetlb:3,thp:3,mmap:3
 fi
 exit $fail

@@ -87,7 +87,7 @@ static void test_malformed(void)
         {"hugetune-plan 1\nheap-large 4k 4k\n", 2, "expected"},
         {"hugetune-plan 1\nheap-large 4k\nheap-large thp-2m\n", 3, "duplicate"},
         {"hugetune-plan 1\nstatic hugetlb-1g\n", 2, "not supported"},
-        {"hugetune-plan 1\nstatic thp-64k\n", 2, "not supported"},
+        {"hugetune-plan 1\nstatic hugetlb-1g /lib\n", 2, "not supported"},
         {"hugetune-plan 1\nstatic thp-2m\nstatic 4k\n", 3, "duplicate static"},
         {"hugetune-plan 1\nstatic thp-2m /a\nstatic 4k /a\n", 3, "duplicate static"},
         {"hugetune-plan 1\nstatic thp-2m /a b\n", 2, "expected"},
@@ -96,7 +96,8 @@ static void test_malformed(void)
         {"hugetune-plan 1\nheap-small arena thp-2m 1000\n", 2, "bad arena size"},
         {"hugetune-plan 1\nheap-small arena thp-2m 2M\n", 2, "bad arena size"},
         {"hugetune-plan 1\nheap-small thp-2m\nheap-small arena thp-2m\n", 3, "duplicate"},
-        {"hugetune-plan 1\nheap-small thp-64k\n", 2, "not supported"},
+        {"hugetune-plan 1\nheap-small hugetlb-2m\n", 2, "not supported"},
+        {"hugetune-plan 1\nheap-small arena hugetlb-1g\n", 2, "arena backing"},
         {"hugetune-plan 1\nlayout\n", 2, "expected"},
         {"hugetune-plan 1\nlayout round-down\n", 2, "unknown layout"},
         {"hugetune-plan 1\nlayout head-tail\nlayout round-up\n", 3, "duplicate"},
@@ -212,6 +213,20 @@ static void test_new_directives(void)
     CHECK(parse("hugetune-plan 1\njvm hugetlb-2m # pool grown by the launcher\n") == 0 && P.jvm == HT_B_HUGETLB2M);
 }
 
+/* mTHP sizes for static data and heap-small (issue 23): the run's per-size
+ * controls decide the folios, the plan names the size. */
+static void test_mthp_categories(void)
+{
+    CHECK(parse("hugetune-plan 1\nstatic thp-64k\nstatic thp-16k /usr/lib/libfoo.so\nheap-small thp-64k\n") == 0);
+    CHECK(P.valid && P.static_ == HT_B_THP64K && P.nstatics == 2);
+    CHECK(P.statics[1].backing == HT_B_THP16K);
+    CHECK(P.heap_small == HT_B_THP64K && P.arena == HT_B_NONE);
+    CHECK(parse("hugetune-plan 1\nheap-small arena thp-1m 4194304\n") == 0);
+    CHECK(P.arena == HT_B_THP1M && P.arena_bytes == (4u << 20) && P.heap_small == HT_B_NONE);
+    CHECK(parse("hugetune-plan 1\nheap-small thp-128k\nheap-small arena thp-128k\n") == -1);
+    CHECK(!P.valid && strstr(P.error, "duplicate"));
+}
+
 static void test_backing_names(void)
 {
     static const char *const mthp[] = {"thp-16k", "thp-32k", "thp-64k", "thp-128k",
@@ -245,6 +260,7 @@ int main(void)
     test_malformed();
     test_limits();
     test_new_directives();
+    test_mthp_categories();
     test_backing_names();
     return unit_done("unit_plan");
 }

@@ -59,6 +59,23 @@ pub struct RunSpec {
     pub on_start: Option<OnStart>,
     /// Starts the child instead of `Command::spawn` (see `Launch`).
     pub launch: Option<Launch>,
+    /// Called just before the child starts (before its clock); what it returns
+    /// lives until the child was reaped: kernel state for this run only (a
+    /// plan's per-size THP controls). Its error fails the run, nothing started.
+    pub around: Option<Around>,
+}
+
+/// What `RunSpec::around` calls: a guard for the run's duration.
+pub type AroundFn = dyn Fn() -> Result<Box<dyn std::any::Any>> + Send + Sync;
+
+/// A hook around one run (see `RunSpec::around`).
+#[derive(Clone)]
+pub struct Around(pub std::sync::Arc<AroundFn>);
+
+impl std::fmt::Debug for Around {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Around")
+    }
 }
 
 /// The end of a child reaped by a `Launch` hook: wait status, rusage, when.
@@ -113,6 +130,7 @@ impl RunSpec {
             driver: None,
             on_start: None,
             launch: None,
+            around: None,
         }
     }
 }
@@ -201,6 +219,8 @@ pub fn run(spec: &RunSpec) -> Result<RunStats> {
     if let Some(cpu) = spec.cpu {
         pin_to(&mut cmd, cpu)?;
     }
+    // Dropped when this returns: after the reap, or on any error before.
+    let _around = spec.around.as_ref().map(|a| (a.0)()).transpose()?;
     let start = Instant::now();
     let spawning = hugetune_host::kernel_state::begin_spawn()?;
     let (mut child, reaped) = match &spec.launch {

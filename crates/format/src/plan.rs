@@ -195,10 +195,15 @@ pub fn plan_text_with(
             }
             continue;
         }
-        // The tunable form only knows THP.
+        // The tunable form only knows THP (glibc advises its heap; the size is
+        // the one the run's per-size controls enable: thp-2m or an mTHP size).
         let b = if c == Category::HeapSmall && b.is_huge() {
             tunable = true;
-            Backing::Thp2m
+            if b.is_mthp() {
+                b
+            } else {
+                Backing::Thp2m
+            }
         } else {
             b
         };
@@ -275,6 +280,20 @@ mod tests {
         assert!(env
             .iter()
             .any(|(k, v)| k == "GLIBC_TUNABLES" && v.ends_with("glibc.malloc.hugetlb=1")));
+        // mTHP sizes keep their size in both forms and for static data (the
+        // run's per-size controls give the folios).
+        let k64 = Backing::Thp(16);
+        let t = plan_text_with(
+            &[(Category::Static, k64), (Category::HeapSmall, k64)],
+            131072,
+            &tun,
+        );
+        assert!(
+            t.ends_with("static thp-64k\nheap-small thp-64k\nheap-large 4k\n"),
+            "{t}"
+        );
+        let t = plan_text(&[(Category::HeapSmall, k64)], 131072);
+        assert!(t.ends_with("heap-small arena thp-64k\n"), "{t}");
     }
 
     #[test]

@@ -291,11 +291,13 @@ impl Summary {
             .sum()
     }
 
-    /// What was really huge: hugetlb bytes plus THP bytes verified in smaps.
+    /// What was really huge: hugetlb bytes plus THP bytes verified in smaps
+    /// and mTHP folios counted through pagemap.
     pub fn huge_bytes(&self) -> u64 {
         self.hugetlb_2m_bytes()
             + self.hugetlb_1g_bytes()
             + self.thp_verified_bytes()
+            + self.mthp_bytes()
             + self.mapped.thp_verified_bytes
             + self
                 .jvm
@@ -328,7 +330,7 @@ mod tests {
         let s: Summary = serde_json::from_str(FULL).unwrap();
         assert_eq!(s.hugetlb_2m_bytes(), 4 << 20);
         assert_eq!(s.thp_verified_bytes(), 2 << 20);
-        assert_eq!(s.huge_bytes(), 6 << 20);
+        assert_eq!(s.huge_bytes(), (6 << 20) + 65536);
         assert_eq!(s.mthp_bytes(), 65536);
         assert_eq!(s.fallbacks[0].count, 2);
         assert_eq!(

@@ -215,7 +215,13 @@ impl Drop for ChildGuard {
 
 /// Exclusive advisory lock over kernel huge page state (pools, THP settings).
 pub struct KernelStateLock {
-    _file: File,
+    _file: std::sync::Arc<File>,
+}
+
+thread_local! {
+    /// The lock this thread holds, if any (`lock_kernel_state_here`).
+    static HELD_HERE: std::cell::RefCell<std::sync::Weak<File>> =
+        const { std::cell::RefCell::new(std::sync::Weak::new()) };
 }
 
 impl KernelStateLock {
@@ -224,11 +230,14 @@ impl KernelStateLock {
     /// at once, e.g. an emptied pool and THP `never`, without waiting on itself.
     pub fn try_clone(&self) -> Result<KernelStateLock> {
         Ok(KernelStateLock {
-            _file: self
-                ._file
-                .try_clone()
-                .context("duplicating the lock file")?,
+            _file: self._file.clone(),
         })
+    }
+
+    fn held_here(file: File) -> KernelStateLock {
+        let file = std::sync::Arc::new(file);
+        HELD_HERE.with(|h| *h.borrow_mut() = std::sync::Arc::downgrade(&file));
+        KernelStateLock { _file: file }
     }
 }
 
@@ -255,14 +264,24 @@ fn take_lock(announce: bool) -> Result<File> {
 }
 
 fn lock_kernel_state_quietly() -> Result<KernelStateLock> {
-    Ok(KernelStateLock {
-        _file: take_lock(false)?,
-    })
+    Ok(KernelStateLock::held_here(take_lock(false)?))
+}
+
+/// The lock this thread already holds (another handle on it), else the lock
+/// taken as `lock_kernel_state` does. For a change made inside work that may
+/// or may not hold the lock already (a plan's per-size THP controls set for
+/// one run of `optimize`, which holds it for its pools): taking it again from
+/// the same process would wait on itself. Other threads still wait.
+pub fn lock_kernel_state_here() -> Result<KernelStateLock> {
+    if let Some(f) = HELD_HERE.with(|h| h.borrow().upgrade()) {
+        return Ok(KernelStateLock { _file: f });
+    }
+    lock_kernel_state()
 }
 
 pub fn lock_kernel_state() -> Result<KernelStateLock> {
     let file = take_lock(true)?;
-    let lock = KernelStateLock { _file: file };
+    let lock = KernelStateLock::held_here(file);
     // What a hugetune that was killed outright left in force is undone first.
     if unsafe { libc::geteuid() } == 0 {
         for m in crate::journal::Journal::system().recover().lines() {
@@ -443,6 +462,23 @@ pub fn set_mthp_enabled_holding(lock: &KernelStateLock, kb: u64, mode: &str) -> 
     }
     check_root(&path)?;
     change_thp(lock.try_clone()?, path, mode)
+}
+
+/// A plan's per-size THP controls (`(kB, mode)`: `hugepages-<kB>kB/enabled`)
+/// set for as long as the value lives (one run), restored on drop, on
+/// interrupt and, after a kill, through the journal; under the lock this
+/// thread holds, or taken for the run.
+pub fn set_thp_controls(controls: &[(u64, String)]) -> Result<Vec<ThpChange>> {
+    if controls.is_empty() {
+        return Ok(vec![]);
+    }
+    let lock = lock_kernel_state_here()?;
+    let mut out = Vec::with_capacity(controls.len());
+    for (kb, mode) in controls {
+        // On an error the changes made so far are restored as `out` drops.
+        out.push(set_mthp_enabled_holding(&lock, *kb, mode)?);
+    }
+    Ok(out)
 }
 
 fn thp_enabled_path() -> PathBuf {

@@ -1517,6 +1517,49 @@ pub fn mthp_usable(root: &Path) -> Vec<u8> {
         .collect()
 }
 
+/// Folio shifts (14..=21) of the THP sizes whose per-size control this process
+/// may change for a run: the control file is writable (root). hugetune sets
+/// them only for the runs of a plan that needs them (`kernel_state`,
+/// `hugetune_model::plan::thp_controls`) and restores them.
+pub fn thp_settable(root: &Path) -> Vec<u8> {
+    page_size_dirs(root)
+        .into_iter()
+        .filter(|(kb, _)| (16..=2048).contains(kb) && kb.is_power_of_two())
+        .filter(|(_, dir)| {
+            let Ok(c) = std::ffi::CString::new(dir.join("enabled").as_os_str().as_encoded_bytes())
+            else {
+                return false;
+            };
+            // SAFETY: access reads a NUL-terminated path we own.
+            unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+        })
+        .map(|(kb, _)| (kb.trailing_zeros() + 10) as u8)
+        .collect()
+}
+
+/// The mTHP sizes worth evaluating, of those `offered` (usable now or settable
+/// for a run): the sizes the TLB geometry coalesces (`coalesce`, bytes: there
+/// an mTHP folio also extends TLB reach), 64 KB (the arm64 contiguous-bit size
+/// and a common fault-saving size) and the largest below 2 MB (the most
+/// fault saving). At most a handful, so that the analysis, one pass per
+/// mapping, does not grow with every size the kernel lists.
+pub fn mthp_evaluated(offered: &[u8], coalesce: &[u64]) -> Vec<u8> {
+    let mthp: Vec<u8> = offered
+        .iter()
+        .copied()
+        .filter(|s| (14..=20).contains(s))
+        .collect();
+    let mut v: Vec<u8> = mthp
+        .iter()
+        .copied()
+        .filter(|&s| s == 16 || coalesce.contains(&(1u64 << s)))
+        .collect();
+    v.extend(mthp.iter().copied().max());
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Whether hardware performance counters work (perf_event_open of a hardware event).
 pub fn pmu_available() -> bool {
     #[repr(C)]
@@ -1643,6 +1686,17 @@ mod tests {
         assert_eq!(thp_mode(d.path()), Some(ThpMode::Never));
         std::fs::write(p2.join("enabled"), "always inherit [madvise] never\n").unwrap();
         assert_eq!(mthp_sizes(d.path()), vec![(2048, "madvise".to_string())]);
+    }
+
+    /// The sizes evaluated: coalescing sizes, 64 KB and the largest below
+    /// 2 MB, of those offered; nothing when none is offered.
+    #[test]
+    fn mthp_evaluated_keeps_a_small_set() {
+        let all: Vec<u8> = (14..=21).collect();
+        assert_eq!(mthp_evaluated(&all, &[]), vec![16, 20]);
+        assert_eq!(mthp_evaluated(&all, &[32 << 10]), vec![15, 16, 20]);
+        assert_eq!(mthp_evaluated(&[14, 15], &[]), vec![15]);
+        assert!(mthp_evaluated(&[21], &[16 << 10]).is_empty());
     }
 
     #[test]

@@ -59,6 +59,20 @@ fn rank_reports_predicted_and_measured_pmb_for_every_base_mapping() {
             .any(|m| m["label"] == "heap-large:hugetlb" || m["label"] == "heap-large:thp"),
         "{maps:?}"
     );
+    // mTHP sizes are measured too where hugetune may set their controls for
+    // the runs (root): 64 KB folios really backed the block.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root
+        && std::path::Path::new("/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled")
+            .exists()
+    {
+        assert!(
+            maps.iter().any(|m| m["label"] == "heap-large:thp-64k"
+                && m["huge_bytes"].as_u64().unwrap_or(0) >= 8 << 20),
+            "{maps:?}"
+        );
+    }
     let mut pairs = Vec::new();
     for m in maps {
         for k in ["predicted_pmb", "measured_pmb"] {

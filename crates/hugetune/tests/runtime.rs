@@ -1025,6 +1025,62 @@ fn mthp_64k_verified_through_pagemap() {
     );
 }
 
+/// Static data (program and library) and glibc's heap on 64 KB folios (issue
+/// 23): with the run's controls set as hugetune sets them (64 kB `madvise`,
+/// PMD THP `never`), the size-aligned interiors and the advised [heap] get
+/// 64 KB folios and no 2 MB one (pagemap + kpageflags census of the summary);
+/// with the control `never`, the library says so (fallback `mthp-disabled`).
+#[test]
+fn static_and_heap_small_on_64k_folios_verified_through_pagemap() {
+    let base = format!("{THP}/hugepages-64kB/enabled");
+    if !is_root() || !Path::new(&base).exists() {
+        eprintln!("skipped: needs root and mTHP (hugepages-64kB)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let probe = run(&prog("t_static"), &[], &[]);
+    assert_eq!(probe.code, 0, "{}", probe.stderr);
+    let lib = probe.json["lib_path"].as_str().unwrap().to_string();
+    let plan =
+        format!("hugetune-plan 1\nstatic thp-64k\nstatic thp-64k {lib}\nheap-small thp-64k\n");
+    let mut env = apply_env(d.path(), &plan);
+    env.push(("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1".into()));
+    let mut k = Kernel::lock();
+    k.set(&format!("{THP}/enabled"), "madvise");
+    k.set(&format!("{THP}/hugepages-2048kB/enabled"), "never");
+    assert_eq!(k.set(&base, "madvise"), "madvise");
+    let out = run(&prog("t_static"), &["static=any", "lib=any"], &env);
+    k.set(&base, "never");
+    let off = run(&prog("t_static"), &["static=4k", "lib=4k"], &env);
+    drop(k);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    assert_eq!(out.json["data_ok"], true);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    let ranges = s["static"]["ranges"].as_array().unwrap();
+    assert_eq!(ranges.len(), 2, "{s}");
+    assert!(ranges.iter().all(|r| r["backing"] == "thp-64k"), "{s}");
+    let t = &s["verify"]["thp_sizes"];
+    assert_eq!(t["verified"], true, "{s}");
+    // 32 + 8 MiB (program) + 16 + 6 MiB (library) of static data, 48 MiB of
+    // small objects in the heap: most of it in 64 KB folios.
+    assert!(t["bytes"]["64k"].as_u64().unwrap_or(0) >= 80 << 20, "{s}");
+    assert!(t["bytes"]["2m"].is_null(), "{s}");
+    assert_eq!(s["errors"].as_array().map_or(0, |e| e.len()), 0, "{s}");
+    assert_eq!(off.code, 0, "{}\n{}", off.stderr, off.json);
+    let s = summary(d.path(), off.json["pid"].as_u64().unwrap());
+    let f = fallbacks(&s);
+    assert!(
+        f.iter()
+            .any(|f| f.0 == "static" && f.1 == "thp-64k" && f.3 == "mthp-disabled"),
+        "{s}"
+    );
+    assert!(
+        f.iter()
+            .any(|f| f.0 == "heap-small" && f.1 == "thp-64k" && f.3 == "mthp-disabled"),
+        "{s}"
+    );
+}
+
 #[test]
 fn owned_blocks_through_jemallocs_extended_api() {
     if !prog("t_jemalloc").exists() {

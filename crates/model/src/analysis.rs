@@ -4,18 +4,20 @@
 //! page it would touch under that mapping, *with the runtime library's real
 //! placement*: heap-large objects get fresh, aligned whole pages of their backing
 //! (head+tail layout; `hugetlb-1g` blocks 1 GB pages, then 2 MB pages, then 4 KB);
-//! static data only its 2 MB-aligned .bss interior; the THP-backed heap its 2 MB
-//! frames. Each TLB level then sees the translation it would cache: the leaf size,
-//! smashed to a smaller entry where the level has no array for it, and coalesced
-//! where the level merges contiguous 4 KB entries of one folio (so mTHP folios only
+//! static data only its 2 MB-aligned (mTHP: size-aligned) .bss interior; the
+//! THP-backed heap its 2 MB (mTHP-sized) frames. Each TLB level then sees the
+//! translation it would cache: the leaf size, smashed to a smaller entry where
+//! the level has no array for it, and coalesced where the level merges contiguous 4 KB entries of one folio (so mTHP folios only
 //! extend TLB reach there; elsewhere they only save faults). The translations feed
 //! exact reuse-distance engines (fully associative LRU per array, eq. 1) and,
 //! optionally, an exact set-associative simulation of the same hierarchy.
 //!
 //! Unlike the seed, which evaluates only base mappings and assumes benefits add up,
 //! every subset of the mappable categories present is evaluated exactly at 2 MB
-//! (at most 8), plus heap-large at every other size asked for; base mappings are
-//! flagged, and additivity can be checked.
+//! (at most 8), plus heap-large's subsets on 1 GB pages, and on each mTHP size
+//! asked for every category alone and all together (static data then on the
+//! size-aligned .bss interior, the heap on frames of that size); base mappings
+//! are flagged, and additivity can be checked.
 //!
 //! **Sampled streams** ([`Analyzer::with_sampling`], `sampled.rs`): each reference
 //! comes with its group and its weight 1/R; the engines estimate the complete
@@ -27,8 +29,8 @@
 use crate::categorize::{head_pages_1g, AllocStats, ObjectInfo, Site, StaticSegment};
 use crate::category::{Category, PerCategory};
 use crate::page::{
-    align_down, align_up, key, key_4k, size_name, Backing, PageSize, BACKINGS, SHIFT_2M, SIZE_1G,
-    SIZE_2M, TAG_OWNED, TAG_STATIC,
+    align_down, align_up, key, key_4k, size_name, Backing, PageSize, BACKINGS, MTHP_SHIFTS,
+    SHIFT_2M, SIZE_1G, SIZE_2M, TAG_OWNED, TAG_STATIC,
 };
 use crate::sampled::{bucket_of, Layer, SampledEngine, BUCKETS};
 use crate::tlb::{TlbGeometry, TlbSim};
@@ -69,7 +71,8 @@ impl Mapping {
         match self.huge.len() {
             0 => "all-small".into(),
             _ if self.all_present && self.huge.len() > 1 => {
-                // Only heap-large ever differs from 2 MB here.
+                // Heap-large alone on 1 GB pages, or every category on one
+                // mTHP size: the size that differs from 2 MB names it.
                 let odd = self.huge.iter().find(|(_, b)| b.folio_shift() != SHIFT_2M);
                 format!(
                     "all-large{}",
@@ -93,6 +96,22 @@ impl Mapping {
     /// Everything on 4 KB pages.
     pub fn is_all_small(&self) -> bool {
         self.huge.is_empty() && self.sites.is_empty()
+    }
+
+    /// The THP size memory the program advises itself gets in this mapping's
+    /// run: 2 MB, unless the mapping puts a category on an mTHP size and none
+    /// on 2 MB THP; its run then turns PMD THP off so that advised ranges get
+    /// that size (`plan::thp_controls`), the program's own included.
+    pub fn self_advice(&self) -> Backing {
+        let thp = self.huge.iter().map(|&(_, b)| b);
+        let sites = self.sites.iter().map(|&(_, b)| b);
+        let all: Vec<Backing> = thp.chain(sites).collect();
+        if all.contains(&Backing::Thp2m) {
+            return Backing::Thp2m;
+        }
+        all.into_iter()
+            .find(|b| b.is_mthp())
+            .unwrap_or(Backing::Thp2m)
     }
 
     pub fn categories(&self) -> Vec<Category> {
@@ -141,9 +160,13 @@ impl Mapping {
     }
 
     /// The mappings the model evaluates: every subset at 2 MB; with heap-large
-    /// present, also every subset with heap-large on 1 GB pages (when `gigantic`),
-    /// heap-large alone on each mTHP size in `mthp` (folio shifts 14..=20), and the
-    /// heap-large objects of each site in `sites` alone on 2 MB pages.
+    /// present, also every subset with heap-large on 1 GB pages (when `gigantic`)
+    /// and the heap-large objects of each site in `sites` alone on 2 MB pages;
+    /// for each mTHP size in `mthp` (folio shifts 14..=20), each mappable
+    /// category present alone on it and, with more than one present, all of
+    /// them on it (`heap-small:64k`, `all-large:64k`). Only one THP size per
+    /// mapping: the per-size controls are system-wide, so a run cannot give one
+    /// category 2 MB folios and another 64 KB ones (docs/model.md, "mTHP").
     pub fn candidates(
         present: &[Category],
         gigantic: bool,
@@ -151,17 +174,31 @@ impl Mapping {
         sites: &[Site],
     ) -> Vec<Mapping> {
         let mut v = Self::subsets(present, None);
-        if present.contains(&Category::HeapLarge) {
-            if gigantic {
-                v.extend(Self::subsets(present, Some(Backing::Hugetlb1g)));
-            }
-            for &s in mthp {
+        if gigantic && present.contains(&Category::HeapLarge) {
+            v.extend(Self::subsets(present, Some(Backing::Hugetlb1g)));
+        }
+        let mappable: Vec<Category> = Category::MAPPABLE
+            .iter()
+            .copied()
+            .filter(|c| present.contains(c))
+            .collect();
+        for &s in mthp.iter().filter(|&&s| MTHP_SHIFTS.contains(&s)) {
+            for &c in &mappable {
                 v.push(Mapping {
-                    huge: vec![(Category::HeapLarge, Backing::Thp(s))],
-                    all_present: false,
+                    huge: vec![(c, Backing::Thp(s))],
+                    all_present: mappable.len() == 1,
                     sites: vec![],
                 });
             }
+            if mappable.len() > 1 {
+                v.push(Mapping {
+                    huge: mappable.iter().map(|&c| (c, Backing::Thp(s))).collect(),
+                    all_present: true,
+                    sites: vec![],
+                });
+            }
+        }
+        if present.contains(&Category::HeapLarge) {
             for &site in sites {
                 v.push(Mapping {
                     huge: vec![],
@@ -343,6 +380,8 @@ impl CoreTlb {
 
 struct MappingState {
     res: PerCategory<Option<Backing>>,
+    /// [`Mapping::self_advice`].
+    self_thp: Backing,
     sites: Vec<(Site, Backing)>,
     /// `routes[backing][level]`.
     routes: Vec<Vec<Option<Route>>>,
@@ -428,24 +467,25 @@ pub struct Analyzer {
 /// The backing a reference to `addr` in `obj` lands on when the object's category
 /// has resolution `res`, with the placement space and address it has there.
 ///
-/// `advised`: the program's own `MADV_HUGEPAGE` counts (`ObjectInfo::self_thp`):
-/// an advised object whose category is not planned has its 2 MB-aligned
-/// interior on THP frames where it lies, as without hugetune.
+/// `advised`: the program's own `MADV_HUGEPAGE` counts (`ObjectInfo::self_thp`),
+/// with the THP size the mapping's run gives advised memory
+/// ([`Mapping::self_advice`]: 2 MB, or the mTHP size of a mapping that turns
+/// PMD THP off for its run): an advised object whose category is not planned
+/// has the aligned interior on folios of that size where it lies.
 pub(crate) fn resolve(
     obj: &ObjectInfo,
     seg: Option<&StaticSegment>,
     addr: u64,
     res: Option<Backing>,
-    advised: bool,
+    advised: Option<Backing>,
 ) -> (Backing, u64, u64) {
     let small = (Backing::Base4k, 0, addr);
     let Some(res) = res else {
-        if advised
-            && obj.self_thp
-            && addr >= align_up(obj.start, SIZE_2M)
-            && addr < align_down(obj.start + obj.len, SIZE_2M)
-        {
-            return (Backing::Thp2m, 0, addr);
+        if let Some(b) = advised.filter(|_| obj.self_thp) {
+            let p = b.folio_bytes();
+            if addr >= align_up(obj.start, p) && addr < align_down(obj.start + obj.len, p) {
+                return (b, 0, addr);
+            }
         }
         return small;
     };
@@ -475,7 +515,9 @@ pub(crate) fn resolve(
             let Some(seg) = seg.filter(|s| s.main_program) else {
                 return small;
             };
-            let (lo, hi) = seg.huge_interior_vaddr();
+            // The runtime library's placement: the interior aligned to the
+            // folio size (2 MB, or 64 KB for `static thp-64k`).
+            let (lo, hi) = seg.interior_vaddr(res.folio_bytes().min(SIZE_2M));
             let vaddr = addr.wrapping_sub(seg.bias);
             if vaddr >= lo && vaddr < hi {
                 (res, TAG_STATIC, vaddr | ((seg.module as u64) << 44))
@@ -500,7 +542,7 @@ pub(crate) fn routes_of(
 ) -> (Vec<Vec<Option<Route>>>, usize) {
     let mut used = vec![Backing::Base4k];
     if advised {
-        used.push(Backing::Thp2m);
+        used.push(m.self_advice());
     }
     let huge = m.huge.iter().map(|&(_, b)| b);
     for b in huge.chain(m.sites.iter().map(|&(_, b)| b)) {
@@ -573,6 +615,7 @@ impl MappingState {
             .collect();
         MappingState {
             res,
+            self_thp: m.self_advice(),
             sites: m.sites.clone(),
             routes,
             fault_engine,
@@ -816,7 +859,7 @@ impl Analyzer {
                 }
                 _ => m.res[cat],
             };
-            let (b, space, pa) = resolve(obj, seg, addr, res, self.advised);
+            let (b, space, pa) = resolve(obj, seg, addr, res, self.advised.then_some(m.self_thp));
             // Which sample this reference is in for this mapping (sampled.rs).
             let (layer, unit, w) = if b == Backing::Base4k {
                 let (unit, bit) = if space == TAG_OWNED {
@@ -1501,10 +1544,29 @@ mod tests {
                 "all-large",
                 "heap-large:1g",
                 "all-large:1g",
+                "static:64k",
                 "heap-large:64k",
+                "all-large:64k",
                 "site 0+0x1a2b"
             ]
         );
+        // Every category present on the mTHP size, all together on it: one
+        // THP size per mapping (the controls are system-wide).
+        let all64 = &c[c.len() - 2];
+        assert!(all64.all_present && all64.is_base());
+        assert_eq!(
+            all64.huge,
+            vec![
+                (Category::Static, Backing::Thp(16)),
+                (Category::HeapLarge, Backing::Thp(16))
+            ]
+        );
+        assert_eq!(all64.self_advice(), Backing::Thp(16));
+        assert_eq!(c[3].self_advice(), Backing::Thp2m);
+        // Sizes outside 16 KB .. 1 MB are no mTHP candidates.
+        let one = Mapping::candidates(&[Category::HeapSmall], false, &[12, 21, 20], &[]);
+        let on: Vec<String> = one.iter().map(|m| m.name()).collect();
+        assert_eq!(on, vec!["all-small", "heap-small", "heap-small:1m"]);
         assert!(!c.last().unwrap().is_base() && !c.last().unwrap().is_all_small());
         let names: Vec<String> = m.iter().map(|m| m.name()).collect();
         assert_eq!(
@@ -1798,6 +1860,86 @@ mod site_tests {
     /// Small objects: heap-small on 2 MB pages comes as THP (glibc's heap or the
     /// arena on THP) and as the arena on pool pages, one page per 2 MB frame the
     /// objects touch.
+    #[test]
+    fn static_and_heap_small_resolve_to_size_aligned_mthp_folios() {
+        // .bss from link-time 0x3000 to 0x501000 (5 MB + 4 KB): 2 MB interior
+        // [0x200000, 0x400000), 64 KB interior [0x10000, 0x500000).
+        let bias = 0x5555_0020_0000u64;
+        let seg = StaticSegment {
+            module: 0,
+            start: bias + 0x1000,
+            end: bias + 0x1000 + (5 << 20),
+            bias,
+            anon_start_vaddr: 0x3000,
+            main_program: true,
+        };
+        assert_eq!(seg.interior_vaddr(64 << 10), (0x10000, 0x500000));
+        let space = AddressSpace {
+            static_segments: vec![seg.clone()],
+            ..AddressSpace::default()
+        };
+        let mut cat = Categorizer::new(space, 128 * 1024);
+        let at = |cat: &mut Categorizer, vaddr: u64, b: Backing| {
+            let id = cat.classify(bias + vaddr).unwrap();
+            let obj = cat.object(id).clone();
+            assert_eq!(obj.category, Category::Static);
+            resolve(&obj, Some(&seg), bias + vaddr, Some(b), None).0
+        };
+        let k64 = Backing::Thp(16);
+        assert_eq!(at(&mut cat, 0x8000, k64), Backing::Base4k, "below 64 KB");
+        assert_eq!(at(&mut cat, 0x10000, k64), k64);
+        assert_eq!(at(&mut cat, 0x10000, Backing::Thp2m), Backing::Base4k);
+        assert_eq!(at(&mut cat, 0x4f0000, k64), k64);
+        assert_eq!(at(&mut cat, 0x4f0000, Backing::Thp2m), Backing::Base4k);
+        assert_eq!(at(&mut cat, 0x200000, Backing::Thp2m), Backing::Thp2m);
+        assert_eq!(at(&mut cat, 0x500800, k64), Backing::Base4k, "the tail");
+
+        // Heap-small on 64 KB frames: one fault per 64 KB frame touched, no
+        // reach gained without coalescing; the program's own advice under the
+        // mapping gets the mapping's size (its run turns PMD THP off).
+        let mut cat = Categorizer::new(AddressSpace::default(), 128 * 1024);
+        let base = 0x5555_0000_0000u64;
+        for i in 0..4096u64 {
+            cat.apply(&AllocEvent {
+                seq: i + 1,
+                op: AllocOp::Alloc {
+                    addr: base + i * 1024,
+                    size: 1000,
+                    via: AllocVia::Malloc,
+                    site: None,
+                },
+            });
+        }
+        let ms = Mapping::candidates(&[Category::HeapSmall], false, &[16], &[]);
+        assert_eq!(ms[2].name(), "heap-small:64k");
+        let g = TlbGeometry {
+            levels: vec![TlbLevel::new(
+                "L1",
+                vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)],
+                None,
+            )],
+            source: "t".into(),
+        };
+        let mut an = Analyzer::new(g, vec![], ms);
+        let mut frames = FxHashSet::default();
+        let mut x = 99u64;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let addr = base + (x % 4096) * 1024;
+            frames.insert(addr >> 16);
+            let id = cat.classify(addr).unwrap();
+            an.feed(cat.object(id), addr);
+        }
+        let r = an.finish();
+        let c = r[2].cell(Category::HeapSmall, k64);
+        assert_eq!(c.faults, frames.len() as u64);
+        assert_eq!(c.refs, 50_000);
+        assert_eq!(r[2].total().walks, r[0].total().walks);
+        assert_eq!(r[1].cell(Category::HeapSmall, Backing::Thp2m).faults, 2);
+    }
+
     #[test]
     fn heap_small_comes_on_thp_and_on_pool_pages() {
         let mut cat = Categorizer::new(AddressSpace::default(), 128 * 1024);

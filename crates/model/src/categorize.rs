@@ -95,8 +95,15 @@ impl StaticSegment {
     /// The 2 MB-aligned interior of the anonymous part, in link-time addresses: what
     /// the runtime library advises for THP. Empty when smaller than one huge page.
     pub fn huge_interior_vaddr(&self) -> (u64, u64) {
-        let lo = align_up(self.anon_start_vaddr, SIZE_2M);
-        let hi = align_down(self.end - self.bias, SIZE_2M);
+        self.interior_vaddr(SIZE_2M)
+    }
+
+    /// The `page`-aligned interior of the anonymous part (link-time addresses):
+    /// what the runtime library places on folios of `page` bytes (`static
+    /// thp-64k` advises the 64 KB-aligned interior). Empty when smaller than one.
+    pub fn interior_vaddr(&self, page: u64) -> (u64, u64) {
+        let lo = align_up(self.anon_start_vaddr, page);
+        let hi = align_down(self.end - self.bias, page);
         if hi > lo {
             (lo, hi)
         } else {

@@ -33,6 +33,12 @@ pub struct Availability {
     /// mTHP folio sizes (shifts 14..=20) whose control lets `MADV_HUGEPAGE` use them.
     #[serde(default)]
     pub mthp: Vec<u8>,
+    /// THP sizes (shifts 14..=21) whose per-size control hugetune can set for a
+    /// run (root, the control writable): an mTHP size here is plannable even
+    /// while its control reads `never`, because the run sets it
+    /// ([`thp_controls`]) and puts it back afterwards.
+    #[serde(default)]
+    pub thp_settable: Vec<u8>,
     /// 2 MB blocks the buddy allocator can hand out now (free order >= 9 blocks
     /// within the watermarks; `hugetune frag`): how many THP folios a fault can
     /// get without compaction. None: unknown (not limited).
@@ -117,6 +123,89 @@ pub struct PlanDecision {
     /// `pool hugetlb-2m N`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<crate::pool::PoolWeighing>,
+    /// The per-size THP controls its runs need ([`thp_controls`]): set for each
+    /// run with the plan applied, restored after it; empty for most plans.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thp_controls: Vec<ThpControl>,
+}
+
+/// One per-size THP control (`transparent_hugepage/hugepages-<kb>kB/enabled`)
+/// as a run needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThpControl {
+    /// Folio size in kB (64 for `hugepages-64kB`, 2048 for PMD THP).
+    pub kb: u64,
+    /// `madvise` (the planned mTHP size) or `never` (a larger size that would
+    /// take the planned size's advised ranges).
+    pub mode: String,
+}
+
+impl ThpControl {
+    pub fn text(&self) -> String {
+        format!("hugepages-{}kB/enabled = {}", self.kb, self.mode)
+    }
+}
+
+/// The backings of a plan's categories and sites.
+pub fn plan_backings(assignments: &[(Category, Backing)], sites: &[PlannedSite]) -> Vec<Backing> {
+    assignments
+        .iter()
+        .map(|&(_, b)| b)
+        .chain(sites.iter().map(|s| s.backing))
+        .collect()
+}
+
+/// The THP folio sizes (shifts) a plan's backings ask `MADV_HUGEPAGE` for,
+/// 2 MB included.
+fn thp_shifts(backings: &[Backing]) -> Vec<u8> {
+    let mut v: Vec<u8> = backings
+        .iter()
+        .filter_map(|&b| match b {
+            Backing::Thp(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The per-size THP controls a run of this plan needs, from what `avail` says
+/// is usable now. The controls are system-wide and `MADV_HUGEPAGE` gives a
+/// range the largest enabled size that fits, so a plan with an mTHP size S
+/// needs S at `madvise` (unless usable already), every larger usable mTHP size
+/// at `never`, and PMD THP (`hugepages-2048kB`) at `never` unless the plan has
+/// a 2 MB THP category itself (then no mTHP size: `feasible` refuses the mix).
+/// Empty for a plan without mTHP: nothing changes for it.
+/// `backings`: the plan's ([`plan_backings`]).
+pub fn thp_controls(backings: &[Backing], avail: &Availability) -> Vec<ThpControl> {
+    let shifts = thp_shifts(backings);
+    let Some(&s) = shifts.iter().find(|&&s| (s as u32) < crate::page::SHIFT_2M) else {
+        return vec![];
+    };
+    let kb = |s: u8| 1u64 << (s - 10);
+    let mut out = Vec::new();
+    if !avail.mthp.contains(&s) {
+        out.push(ThpControl {
+            kb: kb(s),
+            mode: "madvise".into(),
+        });
+    }
+    let mut larger: Vec<u8> = avail.mthp.iter().copied().filter(|&t| t > s).collect();
+    larger.sort_unstable();
+    for t in larger {
+        out.push(ThpControl {
+            kb: kb(t),
+            mode: "never".into(),
+        });
+    }
+    if !shifts.contains(&(crate::page::SHIFT_2M as u8)) && avail.thp != ThpMode::Never {
+        out.push(ThpControl {
+            kb: 2048,
+            mode: "never".into(),
+        });
+    }
+    out
 }
 
 impl PlanDecision {
@@ -294,12 +383,40 @@ fn feasible(p: &Prediction, avail: &Availability, program: &ProgramTraits) -> Re
     if avail.thp == ThpMode::Never && p.assignments.iter().any(|&(_, b)| b == Backing::Thp2m) {
         return Err("needs THP, which is disabled (transparent_hugepage/enabled = never)".into());
     }
-    for &(_, b) in &p.assignments {
+    let backings = plan_backings(&p.assignments, &p.sites);
+    let shifts = thp_shifts(&backings);
+    if shifts.len() > 1 {
+        let names: Vec<String> = shifts.iter().map(|&s| Backing::Thp(s).name()).collect();
+        return Err(format!(
+            "{} in one plan: the per-size THP controls are system-wide and MADV_HUGEPAGE gives \
+             every advised range the largest enabled size that fits, so the smaller size's \
+             category would get the larger folios where aligned",
+            names.join(" and ")
+        ));
+    }
+    if let Some(&(_, b)) = p.assignments.iter().find(|&&(_, b)| b.is_mthp()) {
+        if program.outside {
+            return Err(format!(
+                "{b}: applied from outside the process, whose MADV_COLLAPSE makes 2 MB folios only"
+            ));
+        }
         if let Backing::Thp(s) = b {
-            if b.is_mthp() && !avail.mthp.contains(&s) {
+            if !avail.mthp.contains(&s) && !avail.thp_settable.contains(&s) {
                 return Err(format!(
-                    "needs {b} folios, which are disabled (hugepages-{}kB/enabled)",
+                    "needs {b} folios, which are disabled (hugepages-{}kB/enabled), and hugetune \
+                     cannot enable them for the run (that needs root)",
                     b.folio_bytes() >> 10
+                ));
+            }
+        }
+        for c in thp_controls(&backings, avail) {
+            let shift = (c.kb.trailing_zeros() + 10) as u8;
+            if c.mode == "never" && !avail.thp_settable.contains(&shift) {
+                return Err(format!(
+                    "needs {} for its runs (else its advised ranges get {} folios where \
+                     aligned), which hugetune cannot set (that needs root)",
+                    c.text(),
+                    crate::page::size_name(c.kb << 10)
                 ));
             }
         }
@@ -362,6 +479,15 @@ pub fn choose_with(
     policy: &Policy,
 ) -> PlanDecision {
     let mut d = choose_core(preds, sig, avail, program, native_seconds, policy);
+    d.thp_controls = thp_controls(&plan_backings(&d.assignments, &d.sites), avail);
+    if !d.thp_controls.is_empty() {
+        let list: Vec<String> = d.thp_controls.iter().map(ThpControl::text).collect();
+        d.reasons.push(format!(
+            "its runs set {} and restore them after (the controls are system-wide; a baseline \
+             run keeps the machine's settings)",
+            list.join(", ")
+        ));
+    }
     // An empty plan always says where the misses are: the last reason (the one
     // `plan` shows without --explain) gets it.
     if d.assignments.is_empty() && d.sites.is_empty() {
@@ -394,6 +520,7 @@ fn choose_core(
         reasons,
         jvm: None,
         pool: None,
+        thp_controls: vec![],
     };
     if !sig.passes {
         reasons.push(format!(
@@ -554,6 +681,7 @@ fn choose_core(
             reasons,
             jvm: None,
             pool: None,
+            thp_controls: vec![],
         };
     }
     reasons.push(format!(
@@ -579,6 +707,7 @@ fn choose_core(
         reasons,
         jvm: None,
         pool: None,
+        thp_controls: vec![],
     }
 }
 
@@ -818,6 +947,8 @@ fn site_knapsack(
         .filter(|p| {
             p.sites.is_empty()
                 && !p.assignments.iter().any(|(c, _)| *c == Category::HeapLarge)
+                // Sites are on 2 MB pages: an mTHP size cannot run beside them.
+                && !p.assignments.iter().any(|(_, b)| b.is_mthp())
                 && allowed(p).is_ok()
         })
         .max_by(|a, b| expected(a).total_cmp(&expected(b)));
@@ -931,6 +1062,136 @@ pub(crate) mod tests {
             source: "model".into(),
             walks_by_category: vec![(Category::HeapLarge, 600), (Category::Stack, 400)],
         }
+    }
+
+    /// mTHP is planned when its control is usable or settable for the run; a
+    /// plan cannot mix THP sizes (the controls are system-wide); the decision
+    /// records the controls its runs set: the size at `madvise`, larger usable
+    /// sizes and PMD THP at `never`.
+    #[test]
+    fn mthp_plans_need_their_controls_and_never_mix_thp_sizes() {
+        use Category::*;
+        let k64 = Backing::Thp(16);
+        let p = vec![
+            pred("all-small", vec![], 0.0, 0),
+            pred("heap-small:64k", vec![(HeapSmall, k64)], 90.0, 0),
+            pred(
+                "mixed",
+                vec![(HeapSmall, k64), (HeapLarge, Backing::Thp2m)],
+                120.0,
+                0,
+            ),
+            pred(
+                "heap-large",
+                vec![(HeapLarge, Backing::Hugetlb2m)],
+                40.0,
+                10,
+            ),
+        ];
+        let settable = Availability {
+            hugetlb_2m_free: 100,
+            thp: ThpMode::Madvise,
+            mthp: vec![],
+            thp_settable: vec![14, 15, 16, 17, 18, 19, 20, 21],
+            ..Availability::default()
+        };
+        let d = choose(
+            &p,
+            &sig(true),
+            &settable,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert_eq!(d.assignments, vec![(HeapSmall, k64)], "{:?}", d.reasons);
+        assert!(
+            d.reasons.iter().any(|r| r.starts_with(
+                "mixed: ruled out: thp-64k and thp-2m in \
+                 one plan: the per-size THP controls are system-wide"
+            )),
+            "{:?}",
+            d.reasons
+        );
+        let text: Vec<String> = d.thp_controls.iter().map(ThpControl::text).collect();
+        assert_eq!(
+            text,
+            vec![
+                "hugepages-64kB/enabled = madvise",
+                "hugepages-2048kB/enabled = never"
+            ]
+        );
+        assert!(d.reasons.last().unwrap().contains("restore them after"));
+        // Usable already, with a larger size usable too: that one goes off.
+        let usable = Availability {
+            mthp: vec![16, 18],
+            thp_settable: vec![16, 18, 21],
+            ..settable.clone()
+        };
+        let c = thp_controls(&[k64], &usable);
+        let text: Vec<String> = c.iter().map(ThpControl::text).collect();
+        assert_eq!(
+            text,
+            vec![
+                "hugepages-256kB/enabled = never",
+                "hugepages-2048kB/enabled = never"
+            ]
+        );
+        // PMD THP already off: nothing for it; no mTHP: nothing at all.
+        let pmd_off = Availability {
+            thp: ThpMode::Never,
+            ..usable.clone()
+        };
+        assert_eq!(thp_controls(&[k64], &pmd_off).len(), 1);
+        assert!(thp_controls(&[Backing::Thp2m, Backing::Hugetlb2m], &usable).is_empty());
+        // Not root: neither settable nor usable, so not planned; usable but
+        // PMD THP not settable: its advised ranges would get 2 MB folios.
+        let none = Availability {
+            thp_settable: vec![],
+            ..settable.clone()
+        };
+        let d = choose(&p, &sig(true), &none, &ProgramTraits::default(), 1.0, 0.01);
+        assert_eq!(d.assignments, vec![(HeapLarge, Backing::Hugetlb2m)]);
+        assert!(d.thp_controls.is_empty());
+        assert!(
+            d.reasons.iter().any(|r| r.contains(
+                "heap-small:64k: ruled out: needs thp-64k folios, which are \
+                     disabled (hugepages-64kB/enabled), and hugetune cannot enable them"
+            )),
+            "{:?}",
+            d.reasons
+        );
+        let no_pmd = Availability {
+            mthp: vec![16],
+            thp_settable: vec![],
+            ..settable.clone()
+        };
+        let d = choose(
+            &p,
+            &sig(true),
+            &no_pmd,
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert!(
+            d.reasons.iter().any(|r| r.contains(
+                "needs hugepages-2048kB/enabled = never for its runs (else its advised ranges \
+                 get 2m folios"
+            )),
+            "{:?}",
+            d.reasons
+        );
+        // From outside the process, MADV_COLLAPSE makes 2 MB folios only.
+        let outside = ProgramTraits {
+            outside: true,
+            ..ProgramTraits::default()
+        };
+        let d = choose(&p, &sig(true), &settable, &outside, 1.0, 0.01);
+        assert!(
+            !d.assignments.contains(&(HeapSmall, k64)),
+            "{:?}",
+            d.reasons
+        );
     }
 
     fn preds() -> Vec<Prediction> {

@@ -316,7 +316,13 @@ pub fn analyze(input: &TimeSampledInput<'_>) -> Vec<MappingResult> {
             let seg = obj
                 .segment
                 .and_then(|i| input.static_segments.get(i as usize));
-            let (b, space, pa) = resolve(obj, seg, addr, res_of(m, &res, obj), input.advised);
+            let (b, space, pa) = resolve(
+                obj,
+                seg,
+                addr,
+                res_of(m, &res, obj),
+                input.advised.then(|| m.self_advice()),
+            );
             (obj, b, space, pa)
         };
         // Pass 1: sample counts per engine key and per cell folio.

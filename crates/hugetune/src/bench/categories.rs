@@ -93,6 +93,8 @@ pub fn run(ctx: &Ctx, o: &Opts) -> Result<()> {
                 bundle: None,
                 rate: None,
                 simulate: false,
+                // The suite compares 2 MB / 1 GB mappings (mTHP: ranking.py).
+                mthp: Some("none".into()),
                 name: Some(name.to_string()),
                 json: true,
                 command,

@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &a.bundle,
         &m.tlb.geometry,
         &stages::cost_model_at(&ctx.db_path, &m)?,
-        &stages::analysis_options(false),
+        &stages::analysis_options(false, &m.tlb.geometry),
         &stages::SampleOptions {
             exact: a.exact,
             rate: a.rate,

@@ -159,6 +159,10 @@ pub struct PlanReport {
     /// when the plan puts blocks on hugetlb-2m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<hugetune_model::pool::PoolWeighing>,
+    /// The per-size THP controls set for each optimized run and restored after
+    /// it (a plan with an mTHP size; `hugetune_model::plan::thp_controls`).
+    #[serde(default)]
+    pub thp_controls: Vec<hugetune_model::plan::ThpControl>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -487,7 +491,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         &bundle,
         &machine.tlb.geometry,
         &cost,
-        &stages::analysis_options(false),
+        &stages::analysis_options(false, &machine.tlb.geometry),
         &stages::SampleOptions {
             exact: o.exact,
             max_refs: budget.map(|a| a.max_refs),
@@ -736,6 +740,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             availability,
             program,
             pool: decision.pool.clone(),
+            thp_controls: decision.thp_controls.clone(),
         },
         chosen_prediction: decision.prediction.clone(),
         predicted: preds,

@@ -56,6 +56,11 @@ pub struct Args {
     /// associative approximation's error against it (needs every reference)
     #[arg(long)]
     pub simulate: bool,
+    /// mTHP sizes to predict and measure (comma-separated: 64k,1m; `none`);
+    /// default: those `analyze` evaluates (docs/model.md, "mTHP"). Each run of
+    /// an mTHP mapping sets its per-size controls and restores them after
+    #[arg(long, value_name = "SIZES")]
+    pub mthp: Option<String>,
     /// A name for the workload in the report
     #[arg(long)]
     pub name: Option<String>,
@@ -134,14 +139,12 @@ pub struct RankReport {
 
 /// The mappings measured: the seed's base mappings (all small, one category
 /// large, all large) — single categories at every page size and backing the
-/// analysis predicted, all-large with each category's default backing. A 1 GB
-/// mapping without a 1 GB page is the 2 MB one again and is left out.
+/// analysis predicted (mTHP sizes included), all-large with each category's
+/// default backing. A 1 GB mapping without a 1 GB page is the 2 MB one again
+/// and is left out.
 fn measured_set(preds: &[Prediction]) -> Vec<Prediction> {
     let mut out: Vec<Prediction> = Vec::new();
     for p in preds.iter().filter(|p| p.base) {
-        if p.assignments.iter().any(|(_, b)| b.is_mthp()) {
-            continue;
-        }
         let gigantic = p.assignments.iter().any(|&(_, b)| b == Backing::Hugetlb1g);
         if gigantic && p.hugetlb_1g_pages == 0 {
             continue;
@@ -217,6 +220,24 @@ fn reserve_pools(
     Ok(changes)
 }
 
+/// `--mthp 64k,1m`: folio shifts of mTHP sizes (16 KB .. 1 MB); `none`.
+fn parse_mthp(list: &str) -> Result<Vec<u8>> {
+    if list == "none" {
+        return Ok(vec![]);
+    }
+    list.split(',')
+        .map(|t| {
+            let b: Backing = format!("thp-{}", t.trim())
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--mthp: {t:?} is no mTHP size (16k .. 1m)"))?;
+            match b {
+                Backing::Thp(s) if b.is_mthp() => Ok(s),
+                _ => bail!("--mthp: {t:?} is no mTHP size (16k .. 1m)"),
+            }
+        })
+        .collect()
+}
+
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let report = execute(ctx, &a)?;
     if a.json {
@@ -269,7 +290,10 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     let cost = stages::cost_model_at(&ctx.db_path, &m)?;
     let opts = AnalysisOptions {
         gigantic: machine::pool(1 << 20).is_some(),
-        mthp: vec![],
+        mthp: match &a.mthp {
+            None => stages::mthp_sizes(&m.tlb.geometry),
+            Some(list) => parse_mthp(list)?,
+        },
         simulate: a.simulate,
         sites: vec![],
         threads: 0,
@@ -590,16 +614,30 @@ mod tests {
                 true,
                 vec![(Category::Static, Backing::Thp2m), (hl, Backing::Hugetlb2m)],
             ),
+            pred(
+                "static:thp-64k heap-large:thp-64k",
+                true,
+                vec![(Category::Static, Backing::Thp(16)), (hl, Backing::Thp(16))],
+            ),
         ];
         let s = measured_set(&preds);
         let labels: Vec<&str> = s.iter().map(|p| p.label.as_str()).collect();
+        // Single categories at every size, mTHP ones included (issue 23);
+        // all-large only with each category's default backing.
         assert_eq!(
             labels,
             vec![
                 "all-small",
                 "heap-large:hugetlb",
+                "heap-large:thp-64k",
                 "static:thp heap-large:hugetlb"
             ]
         );
+        assert_eq!(parse_mthp("64k, 1m").unwrap(), vec![16, 20]);
+        assert!(parse_mthp("none").unwrap().is_empty());
+        for bad in ["2m", "4k", "3k", ""] {
+            let e = parse_mthp(bad).unwrap_err().to_string();
+            assert!(e.contains("is no mTHP size"), "{bad}: {e}");
+        }
     }
 }

@@ -31,7 +31,8 @@ pub struct Args {
     /// Become the program (exec) once the plan is set up, instead of running it as a
     /// child: it keeps hugetune's PID and gets its signals itself, as a service's main
     /// process should. The run is then not recorded in the database, and the runtime
-    /// library's summary is not collected
+    /// library's summary is not collected; nor can a per-size THP control be set
+    /// for the run (mTHP sizes count only where usable already)
     #[arg(long)]
     exec: bool,
     /// After the program ends, print one JSON object (its last line on standard
@@ -147,7 +148,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         return Ok(code);
     };
     if a.exec {
-        let d = st.choose(&stages::availability_now(), a.min_gain);
+        let d = st.choose(&exec_availability(), a.min_gain);
         drop(db);
         return exec_plan(&a, &art, &st, &d);
     }
@@ -169,7 +170,7 @@ fn start_now(
     let st = c.stored();
     if a.exec {
         // Nothing is recorded under --exec: the store is not needed.
-        let d = st.choose(&stages::availability_now(), a.min_gain);
+        let d = st.choose(&exec_availability(), a.min_gain);
         return exec_plan(a, art, &st, &d);
     }
     let ctx2 = Ctx {
@@ -220,6 +221,16 @@ fn start_cache(ctx: &Ctx, a: &Args) -> Option<(PathBuf, stages::start_cache::Key
             stages::note(format!("no start-up cache: {e:#}"));
             None
         }
+    }
+}
+
+/// What `--exec` can use now: hugetune is gone once the program runs, so no
+/// per-size THP control can be set for the run and restored after it; only
+/// the mTHP sizes usable as the controls read now count.
+fn exec_availability() -> hugetune_model::plan::Availability {
+    hugetune_model::plan::Availability {
+        thp_settable: vec![],
+        ..stages::availability_now()
     }
 }
 

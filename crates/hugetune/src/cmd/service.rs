@@ -688,6 +688,9 @@ fn plan_from_db(ctx: &Ctx, unit: &Unit, svc: &Service, a: &InstallArgs) -> Resul
         hugetlb_1g_free: a.pages_1g.unwrap_or(0),
         thp: now.thp,
         mthp: now.mthp,
+        // The unit runs the program without hugetune around each run: no
+        // per-size THP control can be set for it, only usable sizes count.
+        thp_settable: vec![],
         thp_2m_allocatable: None,
     };
     let mut d = st.choose(&avail, a.min_gain);

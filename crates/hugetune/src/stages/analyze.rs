@@ -211,33 +211,53 @@ fn self_advice_note(cat: &Categorizer) -> Option<String> {
     ))
 }
 
-/// Why no mTHP size was evaluated, when the kernel has some but every one's
-/// control keeps `MADV_HUGEPAGE` from it (issue 23: not silently).
-fn mthp_off_note() -> Option<String> {
+/// Which mTHP sizes were evaluated and why, or why none was, when the kernel
+/// has some (issue 23: not silently). `evaluated`: the folio shifts analysed.
+fn mthp_note(evaluated: &[u8]) -> Option<String> {
     let root = Path::new(hugetune_host::machine::THP_SYSFS);
     let listed: Vec<(u64, String)> = hugetune_host::machine::mthp_sizes(root)
         .into_iter()
         .filter(|(kb, _)| (16..2048).contains(kb) && kb.is_power_of_two())
         .collect();
-    if listed.is_empty() || !hugetune_host::machine::mthp_usable(root).is_empty() {
+    if listed.is_empty() {
         return None;
     }
     let sizes: Vec<String> = listed
         .iter()
         .map(|(kb, v)| format!("{kb} kB {v}"))
         .collect();
+    if evaluated.is_empty() {
+        return Some(format!(
+            "mTHP sizes not evaluated: no size's control lets MADV_HUGEPAGE use it ({}) and \
+             hugetune cannot set one for a run (that needs root); `echo madvise > \
+             {}/hugepages-64kB/enabled` (as root) lets hugetune predict and plan that size",
+            sizes.join(", "),
+            root.display()
+        ));
+    }
+    let usable = hugetune_host::machine::mthp_usable(root);
+    let names: Vec<String> = evaluated
+        .iter()
+        .map(|&s| {
+            let n = hugetune_model::page::size_name(1 << s);
+            if usable.contains(&s) {
+                n
+            } else {
+                format!("{n} (set to madvise for a plan's runs only)")
+            }
+        })
+        .collect();
     Some(format!(
-        "mTHP sizes not evaluated: no size's control lets MADV_HUGEPAGE use it ({}); \
-         `echo madvise > {}/hugepages-64kB/enabled` (as root) lets hugetune predict and plan that \
-         size",
-        sizes.join(", "),
-        root.display()
+        "mTHP sizes evaluated: {} of those the kernel offers ({}): the sizes the TLB coalesces, \
+         64 kB and the largest below 2 MB",
+        names.join(", "),
+        sizes.join(", ")
     ))
 }
 
 /// Runs the model over a bundle, with the mappings this machine offers.
 pub fn analyze(path: &Path, geometry: &TlbGeometry, cost: &CostModel) -> Result<Analysis> {
-    analyze_with(path, geometry, cost, &analysis_options(false))
+    analyze_with(path, geometry, cost, &analysis_options(false, geometry))
 }
 
 /// `analyze` with explicit mapping options (sizes evaluated, simulation).
@@ -611,10 +631,8 @@ pub fn analyze_sampled(
         note(c.describe());
         result.cores = Some(c);
     }
-    if opts.mthp.is_empty() {
-        if let Some(n) = mthp_off_note() {
-            note(n);
-        }
+    if let Some(n) = mthp_note(&opts.mthp) {
+        note(n);
     }
     let mut meta = b.meta;
     if let Some(t) = so.native_s {

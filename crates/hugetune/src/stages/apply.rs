@@ -10,7 +10,7 @@
 
 use super::{display_cmd, note, strings, Stored};
 use crate::artifacts::Artifacts;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use hugetune_attach::OutsidePlan;
 use hugetune_capture::launcher;
 use hugetune_capture::runner::{self, Launch, OnStart, Output, RunSpec};
@@ -311,7 +311,50 @@ pub fn applied_spec(
         spec.env = env::follow_env(spec.env, "apply", &dir.path().join("follow.log"), &extra);
     }
     spec.stdout = stdout;
+    spec.around = thp_controls_around(assignments, options);
     Ok(Applied { dir, spec })
+}
+
+/// The per-size THP controls a plan with these backings needs for its runs
+/// (`hugetune_model::plan::thp_controls`, from the controls as they read now),
+/// as a hook that sets them just before each applied run and restores them
+/// once it ended (also on error, interrupt, and through the journal after a
+/// kill). The controls are system-wide, so the baseline runs interleaved with
+/// the applied ones never see them. None for a plan without mTHP.
+pub fn thp_controls_around(
+    assignments: &[(Category, Backing)],
+    options: &PlanOptions,
+) -> Option<runner::Around> {
+    let root = Path::new(hugetune_host::machine::THP_SYSFS);
+    let now = Availability {
+        thp: hugetune_host::machine::thp_mode(root).unwrap_or(hugetune_model::plan::ThpMode::Never),
+        mthp: hugetune_host::machine::mthp_usable(root),
+        ..Availability::default()
+    };
+    let backings: Vec<Backing> = assignments
+        .iter()
+        .map(|&(_, b)| b)
+        .chain(options.sites.iter().map(|&(_, _, b)| b))
+        .collect();
+    let controls = hugetune_model::plan::thp_controls(&backings, &now);
+    if controls.is_empty() {
+        return None;
+    }
+    note(format!(
+        "the plan's runs set {} and restore them after each (system-wide controls: MADV_HUGEPAGE \
+         gives an advised range the largest enabled size that fits)",
+        controls
+            .iter()
+            .map(|c| c.text())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let pairs: Vec<(u64, String)> = controls.into_iter().map(|c| (c.kb, c.mode)).collect();
+    Some(runner::Around(Arc::new(move || {
+        let changes = hugetune_host::kernel_state::set_thp_controls(&pairs)
+            .context("setting the plan's per-size THP controls for its run")?;
+        Ok(Box::new(changes) as Box<dyn std::any::Any>)
+    })))
 }
 
 /// Collects (and removes) the runtime library summaries written in `dir`.
@@ -673,6 +716,7 @@ mod tests {
             reasons: vec![],
             jvm: None,
             pool: None,
+            thp_controls: vec![],
         };
         let m = gigantic_shortfall(&d, 1).unwrap();
         assert!(

@@ -534,6 +534,7 @@ mod tests {
             hugetlb_1g_free: 0,
             thp,
             mthp: vec![],
+            thp_settable: vec![],
             thp_2m_allocatable: None,
         }
     }

@@ -20,6 +20,7 @@ use hugetune_model::plan::{Availability, ProgramTraits, ThpMode};
 use hugetune_model::pool::{PoolScope, PoolTrace, TraceBuilder};
 use hugetune_model::rank::Prediction;
 use hugetune_model::stream::AnalysisOptions;
+use hugetune_model::tlb::TlbGeometry;
 use std::ffi::OsString;
 use std::path::Path;
 
@@ -30,6 +31,7 @@ pub fn availability_now() -> Availability {
         hugetlb_1g_free: machine::pool(1 << 20).map_or(0, |p| p.available()),
         thp: machine::thp_mode(Path::new(machine::THP_SYSFS)).unwrap_or(ThpMode::Never),
         mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
+        thp_settable: machine::thp_settable(Path::new(machine::THP_SYSFS)),
         // Free 2 MB blocks within the watermarks (/proc/buddyinfo, zoneinfo): no
         // scan, no root; unknown when the files cannot be read.
         thp_2m_allocatable: frag::snapshot::take(&Default::default(), false)
@@ -104,16 +106,31 @@ pub fn gigantic_estimate() -> Result<GiganticEstimate> {
 }
 
 /// The mappings worth evaluating on this machine: heap-large on 1 GB pages when
-/// the kernel has them, on every mTHP size usable now.
-pub fn analysis_options(simulate: bool) -> AnalysisOptions {
+/// the kernel has them; every category on the mTHP sizes of `mthp_sizes`.
+pub fn analysis_options(simulate: bool, geometry: &TlbGeometry) -> AnalysisOptions {
     AnalysisOptions {
         gigantic: machine::pool(1 << 20).is_some(),
-        mthp: machine::mthp_usable(Path::new(machine::THP_SYSFS)),
+        mthp: mthp_sizes(geometry),
         simulate,
         sites: vec![],
         threads: 0,
         ..Default::default()
     }
+}
+
+/// The mTHP sizes the analysis evaluates: of those usable now or settable by
+/// hugetune for a run (root), the geometry's coalescing sizes, 64 KB and the
+/// largest below 2 MB (`machine::mthp_evaluated`).
+pub fn mthp_sizes(geometry: &TlbGeometry) -> Vec<u8> {
+    let root = Path::new(machine::THP_SYSFS);
+    let mut offered = machine::mthp_usable(root);
+    offered.extend(
+        machine::thp_settable(root)
+            .into_iter()
+            .filter(|s| (14..=20).contains(s)),
+    );
+    let coalesce: Vec<u64> = geometry.levels.iter().filter_map(|l| l.coalesce).collect();
+    machine::mthp_evaluated(&offered, &coalesce)
 }
 
 /// Peak 2 MB pages the runtime library will hold for heap-large objects when
