@@ -472,6 +472,7 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
             max_pages: None,
             exact: false,
             profile_budget: crate::cmd::optimize::DEFAULT_PROFILE_BUDGET,
+            mthp: None,
             driver,
             profile_driver,
         };

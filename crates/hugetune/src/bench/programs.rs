@@ -461,6 +461,7 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
             max_pages: None,
             exact: false,
             profile_budget: optimize::DEFAULT_PROFILE_BUDGET,
+            mthp: None,
             driver: None,
             profile_driver: None,
         };

@@ -260,6 +260,7 @@ pub fn run(ctx: &Ctx, o: &Opts, max_threads: Option<u32>) -> Result<()> {
                 max_pages: None,
                 exact: false,
                 profile_budget: optimize::DEFAULT_PROFILE_BUDGET,
+                mthp: None,
                 driver: None,
                 profile_driver: None,
             };

@@ -57,6 +57,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         profile_budget: super::optimize::DEFAULT_PROFILE_BUDGET,
         driver: None,
         profile_driver: None,
+        mthp: None,
     };
     let r = optimize::execute(ctx, &opts)?;
     if a.json {

@@ -12,6 +12,7 @@ use hugetune_host::machine;
 use hugetune_model::plan;
 use hugetune_model::plan::{Availability, ProgramTraits};
 use hugetune_model::rank::{Prediction, PredictionError};
+use hugetune_model::stream::AnalysisOptions;
 use hugetune_render::{bytes, secs};
 use hugetune_store::db::NewRun;
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,11 @@ pub struct Args {
     /// reference; slow on large programs)
     #[arg(long, conflicts_with_all = ["rate", "max_pages"])]
     exact: bool,
+    /// mTHP sizes the plan may use (comma-separated: 64k,1m; `none`); default:
+    /// those `analyze` evaluates (docs/model.md, "mTHP"). A plan with one sets
+    /// its per-size controls for each of its runs and restores them after
+    #[arg(long, value_name = "SIZES")]
+    mthp: Option<String>,
     /// The command is a server: run this client against it in every run (the
     /// profile, the sizing run, each timed run), stop the server with SIGTERM
     /// when the client ends, and time the client. `{port}` in the command,
@@ -100,6 +106,9 @@ pub struct Options {
     /// allowed), and by `profile_driver` in the profiled run.
     pub driver: Option<Vec<OsString>>,
     pub profile_driver: Option<Vec<OsString>>,
+    /// mTHP sizes (folio shifts) to evaluate and plan; `None`: those
+    /// `stages::mthp_sizes` picks.
+    pub mthp: Option<Vec<u8>>,
 }
 
 /// The commands of one optimize with `{port}` filled in, and their drivers.
@@ -382,6 +391,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         max_pages: a.max_pages,
         exact: a.exact,
         profile_budget: a.profile_budget,
+        mthp: a.mthp.as_deref().map(stages::parse_mthp).transpose()?,
     };
     let report = execute(ctx, &opts)?;
     if a.json {
@@ -491,7 +501,13 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         &bundle,
         &machine.tlb.geometry,
         &cost,
-        &stages::analysis_options(false, &machine.tlb.geometry),
+        &AnalysisOptions {
+            mthp: o
+                .mthp
+                .clone()
+                .unwrap_or_else(|| stages::mthp_sizes(&machine.tlb.geometry)),
+            ..stages::analysis_options(false, &machine.tlb.geometry)
+        },
         &stages::SampleOptions {
             exact: o.exact,
             max_refs: budget.map(|a| a.max_refs),

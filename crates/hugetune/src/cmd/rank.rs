@@ -220,24 +220,6 @@ fn reserve_pools(
     Ok(changes)
 }
 
-/// `--mthp 64k,1m`: folio shifts of mTHP sizes (16 KB .. 1 MB); `none`.
-fn parse_mthp(list: &str) -> Result<Vec<u8>> {
-    if list == "none" {
-        return Ok(vec![]);
-    }
-    list.split(',')
-        .map(|t| {
-            let b: Backing = format!("thp-{}", t.trim())
-                .parse()
-                .map_err(|_| anyhow::anyhow!("--mthp: {t:?} is no mTHP size (16k .. 1m)"))?;
-            match b {
-                Backing::Thp(s) if b.is_mthp() => Ok(s),
-                _ => bail!("--mthp: {t:?} is no mTHP size (16k .. 1m)"),
-            }
-        })
-        .collect()
-}
-
 pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let report = execute(ctx, &a)?;
     if a.json {
@@ -292,7 +274,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
         gigantic: machine::pool(1 << 20).is_some(),
         mthp: match &a.mthp {
             None => stages::mthp_sizes(&m.tlb.geometry),
-            Some(list) => parse_mthp(list)?,
+            Some(list) => stages::parse_mthp(list)?,
         },
         simulate: a.simulate,
         sites: vec![],
@@ -633,10 +615,10 @@ mod tests {
                 "static:thp heap-large:hugetlb"
             ]
         );
-        assert_eq!(parse_mthp("64k, 1m").unwrap(), vec![16, 20]);
-        assert!(parse_mthp("none").unwrap().is_empty());
+        assert_eq!(stages::parse_mthp("64k, 1m").unwrap(), vec![16, 20]);
+        assert!(stages::parse_mthp("none").unwrap().is_empty());
         for bad in ["2m", "4k", "3k", ""] {
-            let e = parse_mthp(bad).unwrap_err().to_string();
+            let e = stages::parse_mthp(bad).unwrap_err().to_string();
             assert!(e.contains("is no mTHP size"), "{bad}: {e}");
         }
     }

@@ -133,6 +133,24 @@ pub fn mthp_sizes(geometry: &TlbGeometry) -> Vec<u8> {
     machine::mthp_evaluated(&offered, &coalesce)
 }
 
+/// `--mthp 64k,1m`: folio shifts of mTHP sizes (16 KB .. 1 MB); `none`.
+pub fn parse_mthp(list: &str) -> Result<Vec<u8>> {
+    if list == "none" {
+        return Ok(vec![]);
+    }
+    list.split(',')
+        .map(|t| {
+            let b: Backing = format!("thp-{}", t.trim())
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--mthp: {t:?} is no mTHP size (16k .. 1m)"))?;
+            match b {
+                Backing::Thp(s) if b.is_mthp() => Ok(s),
+                _ => bail!("--mthp: {t:?} is no mTHP size (16k .. 1m)"),
+            }
+        })
+        .collect()
+}
+
 /// Peak 2 MB pages the runtime library will hold for heap-large objects when
 /// `argv` runs, measured by one record-mode run (no reference tracing). It also
 /// warms the machine up before timed runs.
