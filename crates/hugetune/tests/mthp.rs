@@ -58,6 +58,10 @@ fn optimize_plans_mthp_sets_the_control_per_run_and_restores_it() {
             "3",
             "--max-runs",
             "3",
+            // Sizes whose control is `never` only when asked (they change
+            // system-wide controls for the runs).
+            "--mthp",
+            "64k,1m",
             "--",
             exe.to_str().unwrap(),
             "512",

@@ -60,9 +60,10 @@ pub struct Args {
     /// reference; slow on large programs)
     #[arg(long, conflicts_with_all = ["rate", "max_pages"])]
     exact: bool,
-    /// mTHP sizes the plan may use (comma-separated: 64k,1m; `none`); default:
-    /// those `analyze` evaluates (docs/model.md, "mTHP"). A plan with one sets
-    /// its per-size controls for each of its runs and restores them after
+    /// mTHP sizes the plan may use (comma-separated: 64k,1m; `none`), also
+    /// sizes whose control is `never`: a plan with one sets the per-size
+    /// controls system-wide for each of its runs (PMD THP off included) and
+    /// restores them after. Default: only sizes usable now (docs/model.md, "mTHP")
     #[arg(long, value_name = "SIZES")]
     mthp: Option<String>,
     /// The command is a server: run this client against it in every run (the
@@ -505,7 +506,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             mthp: o
                 .mthp
                 .clone()
-                .unwrap_or_else(|| stages::mthp_sizes(&machine.tlb.geometry)),
+                .unwrap_or_else(|| stages::mthp_sizes(&machine.tlb.geometry, false)),
             ..stages::analysis_options(false, &machine.tlb.geometry)
         },
         &stages::SampleOptions {

@@ -273,7 +273,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     let opts = AnalysisOptions {
         gigantic: machine::pool(1 << 20).is_some(),
         mthp: match &a.mthp {
-            None => stages::mthp_sizes(&m.tlb.geometry),
+            None => stages::mthp_sizes(&m.tlb.geometry, true),
             Some(list) => stages::parse_mthp(list)?,
         },
         simulate: a.simulate,

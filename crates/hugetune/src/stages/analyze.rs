@@ -227,6 +227,15 @@ fn mthp_note(evaluated: &[u8]) -> Option<String> {
         .map(|(kb, v)| format!("{kb} kB {v}"))
         .collect();
     if evaluated.is_empty() {
+        if !hugetune_host::machine::thp_settable(root).is_empty() {
+            return Some(format!(
+                "mTHP sizes not evaluated: no size's control lets MADV_HUGEPAGE use it ({}); \
+                 `hugetune optimize --mthp 64k,1m` (or `rank --mthp`) evaluates and plans them, \
+                 setting the controls system-wide for its runs only (PMD THP off while they \
+                 last) and restoring them",
+                sizes.join(", ")
+            ));
+        }
         return Some(format!(
             "mTHP sizes not evaluated: no size's control lets MADV_HUGEPAGE use it ({}) and \
              hugetune cannot set one for a run (that needs root); `echo madvise > \

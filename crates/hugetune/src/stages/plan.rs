@@ -106,11 +106,11 @@ pub fn gigantic_estimate() -> Result<GiganticEstimate> {
 }
 
 /// The mappings worth evaluating on this machine: heap-large on 1 GB pages when
-/// the kernel has them; every category on the mTHP sizes of `mthp_sizes`.
+/// the kernel has them; every category on the mTHP sizes usable now (`mthp_sizes`).
 pub fn analysis_options(simulate: bool, geometry: &TlbGeometry) -> AnalysisOptions {
     AnalysisOptions {
         gigantic: machine::pool(1 << 20).is_some(),
-        mthp: mthp_sizes(geometry),
+        mthp: mthp_sizes(geometry, false),
         simulate,
         sites: vec![],
         threads: 0,
@@ -118,17 +118,24 @@ pub fn analysis_options(simulate: bool, geometry: &TlbGeometry) -> AnalysisOptio
     }
 }
 
-/// The mTHP sizes the analysis evaluates: of those usable now or settable by
-/// hugetune for a run (root), the geometry's coalescing sizes, 64 KB and the
-/// largest below 2 MB (`machine::mthp_evaluated`).
-pub fn mthp_sizes(geometry: &TlbGeometry) -> Vec<u8> {
+/// The mTHP sizes the analysis evaluates: of those usable now — and, with
+/// `settable`, those hugetune can set for a run (root) — the geometry's
+/// coalescing sizes, 64 KB and the largest below 2 MB
+/// (`machine::mthp_evaluated`). `analyze`, `plan` and `optimize` leave
+/// `settable` off unless asked (`--mthp`): a run with an mTHP size changes
+/// system-wide controls while it lasts (PMD THP off included) for every
+/// process on the machine, which the user must ask for; `rank`, which
+/// measures every mapping, turns it on.
+pub fn mthp_sizes(geometry: &TlbGeometry, settable: bool) -> Vec<u8> {
     let root = Path::new(machine::THP_SYSFS);
     let mut offered = machine::mthp_usable(root);
-    offered.extend(
-        machine::thp_settable(root)
-            .into_iter()
-            .filter(|s| (14..=20).contains(s)),
-    );
+    if settable {
+        offered.extend(
+            machine::thp_settable(root)
+                .into_iter()
+                .filter(|s| (14..=20).contains(s)),
+        );
+    }
     let coalesce: Vec<u64> = geometry.levels.iter().filter_map(|l| l.coalesce).collect();
     machine::mthp_evaluated(&offered, &coalesce)
 }
