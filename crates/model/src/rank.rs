@@ -312,6 +312,10 @@ pub fn predictions(
                         hugetlb_1g += result.heap_large_peak_pages_1g.0;
                         hugetlb += result.heap_large_peak_pages_1g.1;
                     }
+                    (Category::Static, Backing::Hugetlb1g) => {
+                        hugetlb_1g += result.static_pages_1g.0;
+                        hugetlb += result.static_pages_1g.1;
+                    }
                     // The arena's 2 MB chunks: one pool page per 2 MB frame
                     // of heap-small data the profile touched.
                     (Category::HeapSmall, Backing::Hugetlb2m) => {
