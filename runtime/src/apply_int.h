@@ -155,7 +155,9 @@ struct ht_static_range {
     uintptr_t lo, hi;
     int backing;
 };
-#define HT_MAX_STATIC_RANGES 32
+/* 16 `static` directives, two writable segments each, up to three pieces per
+ * segment (`static hugetlb-1g`): every placed range is known to fork-safe. */
+#define HT_MAX_STATIC_RANGES 96
 extern struct ht_static_range ht_static_ranges[HT_MAX_STATIC_RANGES];
 extern int ht_nstatic_ranges;
 /* Applies every `static` directive (constructor, before threads). */

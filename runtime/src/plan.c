@@ -245,8 +245,9 @@ int ht_plan_parse(struct ht_plan *p, const char *text, size_t len)
             int b = ht_backing_parse(t[1].s, t[1].n);
             if (b < 0)
                 return fail(p, line, "unknown backing", ls, ln);
-            if (!ht_backing_is_thp(b) && b != HT_B_4K && b != HT_B_HUGETLB2M)
-                return fail(p, line, "backing not supported for static (thp-2m, an mTHP size, hugetlb-2m or 4k)",
+            if (!ht_backing_is_thp(b) && b != HT_B_4K && !ht_backing_is_hugetlb(b))
+                return fail(p, line,
+                            "backing not supported for static (thp-2m, an mTHP size, hugetlb-2m, hugetlb-1g or 4k)",
                             ls, ln);
             const char *ms = nt == 3 ? t[2].s : "";
             size_t mn = nt == 3 ? t[2].n : 0;

@@ -1,7 +1,9 @@
 /* static.c - plan `static B [MODULE]`: the 2 MB-aligned interior of the
  * writable segments (.data + .bss) of the executable or of a named library
  * moved onto huge pages at start-up (docs/formats.md section 3); for an mTHP
- * backing (`static thp-64k`) the interior aligned to that size.
+ * backing (`static thp-64k`) the interior aligned to that size; for
+ * `static hugetlb-1g` the 1 GB-aligned part of the interior on 1 GB pages and
+ * the rest of the 2 MB interior on 2 MB pages, each piece on its own.
  *
  * How, and why this way: the interior of a writable PT_LOAD (after its RELRO
  * part, which the loader makes read-only) is partly file-backed (.data, a
@@ -166,15 +168,17 @@ static void apply_range(uintptr_t lo, uintptr_t hi, uintptr_t file_end, int b, i
         return;
     }
     long nm = -1;
-    if (b == HT_B_HUGETLB2M) {
+    while (ht_backing_is_hugetlb(b)) {
+        /* hugetlb-1g -> hugetlb-2m -> thp-2m, each refusal counted. */
         nm = ht_hugetlb_mmap(len, b);
-        if (ht_mmap_failed(nm)) {
-            if (nm == -HT_EINJECTED)
-                ht_stats_fallback(HT_CAT_STATIC, b, HT_B_THP2M, "injected", len);
-            else
-                ht_stats_fallback_errno(HT_CAT_STATIC, b, HT_B_THP2M, (int)-nm, len);
-            b = HT_B_THP2M;
-        }
+        if (!ht_mmap_failed(nm))
+            break;
+        int next = b == HT_B_HUGETLB1G ? HT_B_HUGETLB2M : HT_B_THP2M;
+        if (nm == -HT_EINJECTED)
+            ht_stats_fallback(HT_CAT_STATIC, b, next, "injected", len);
+        else
+            ht_stats_fallback_errno(HT_CAT_STATIC, b, next, (int)-nm, len);
+        b = next;
     }
     if (ht_backing_is_thp(b)) {
         /* The copy is aligned to the folio size, so that its faults get
@@ -274,10 +278,26 @@ static int static_cb(struct dl_phdr_info *info, size_t size, void *p)
                 start = relro_end;
             int b = ht_ap.plan.statics[s].backing;
             uintptr_t pg = ht_backing_is_mthp(b) ? ht_backing_page(b) : HT_HUGE_2M;
-            uintptr_t lo = up(start, pg), hi = down(end, pg);
+            uintptr_t lo = up(start, pg), hi = down(end, pg), fe = up(base + ph->p_filesz, 4096);
             if (hi <= lo)
                 continue;
-            apply_range(lo, hi, up(base + ph->p_filesz, 4096), b, c->threads);
+            if (b != HT_B_HUGETLB1G) {
+                apply_range(lo, hi, fe, b, c->threads);
+                continue;
+            }
+            /* The 1 GB layout: whole gigabytes on 1 GB pages, the 2 MB
+             * interior around them on 2 MB pages; each piece is its own
+             * atomic replacement and falls back on its own. */
+            uintptr_t glo = up(lo, HT_HUGE_1G), ghi = down(hi, HT_HUGE_1G);
+            if (ghi <= glo) {
+                apply_range(lo, hi, fe, HT_B_HUGETLB2M, c->threads);
+                continue;
+            }
+            if (glo > lo)
+                apply_range(lo, glo, fe, HT_B_HUGETLB2M, c->threads);
+            apply_range(glo, ghi, fe, HT_B_HUGETLB1G, c->threads);
+            if (hi > ghi)
+                apply_range(ghi, hi, fe, HT_B_HUGETLB2M, c->threads);
         }
     }
     return 0;

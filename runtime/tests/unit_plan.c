@@ -86,8 +86,8 @@ static void test_malformed(void)
         {"hugetune-plan 1\nheap-large huge\n", 2, "unknown backing"},
         {"hugetune-plan 1\nheap-large 4k 4k\n", 2, "expected"},
         {"hugetune-plan 1\nheap-large 4k\nheap-large thp-2m\n", 3, "duplicate"},
-        {"hugetune-plan 1\nstatic hugetlb-1g\n", 2, "not supported"},
-        {"hugetune-plan 1\nstatic hugetlb-1g /lib\n", 2, "not supported"},
+        {"hugetune-plan 1\nstatic none\n", 2, "unknown backing"},
+        {"hugetune-plan 1\nstatic hugetlb-1g /lib\nstatic hugetlb-2m /lib\n", 3, "duplicate static"},
         {"hugetune-plan 1\nstatic thp-2m\nstatic 4k\n", 3, "duplicate static"},
         {"hugetune-plan 1\nstatic thp-2m /a\nstatic 4k /a\n", 3, "duplicate static"},
         {"hugetune-plan 1\nstatic thp-2m /a b\n", 2, "expected"},
@@ -227,6 +227,15 @@ static void test_mthp_categories(void)
     CHECK(!P.valid && strstr(P.error, "duplicate"));
 }
 
+/* `static hugetlb-1g [MODULE]` (issue 23): the 1 GB layout for static data. */
+static void test_static_1g(void)
+{
+    CHECK(parse("hugetune-plan 1\nstatic hugetlb-1g\nstatic hugetlb-1g /usr/lib/libbig.so\n") == 0);
+    CHECK(P.valid && P.static_ == HT_B_HUGETLB1G && P.nstatics == 2);
+    CHECK(P.statics[1].backing == HT_B_HUGETLB1G);
+    CHECK_STR(ht_plan_static_module(&P, 1), "/usr/lib/libbig.so");
+}
+
 static void test_backing_names(void)
 {
     static const char *const mthp[] = {"thp-16k", "thp-32k", "thp-64k", "thp-128k",
@@ -261,6 +270,7 @@ int main(void)
     test_limits();
     test_new_directives();
     test_mthp_categories();
+    test_static_1g();
     test_backing_names();
     return unit_done("unit_plan");
 }

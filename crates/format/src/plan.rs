@@ -294,6 +294,19 @@ mod tests {
         );
         let t = plan_text(&[(Category::HeapSmall, k64)], 131072);
         assert!(t.ends_with("heap-small arena thp-64k\n"), "{t}");
+        // all-large:1g: static data and heap-large on the 1 GB layout, in the
+        // form runtime/src/plan.c accepts (runtime/tests/unit_plan.c).
+        let t = plan_text(
+            &[
+                (Category::Static, Backing::Hugetlb1g),
+                (Category::HeapLarge, Backing::Hugetlb1g),
+            ],
+            131072,
+        );
+        assert_eq!(
+            t,
+            "hugetune-plan 1\nthreshold 131072\nstatic hugetlb-1g\nheap-large hugetlb-1g\n"
+        );
     }
 
     #[test]

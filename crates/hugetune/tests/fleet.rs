@@ -356,6 +356,7 @@ fn sh_profile(db: &str) -> (i64, String, String) {
                 predicted_speedup: speedup,
                 hugetlb_pages: 0,
                 hugetlb_1g_pages: 0,
+                static_pages_1g: (0, 0),
                 thp_pages: 4,
                 sites: vec![],
                 walks: 1000,

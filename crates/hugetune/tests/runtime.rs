@@ -924,6 +924,61 @@ fn static_data_and_bss_of_the_program_and_a_library_on_huge_pages() {
     );
 }
 
+/// `static hugetlb-1g`: t_static1g's 2 GiB + 8 MiB .bss holds a whole 1 GB-aligned
+/// gigabyte; it goes on a 1 GB page where the kernel gives one now, else falls
+/// back (hugetlb-1g -> hugetlb-2m, reason counted) while the pieces around it
+/// take the 2 MB path; the data reads back intact either way.
+#[test]
+fn static_data_on_the_1g_layout_falls_back_piece_by_piece() {
+    let d = tempfile::tempdir().unwrap();
+    let plan = "hugetune-plan 1\nstatic hugetlb-1g\n";
+    // Under the lock, a 1 GB page if the kernel can give one now (restored after).
+    let mut k = is_root().then(Kernel::lock);
+    let have_1g = k.as_mut().is_some_and(|k| k.set(NR_1G, "1") == "1");
+    let out = run(&prog("t_static1g"), &[], &apply_env(d.path(), plan));
+    drop(k);
+    assert_eq!(out.code, 0, "{}\n{}", out.stderr, out.json);
+    assert_eq!(out.json["data_ok"], true, "{}", out.json);
+    assert_eq!(out.json["ok"], true, "{}", out.json);
+    let s = summary(d.path(), out.json["pid"].as_u64().unwrap());
+    let ranges = s["static"]["ranges"].as_array().unwrap();
+    let glo = hex(&out.json["giga_lo"]);
+    let giga = ranges
+        .iter()
+        .find(|r| hex(&r["start"]) == glo)
+        .unwrap_or_else(|| panic!("no static range at the gigabyte {glo:#x}: {s}"));
+    assert_eq!(giga["bytes"].as_u64().unwrap() % (1 << 30), 0, "{s}");
+    // The pieces around the gigabyte are 2 MB pieces of their own.
+    assert!(ranges.len() >= 2, "{s}");
+    assert!(
+        ranges
+            .iter()
+            .filter(|r| hex(&r["start"]) != glo)
+            .all(|r| r["backing"] != "hugetlb-1g"),
+        "{s}"
+    );
+    let f = fallbacks(&s);
+    if have_1g {
+        assert_eq!(giga["backing"], "hugetlb-1g", "{s}");
+        assert!(
+            out.json["giga"]["private_hugetlb_kb"].as_u64().unwrap() >= 1 << 20,
+            "{}",
+            out.json
+        );
+        assert!(!f.iter().any(|f| f.1 == "hugetlb-1g"), "{s}");
+    } else {
+        eprintln!("1 GB success part skipped: the kernel gave no 1 GB page now");
+        assert_ne!(giga["backing"], "hugetlb-1g", "{s}");
+        let g = f
+            .iter()
+            .find(|f| f.0 == "static" && f.1 == "hugetlb-1g")
+            .unwrap_or_else(|| panic!("no hugetlb-1g fallback counted: {s}"));
+        assert_eq!(g.2, "hugetlb-2m", "{s}");
+        assert!(!g.3.is_empty(), "{s}");
+    }
+    assert_eq!(s["errors"].as_array().map_or(0, |e| e.len()), 0, "{s}");
+}
+
 #[test]
 fn summary_on_sigusr2_and_on_a_request_file() {
     use std::io::{BufRead, BufReader};

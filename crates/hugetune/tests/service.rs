@@ -487,6 +487,7 @@ fn prediction(
         predicted_speedup: 1.0 / (1.0 - saving_s),
         hugetlb_pages: pages,
         hugetlb_1g_pages: pages_1g,
+        static_pages_1g: (0, 0),
         thp_pages: 0,
         sites: vec![],
         walks: 0,

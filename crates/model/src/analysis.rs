@@ -131,9 +131,11 @@ impl Mapping {
         Self::subsets(present, None)
     }
 
-    /// Subsets of `present`, every category at 2 MB except heap-large at
-    /// `heap_large` when given (then only subsets holding heap-large).
-    fn subsets(present: &[Category], heap_large: Option<Backing>) -> Vec<Mapping> {
+    /// Subsets of `present`, every category at 2 MB except heap-large and
+    /// static at `gigantic` when given (the 1 GB layout; then only subsets
+    /// holding one of them).
+    fn subsets(present: &[Category], gigantic: Option<Backing>) -> Vec<Mapping> {
+        let on_1g = |c: Category| matches!(c, Category::HeapLarge | Category::Static);
         let present: Vec<Category> = Category::MAPPABLE
             .iter()
             .copied()
@@ -147,21 +149,20 @@ impl Mapping {
                     .iter()
                     .enumerate()
                     .filter(|(i, _)| bits & (1 << i) != 0)
-                    .map(|(_, &c)| match (c, heap_large) {
-                        (Category::HeapLarge, Some(b)) => (c, b),
+                    .map(|(_, &c)| match gigantic {
+                        Some(b) if on_1g(c) => (c, b),
                         _ => (c, Backing::Thp2m),
                     })
                     .collect(),
             })
-            .filter(|m| {
-                heap_large.is_none() || m.huge.iter().any(|&(c, _)| c == Category::HeapLarge)
-            })
+            .filter(|m| gigantic.is_none() || m.huge.iter().any(|&(c, _)| on_1g(c)))
             .collect()
     }
 
     /// The mappings the model evaluates: every subset at 2 MB; with heap-large
-    /// present, also every subset with heap-large on 1 GB pages (when `gigantic`)
-    /// and the heap-large objects of each site in `sites` alone on 2 MB pages;
+    /// or static present, also every subset holding one of them with both on
+    /// the 1 GB layout (when `gigantic`: `static:1g`, `heap-large:1g`,
+    /// `all-large:1g`); with heap-large present, the heap-large objects of each site in `sites` alone on 2 MB pages;
     /// for each mTHP size in `mthp` (folio shifts 14..=20), each mappable
     /// category present alone on it and, with more than one present, all of
     /// them on it (`heap-small:64k`, `all-large:64k`). Only one THP size per
@@ -174,7 +175,9 @@ impl Mapping {
         sites: &[Site],
     ) -> Vec<Mapping> {
         let mut v = Self::subsets(present, None);
-        if gigantic && present.contains(&Category::HeapLarge) {
+        if gigantic
+            && (present.contains(&Category::HeapLarge) || present.contains(&Category::Static))
+        {
             v.extend(Self::subsets(present, Some(Backing::Hugetlb1g)));
         }
         let mappable: Vec<Category> = Category::MAPPABLE
@@ -516,13 +519,23 @@ pub(crate) fn resolve(
                 return small;
             };
             // The runtime library's placement: the interior aligned to the
-            // folio size (2 MB, or 64 KB for `static thp-64k`).
+            // folio size (2 MB, or 64 KB for `static thp-64k`); on
+            // `hugetlb-1g` its whole gigabytes on 1 GB pages, the rest of the
+            // 2 MB interior on 2 MB pages (link-time alignment, as for 2 MB).
             let (lo, hi) = seg.interior_vaddr(res.folio_bytes().min(SIZE_2M));
             let vaddr = addr.wrapping_sub(seg.bias);
-            if vaddr >= lo && vaddr < hi {
-                (res, TAG_STATIC, vaddr | ((seg.module as u64) << 44))
+            if vaddr < lo || vaddr >= hi {
+                return small;
+            }
+            let tagged = vaddr | ((seg.module as u64) << 44);
+            if res != Backing::Hugetlb1g {
+                return (res, TAG_STATIC, tagged);
+            }
+            let (glo, ghi) = seg.gigantic_interior_vaddr();
+            if vaddr >= glo && vaddr < ghi {
+                (Backing::Hugetlb1g, TAG_STATIC, tagged)
             } else {
-                small
+                (Backing::Hugetlb2m, TAG_STATIC, tagged)
             }
         }
         Category::HeapSmall => (res, 0, addr),
@@ -1072,6 +1085,10 @@ pub struct AnalysisResult {
     /// The same for heap-large on `hugetlb-1g`: peak 1 GB pages, peak 2 MB pages.
     #[serde(default)]
     pub heap_large_peak_pages_1g: (u64, u64),
+    /// 1 GB pages and 2 MB pages static data takes on `static hugetlb-1g`
+    /// (`Categorizer::static_pages_1g`).
+    #[serde(default)]
+    pub static_pages_1g: (u64, u64),
     /// Peak 2 MB pages of the heap-large objects of each site evaluated alone.
     #[serde(default)]
     pub site_peak_pages: Vec<(Site, u64)>,
@@ -1267,6 +1284,7 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
         mappings: a.finish(),
         heap_large_peak_pages: input.heap_large_peak_pages,
         heap_large_peak_pages_1g: (0, 0),
+        static_pages_1g: (0, 0),
         site_peak_pages: vec![],
         alloc_stats: input.alloc_stats,
         geometry: input.geometry,
@@ -1542,6 +1560,7 @@ mod tests {
                 "static",
                 "heap-large",
                 "all-large",
+                "static:1g",
                 "heap-large:1g",
                 "all-large:1g",
                 "static:64k",
@@ -1823,6 +1842,7 @@ mod site_tests {
             mappings: an.finish(),
             heap_large_peak_pages: cat2.peak_owned_frames(),
             heap_large_peak_pages_1g: (0, 0),
+            static_pages_1g: (0, 0),
             site_peak_pages: sites
                 .iter()
                 .map(|&s| (s, cat2.peak_site_frames(s)))
@@ -1855,6 +1875,117 @@ mod site_tests {
             "{}",
             hot_only.label
         );
+    }
+
+    /// `static hugetlb-1g`: the whole gigabytes of the link-time 2 MB interior
+    /// on 1 GB pages (one fault, one walk for 300 frames referenced), the rest
+    /// on 2 MB pages; the pool needs counted; candidates name it `static:1g`.
+    #[test]
+    fn static_data_on_the_gigantic_layout() {
+        // .bss from link-time 0x3000 to 2 GiB + 7 MiB + 4 KB: 2 MB interior
+        // [0x200000, 0x80600000), 1 GB interior [0x40000000, 0x80000000).
+        let bias = 0x5555_0000_0000u64;
+        let seg = StaticSegment {
+            module: 0,
+            start: bias + 0x1000,
+            end: bias + (2 << 30) + (7 << 20) + 0x1000,
+            bias,
+            anon_start_vaddr: 0x3000,
+            main_program: true,
+        };
+        assert_eq!(seg.gigantic_interior_vaddr(), (0x4000_0000, 0x8000_0000));
+        // One 1 GB page; 1 GB + 4 MB of 2 MB pages around it.
+        assert_eq!(seg.pages_1g(), (1, 514));
+        let lib = StaticSegment {
+            main_program: false,
+            ..seg.clone()
+        };
+        assert_eq!(
+            lib.pages_1g(),
+            (0, 0),
+            "the library places the main program's only"
+        );
+        let small = StaticSegment {
+            end: bias + (1 << 30) + 0x1000,
+            ..seg.clone()
+        };
+        assert_eq!(small.gigantic_interior_vaddr(), (0, 0));
+        assert_eq!(small.pages_1g(), (0, 511));
+        let space = AddressSpace {
+            static_segments: vec![seg.clone()],
+            ..AddressSpace::default()
+        };
+        let mut cat = Categorizer::new(space, 128 * 1024);
+        assert_eq!(cat.static_pages_1g(), (1, 514));
+        let at = |cat: &mut Categorizer, vaddr: u64| {
+            let id = cat.classify(bias + vaddr).unwrap();
+            let obj = cat.object(id).clone();
+            resolve(
+                &obj,
+                Some(&seg),
+                bias + vaddr,
+                Some(Backing::Hugetlb1g),
+                None,
+            )
+            .0
+        };
+        assert_eq!(at(&mut cat, 0x100000), Backing::Base4k, "below 2 MB");
+        assert_eq!(at(&mut cat, 0x200000), Backing::Hugetlb2m);
+        assert_eq!(at(&mut cat, 0x3fff_f000), Backing::Hugetlb2m);
+        assert_eq!(at(&mut cat, 0x4000_0000), Backing::Hugetlb1g);
+        assert_eq!(at(&mut cat, 0x7fff_f000), Backing::Hugetlb1g);
+        assert_eq!(at(&mut cat, 0x8000_0000), Backing::Hugetlb2m);
+        assert_eq!(at(&mut cat, 0x8060_0000), Backing::Base4k, "the tail");
+
+        let names: Vec<String> = Mapping::candidates(&[Category::Static], true, &[], &[])
+            .iter()
+            .map(Mapping::name)
+            .collect();
+        assert_eq!(names, vec!["all-small", "static", "static:1g"]);
+        let none: Vec<String> = Mapping::candidates(&[Category::Static], false, &[], &[])
+            .iter()
+            .map(Mapping::name)
+            .collect();
+        assert_eq!(none, vec!["all-small", "static"]);
+
+        // 300 distinct 2 MB frames of the 1 GB part, twice, and 3 frames of
+        // the 2 MB part: one fault and one walk for the gigabyte.
+        let g = TlbGeometry {
+            levels: vec![
+                TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
+                TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m, P1g], 1024, 0)], None),
+            ],
+            source: "t".into(),
+        };
+        let one = |b| Mapping {
+            huge: vec![(Category::Static, b)],
+            all_present: true,
+            sites: vec![],
+        };
+        let mut a = Analyzer::with_simulation(
+            g,
+            vec![seg.clone()],
+            vec![one(Backing::Hugetlb1g), one(Backing::Thp2m)],
+            false,
+        );
+        let mut refs: Vec<u64> = Vec::new();
+        for _ in 0..2 {
+            refs.extend((0..300u64).map(|i| 0x4000_0000 + i * SIZE_2M + 0x40));
+        }
+        refs.extend((0..3u64).map(|i| 0x8000_0000 + i * SIZE_2M));
+        for &v in &refs {
+            let id = cat.classify(bias + v).unwrap();
+            let obj = cat.object(id).clone();
+            a.feed(&obj, bias + v);
+        }
+        let r = a.finish();
+        assert_eq!(r[0].name, "static:1g");
+        let giga = r[0].cell(Category::Static, Backing::Hugetlb1g);
+        let two = r[0].cell(Category::Static, Backing::Hugetlb2m);
+        assert_eq!((giga.refs, giga.faults, giga.walks), (600, 1, 1));
+        assert_eq!((two.refs, two.faults, two.walks), (3, 3, 3));
+        let thp = r[1].cell(Category::Static, Backing::Thp2m);
+        assert_eq!((thp.faults, thp.walks), (303, 303));
     }
 
     /// Small objects: heap-small on 2 MB pages comes as THP (glibc's heap or the
@@ -1983,6 +2114,7 @@ mod site_tests {
             mappings: an.finish(),
             heap_large_peak_pages: 0,
             heap_large_peak_pages_1g: (0, 0),
+            static_pages_1g: (0, 0),
             site_peak_pages: vec![],
             alloc_stats: cat.stats().clone(),
             geometry: g,

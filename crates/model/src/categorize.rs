@@ -98,6 +98,33 @@ impl StaticSegment {
         self.interior_vaddr(SIZE_2M)
     }
 
+    /// The `static hugetlb-1g` layout of the segment (link-time addresses,
+    /// like [`Self::huge_interior_vaddr`]): the 1 GB-aligned part of the 2 MB
+    /// interior, empty when it spans no whole gigabyte; the rest of the 2 MB
+    /// interior goes on 2 MB pages.
+    pub fn gigantic_interior_vaddr(&self) -> (u64, u64) {
+        let (lo, hi) = self.huge_interior_vaddr();
+        let (glo, ghi) = (align_up(lo, SIZE_1G), align_down(hi, SIZE_1G));
+        if ghi > glo {
+            (glo, ghi)
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// 1 GB pages and 2 MB pages the runtime library holds for the segment
+    /// under `static hugetlb-1g` (the main program's only: the library
+    /// places only those from a profile's plan).
+    pub fn pages_1g(&self) -> (u64, u64) {
+        if !self.main_program {
+            return (0, 0);
+        }
+        let (lo, hi) = self.huge_interior_vaddr();
+        let (glo, ghi) = self.gigantic_interior_vaddr();
+        let g = (ghi - glo) / SIZE_1G;
+        (g, ((hi - lo) - (ghi - glo)) / SIZE_2M)
+    }
+
     /// The `page`-aligned interior of the anonymous part (link-time addresses):
     /// what the runtime library places on folios of `page` bytes (`static
     /// thp-64k` advises the 64 KB-aligned interior). Empty when smaller than one.
@@ -302,6 +329,16 @@ impl Categorizer {
     /// heap-large objects planned on `hugetlb-1g` (each peak taken on its own).
     pub fn peak_owned_pages_1g(&self) -> (u64, u64) {
         self.peak_owned_1g
+    }
+
+    /// 1 GB and 2 MB pages static data takes on `static hugetlb-1g`
+    /// ([`StaticSegment::pages_1g`], every segment).
+    pub fn static_pages_1g(&self) -> (u64, u64) {
+        self.space
+            .static_segments
+            .iter()
+            .map(StaticSegment::pages_1g)
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 
     fn category_of(&self, via: AllocVia, size: u64) -> Category {

@@ -467,6 +467,7 @@ pub fn analysis_result(
         refs: 0,
         heap_large_peak_pages,
         heap_large_peak_pages_1g: (0, 0),
+        static_pages_1g: (0, 0),
         site_peak_pages: vec![],
         alloc_stats,
         geometry: geometry.clone(),

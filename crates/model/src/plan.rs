@@ -4,7 +4,7 @@
 //! handful of items), then drops categories that do not earn their pages.
 
 use crate::category::Category;
-use crate::page::Backing;
+use crate::page::{Backing, SIZE_2M};
 use crate::rank::{PlannedSite, Prediction, Significance};
 use serde::{Deserialize, Serialize};
 
@@ -654,12 +654,20 @@ fn choose_core(
     // the best 2 MB counterpart.
     if let Some(alt) = two_mb_counterpart(best, preds, &allowed, &expected) {
         if best.saving_ns - alt.saving_ns < threshold_ns {
+            let on: Vec<&str> = best
+                .assignments
+                .iter()
+                .filter(|&&(_, b)| b == Backing::Hugetlb1g)
+                .map(|&(c, _)| c.name())
+                .collect();
             reasons.push(format!(
                 "1 GB pages: marginal saving {:.1} ms over {} is below {:.1}% of the run time; \
-                 heap-large stays on 2 MB pages",
+                 {} {} on 2 MB pages",
                 (best.saving_ns - alt.saving_ns) / 1e6,
                 alt.label,
-                min_gain * 100.0
+                min_gain * 100.0,
+                on.join(" and "),
+                if on.len() > 1 { "stay" } else { "stays" }
             ));
             best = alt;
         }
@@ -773,37 +781,68 @@ pub fn choose_pool(
     d.reasons.push(w.reason.clone());
 }
 
-/// `p`'s assignments with heap-large on `to` instead of what it has (None: `p`
-/// does not put heap-large on huge pages).
-fn heap_large_on(p: &Prediction, to: Backing) -> Option<Vec<(Category, Backing)>> {
-    let mut v = p.assignments.clone();
-    let a = v
-        .iter_mut()
-        .find(|(c, b)| *c == Category::HeapLarge && b.is_huge())?;
-    a.1 = to;
-    Some(v)
+/// Whether the 1 GB layout applies to `c` (the runtime library's
+/// `heap-large hugetlb-1g` and `static hugetlb-1g`).
+fn gigantic_capable(c: Category) -> bool {
+    matches!(c, Category::HeapLarge | Category::Static)
 }
 
-/// The best allowed mapping that differs from `best` only in putting heap-large
-/// on 2 MB pages (hugetlb or THP) instead of 1 GB pages; None when `best` has no
-/// heap-large on 1 GB pages or no such mapping is allowed.
+/// `p`'s assignments with what it puts on the 1 GB layout on 2 MB pages
+/// instead: heap-large on `to`, static data on THP (its one 2 MB mechanism
+/// the planner predicts); None when `p` puts nothing on 1 GB pages.
+fn on_2m(p: &Prediction, to: Backing) -> Option<Vec<(Category, Backing)>> {
+    if !p.assignments.iter().any(|&(_, b)| b == Backing::Hugetlb1g) {
+        return None;
+    }
+    Some(
+        p.assignments
+            .iter()
+            .map(|&(c, b)| match (c, b) {
+                (Category::HeapLarge, Backing::Hugetlb1g) => (c, to),
+                (_, Backing::Hugetlb1g) => (c, crate::rank::default_backing(c)),
+                _ => (c, b),
+            })
+            .collect(),
+    )
+}
+
+/// `p`'s assignments with heap-large and static data, where on 2 MB pages,
+/// on the 1 GB layout (the candidates' `:1g` mappings put both there); None
+/// when `p` has neither on 2 MB pages.
+fn on_1g(p: &Prediction) -> Option<Vec<(Category, Backing)>> {
+    let mut changed = false;
+    let v = p
+        .assignments
+        .iter()
+        .map(|&(c, b)| {
+            if gigantic_capable(c) && b.is_huge() && b.folio_bytes() == SIZE_2M {
+                changed = true;
+                (c, Backing::Hugetlb1g)
+            } else {
+                (c, b)
+            }
+        })
+        .collect();
+    changed.then_some(v)
+}
+
+/// The best allowed mapping that differs from `best` only in putting what it
+/// has on 1 GB pages (heap-large, static data) on 2 MB pages instead (hugetlb
+/// or THP); None when `best` has nothing on 1 GB pages or no such mapping is
+/// allowed.
 fn two_mb_counterpart<'a>(
     best: &Prediction,
     preds: &'a [Prediction],
     allowed: &dyn Fn(&Prediction) -> Result<(), String>,
     expected: &dyn Fn(&Prediction) -> f64,
 ) -> Option<&'a Prediction> {
-    if !best.sites.is_empty()
-        || !best
-            .assignments
-            .contains(&(Category::HeapLarge, Backing::Hugetlb1g))
-    {
+    if !best.sites.is_empty() {
         return None;
     }
     [Backing::Hugetlb2m, Backing::Thp2m]
         .into_iter()
         .filter_map(|b| {
-            let a = heap_large_on(best, b)?;
+            let a = on_2m(best, b)?;
             preds
                 .iter()
                 .find(|p| p.sites.is_empty() && p.assignments == a)
@@ -831,14 +870,17 @@ fn gigantic_reason(
             .iter()
             .find(|p| p.sites.is_empty() && p.assignments == a)
     };
-    let on_1g = best
+    let gigantic: Vec<&str> = best
         .assignments
-        .contains(&(Category::HeapLarge, Backing::Hugetlb1g));
-    if on_1g {
+        .iter()
+        .filter(|&&(_, b)| b == Backing::Hugetlb1g)
+        .map(|&(c, _)| c.name())
+        .collect();
+    if !gigantic.is_empty() {
         // The best 2 MB counterpart, allowed ones first (hugetlb or THP).
         let alts: Vec<&Prediction> = [Backing::Hugetlb2m, Backing::Thp2m]
             .into_iter()
-            .filter_map(|b| find(&heap_large_on(best, b)?))
+            .filter_map(|b| find(&on_2m(best, b)?))
             .collect();
         let alt = alts
             .iter()
@@ -847,8 +889,8 @@ fn gigantic_reason(
             .or_else(|| alts.first())?;
         return Some(format!(
             "chose {} over 2 MB pages: predicted saving {:.1} ms, {:.1} ms more than {} ({:.1} ms{}); \
-             page walks {} against {}; heap-large on {} x 1 GB pages (whole gigabytes of each \
-             block, the rest on 2 MB and 4 KB pages)",
+             page walks {} against {}; {} on {} x 1 GB pages (whole gigabytes of each \
+             heap-large block and of static data's interior, the rest on 2 MB and 4 KB pages)",
             best.label,
             best.saving_ns / 1e6,
             (best.saving_ns - alt.saving_ns) / 1e6,
@@ -860,10 +902,11 @@ fn gigantic_reason(
             },
             best.walks,
             alt.walks,
+            gigantic.join(" and "),
             best.hugetlb_1g_pages
         ));
     }
-    let g = find(&heap_large_on(best, Backing::Hugetlb1g)?)?;
+    let g = find(&on_1g(best)?)?;
     if g.label == best.label || allowed(g).is_err() {
         return None;
     }
@@ -884,8 +927,8 @@ fn gigantic_reason(
         ));
     }
     let why = if g.hugetlb_1g_pages == 0 {
-        "no heap-large block spans a whole 1 GB page (the runtime library puts only whole \
-         gigabytes of a block on 1 GB pages)"
+        "no heap-large block spans a whole 1 GB page, nor does static data's interior (the \
+         runtime library puts only whole, aligned gigabytes on 1 GB pages)"
             .to_string()
     } else if g.walks >= best.walks {
         format!(
@@ -1018,6 +1061,7 @@ fn site_knapsack(
         },
         hugetlb_pages: hugetlb,
         hugetlb_1g_pages: 0,
+        static_pages_1g: (0, 0),
         thp_pages: thp,
         sites,
         walks,
@@ -1047,6 +1091,7 @@ pub(crate) mod tests {
             predicted_speedup: 1.0,
             hugetlb_pages: hugetlb,
             hugetlb_1g_pages: 0,
+            static_pages_1g: (0, 0),
             sites: vec![],
             thp_pages: 0,
             walks: 0,
@@ -1738,6 +1783,118 @@ pub(crate) mod tests {
             thp: ThpMode::Madvise,
             ..Default::default()
         }
+    }
+
+    /// Static data on the 1 GB layout: chosen over static on THP when it saves
+    /// more and the pool has its 1 GB page, the reasons naming static; one
+    /// page short it stays on 2 MB pages; gaining nothing, the reasons say why.
+    #[test]
+    fn static_data_on_1gb_pages_is_planned_and_explained() {
+        let preds = |saving_1g: f64, walks_1g: u64| {
+            let mut v = vec![
+                pred("all-small", vec![], 0.0, 0),
+                pred(
+                    "static:thp",
+                    vec![(Category::Static, Backing::Thp2m)],
+                    200.0,
+                    0,
+                ),
+                pred(
+                    "static:hugetlb-1g",
+                    vec![(Category::Static, Backing::Hugetlb1g)],
+                    saving_1g,
+                    2,
+                ),
+            ];
+            v[1].walks = 4000;
+            v[2].walks = walks_1g;
+            v[2].hugetlb_1g_pages = 1;
+            v[2].static_pages_1g = (1, 2);
+            v
+        };
+        let v = preds(260.0, 10);
+        let d = choose(
+            &v,
+            &sig(true),
+            &gigantic_avail(1),
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert_eq!(
+            d.assignments,
+            vec![(Category::Static, Backing::Hugetlb1g)],
+            "{:?}",
+            d.reasons
+        );
+        assert!(
+            d.reasons.iter().any(|r| r.starts_with(
+                "chose static:hugetlb-1g over 2 MB pages: predicted saving 260.0 ms, 60.0 ms more \
+                 than static:thp (200.0 ms)"
+            ) && r.contains("static on 1 x 1 GB pages")),
+            "{:?}",
+            d.reasons
+        );
+        let d = choose(
+            &v,
+            &sig(true),
+            &gigantic_avail(0),
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert_eq!(
+            d.assignments,
+            vec![(Category::Static, Backing::Thp2m)],
+            "{:?}",
+            d.reasons
+        );
+        // 1 GB pages that save less than THP's 2 MB pages: why, for static too.
+        let v = preds(150.0, 4000);
+        let d = choose(
+            &v,
+            &sig(true),
+            &gigantic_avail(1),
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert_eq!(
+            d.assignments,
+            vec![(Category::Static, Backing::Thp2m)],
+            "{:?}",
+            d.reasons
+        );
+        assert!(
+            d.reasons.iter().any(|r| r.starts_with(
+                "1 GB pages gain nothing over 2 MB here: static:hugetlb-1g predicted saving 150.0 ms"
+            ) && r.contains("TLB reach covers the footprint")),
+            "{:?}",
+            d.reasons
+        );
+        // Below the 1 % bar over THP: static stays on 2 MB pages, and says so.
+        let v = preds(205.0, 10);
+        let d = choose(
+            &v,
+            &sig(true),
+            &gigantic_avail(1),
+            &ProgramTraits::default(),
+            1.0,
+            0.01,
+        );
+        assert_eq!(
+            d.assignments,
+            vec![(Category::Static, Backing::Thp2m)],
+            "{:?}",
+            d.reasons
+        );
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.ends_with("static stays on 2 MB pages")),
+            "{:?}",
+            d.reasons
+        );
     }
 
     /// Where 1 GB pages are predicted to save more than 2 MB pages and the pool

@@ -72,6 +72,11 @@ pub struct Prediction {
     /// 1 GB pages taken from the hugetlb pool (peak).
     #[serde(default)]
     pub hugetlb_1g_pages: u64,
+    /// The part of `hugetlb_1g_pages` and `hugetlb_pages` that static data on
+    /// `hugetlb-1g` takes (1 GB pages, 2 MB pages): fixed at link time, so
+    /// kept when a reference input rescales the heap's pages.
+    #[serde(default)]
+    pub static_pages_1g: (u64, u64),
     /// THP folios (2 MB and mTHP) expected to be faulted in.
     pub thp_pages: u64,
     /// Per-site mapping: the allocation sites whose heap-large objects go on
@@ -303,6 +308,7 @@ pub fn predictions(
             let assignments = v.assignments.clone();
             let saving = base_time - mt;
             let (mut hugetlb, mut hugetlb_1g, mut thp) = (0, 0, 0);
+            let mut static_1g = (0, 0);
             for &(c, b) in &assignments {
                 match (c, b) {
                     (Category::HeapLarge, Backing::Hugetlb2m) => {
@@ -311,6 +317,11 @@ pub fn predictions(
                     (Category::HeapLarge, Backing::Hugetlb1g) => {
                         hugetlb_1g += result.heap_large_peak_pages_1g.0;
                         hugetlb += result.heap_large_peak_pages_1g.1;
+                    }
+                    (Category::Static, Backing::Hugetlb1g) => {
+                        static_1g = result.static_pages_1g;
+                        hugetlb_1g += static_1g.0;
+                        hugetlb += static_1g.1;
                     }
                     // The arena's 2 MB chunks: one pool page per 2 MB frame
                     // of heap-small data the profile touched.
@@ -364,6 +375,7 @@ pub fn predictions(
                 },
                 hugetlb_pages: hugetlb,
                 hugetlb_1g_pages: hugetlb_1g,
+                static_pages_1g: static_1g,
                 thp_pages: thp,
                 walks: total.walks,
                 faults: total.faults,

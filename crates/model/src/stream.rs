@@ -415,6 +415,7 @@ pub fn analyze_stream_sampled(
         mappings: a.finish(),
         heap_large_peak_pages: d.cat.peak_owned_frames(),
         heap_large_peak_pages_1g: d.cat.peak_owned_pages_1g(),
+        static_pages_1g: d.cat.static_pages_1g(),
         site_peak_pages: opts
             .sites
             .iter()

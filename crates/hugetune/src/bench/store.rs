@@ -111,6 +111,7 @@ fn seed_directives() -> Vec<NewDirective> {
                 predicted_speedup: 1.0 + saving / 5e7,
                 hugetlb_pages: if b == Backing::Hugetlb2m { 16 } else { 0 },
                 hugetlb_1g_pages: 0,
+                static_pages_1g: (0, 0),
                 thp_pages: if b == Backing::Thp2m { 16 } else { 0 },
                 sites: vec![],
                 walks: 1000,

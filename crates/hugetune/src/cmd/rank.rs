@@ -535,6 +535,7 @@ mod tests {
             predicted_speedup: 1.0,
             hugetlb_pages: 0,
             hugetlb_1g_pages: 0,
+            static_pages_1g: (0, 0),
             sites: vec![],
             thp_pages: 0,
             walks: 0,

@@ -704,6 +704,7 @@ mod tests {
             predicted_speedup: 2.0,
             hugetlb_pages: 0,
             hugetlb_1g_pages: 4,
+            static_pages_1g: (0, 0),
             thp_pages: 0,
             sites: vec![],
             walks: 0,

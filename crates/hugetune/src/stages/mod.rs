@@ -174,6 +174,7 @@ mod tests {
             predicted_speedup: 1.0,
             hugetlb_pages: pages,
             hugetlb_1g_pages: 0,
+            static_pages_1g: (0, 0),
             thp_pages: 0,
             sites: vec![],
             walks: 0,
@@ -187,6 +188,13 @@ mod tests {
             pred(vec![(HeapLarge, Hugetlb2m)], 3),
             pred(vec![(HeapSmall, Hugetlb2m), (HeapLarge, Hugetlb2m)], 9),
             pred(vec![(HeapLarge, Hugetlb1g)], 0),
+            // Static data on the 1 GB layout (1 GB page, 2 MB pages) with
+            // heap-large on 1 GB pages: static's pages stay, the heap's scale.
+            Prediction {
+                hugetlb_1g_pages: 1,
+                static_pages_1g: (1, 5),
+                ..pred(vec![(Static, Hugetlb1g), (HeapLarge, Hugetlb1g)], 5)
+            },
         ];
         let sizing = Sizing {
             heap_large_pages: 1100,
@@ -208,7 +216,10 @@ mod tests {
             .iter()
             .map(|p| (p.hugetlb_pages, p.hugetlb_1g_pages))
             .collect();
-        assert_eq!(pages, vec![(615, 0), (0, 0), (1100, 0), (1715, 0), (76, 2)]);
+        assert_eq!(
+            pages,
+            vec![(615, 0), (0, 0), (1100, 0), (1715, 0), (76, 2), (81, 3)]
+        );
         let none = Sizing {
             heap_small_peak_bytes: 0,
             ..sizing

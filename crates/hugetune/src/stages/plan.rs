@@ -340,14 +340,16 @@ pub fn with_reference_pages(
             if !(large_2m || large_1g || small) {
                 return p;
             }
-            let mut pages = 0;
+            // Static data's pages do not change with the input.
+            let mut pages = p.static_pages_1g.1;
+            p.hugetlb_1g_pages = p.static_pages_1g.0;
             if large_2m {
                 pages += heap_large_pages;
             }
             // On 1 GB pages: whole gigabytes, the rest on 2 MB pages (the
             // library's 1 GB layout), from the reference input's 2 MB count.
             if large_1g {
-                p.hugetlb_1g_pages = heap_large_pages / 512;
+                p.hugetlb_1g_pages += heap_large_pages / 512;
                 pages += heap_large_pages % 512;
             }
             if small {

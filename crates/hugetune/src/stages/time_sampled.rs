@@ -177,6 +177,7 @@ pub fn analyze(
         mappings: results,
         heap_large_peak_pages: cat.peak_owned_frames(),
         heap_large_peak_pages_1g: cat.peak_owned_pages_1g(),
+        static_pages_1g: cat.static_pages_1g(),
         site_peak_pages: top.iter().map(|&s| (s, cat.peak_site_frames(s))).collect(),
         alloc_stats: cat.stats().clone(),
         geometry: geometry.clone(),
