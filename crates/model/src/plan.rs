@@ -1812,15 +1812,18 @@ pub(crate) mod tests {
             v[2].static_pages_1g = (1, 2);
             v
         };
+        let pick = |v: &[Prediction], free_1g: u64| {
+            choose(
+                v,
+                &sig(true),
+                &gigantic_avail(free_1g),
+                &ProgramTraits::default(),
+                1.0,
+                0.01,
+            )
+        };
         let v = preds(260.0, 10);
-        let d = choose(
-            &v,
-            &sig(true),
-            &gigantic_avail(1),
-            &ProgramTraits::default(),
-            1.0,
-            0.01,
-        );
+        let d = pick(&v, 1);
         assert_eq!(
             d.assignments,
             vec![(Category::Static, Backing::Hugetlb1g)],
@@ -1835,14 +1838,7 @@ pub(crate) mod tests {
             "{:?}",
             d.reasons
         );
-        let d = choose(
-            &v,
-            &sig(true),
-            &gigantic_avail(0),
-            &ProgramTraits::default(),
-            1.0,
-            0.01,
-        );
+        let d = pick(&v, 0);
         assert_eq!(
             d.assignments,
             vec![(Category::Static, Backing::Thp2m)],
@@ -1851,14 +1847,7 @@ pub(crate) mod tests {
         );
         // 1 GB pages that save less than THP's 2 MB pages: why, for static too.
         let v = preds(150.0, 4000);
-        let d = choose(
-            &v,
-            &sig(true),
-            &gigantic_avail(1),
-            &ProgramTraits::default(),
-            1.0,
-            0.01,
-        );
+        let d = pick(&v, 1);
         assert_eq!(
             d.assignments,
             vec![(Category::Static, Backing::Thp2m)],
@@ -1874,14 +1863,7 @@ pub(crate) mod tests {
         );
         // Below the 1 % bar over THP: static stays on 2 MB pages, and says so.
         let v = preds(205.0, 10);
-        let d = choose(
-            &v,
-            &sig(true),
-            &gigantic_avail(1),
-            &ProgramTraits::default(),
-            1.0,
-            0.01,
-        );
+        let d = pick(&v, 1);
         assert_eq!(
             d.assignments,
             vec![(Category::Static, Backing::Thp2m)],

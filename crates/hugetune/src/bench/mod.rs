@@ -432,6 +432,21 @@ pub fn drop_missing_kernels(
         .collect()
 }
 
+/// The timed runs of `hugetune optimize` inside a suite: one with `--quick`,
+/// else 3 to 10 until the speedup's 95 % interval is 5 % wide.
+pub fn optimize_runs(quick: bool) -> hugetune_capture::ab::RunCount {
+    if quick {
+        hugetune_capture::ab::RunCount::fixed(1)
+    } else {
+        hugetune_capture::ab::RunCount {
+            min: 3,
+            max: 10,
+            ci_width: 0.05,
+            compare_output: false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

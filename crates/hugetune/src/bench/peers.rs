@@ -20,7 +20,6 @@ use crate::cmd::optimize;
 use crate::stages;
 use crate::Ctx;
 use anyhow::{bail, Result};
-use hugetune_capture::ab::RunCount;
 use hugetune_format::plan::PlanOptions;
 use hugetune_render::svg::{self, Chart, ChartKind, Series};
 use hugetune_render::table;
@@ -452,29 +451,15 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
             }
         };
         let opts = optimize::Options {
-            command,
-            profile_command,
-            runs: if o.quick {
-                RunCount::fixed(1)
-            } else {
-                RunCount {
-                    min: 3,
-                    max: 10,
-                    ci_width: 0.05,
-                    compare_output: false,
-                }
-            },
-            reserve: super::state::is_root(),
-            min_gain: stages::DEFAULT_MIN_GAIN,
-            bundle: Some(scratch.path().join(format!("{}.htb", p.w.name))),
-            refs: stages::RefSource::Auto,
-            rate: None,
-            max_pages: None,
-            exact: false,
-            profile_budget: crate::cmd::optimize::DEFAULT_PROFILE_BUDGET,
-            mthp: None,
             driver,
             profile_driver,
+            ..optimize::Options::for_bench(
+                command,
+                profile_command,
+                super::optimize_runs(o.quick),
+                super::state::is_root(),
+                scratch.path().join(format!("{}.htb", p.w.name)),
+            )
         };
         stages::note(format!("peers: hugetune optimize on {}", p.w.name));
         match optimize::execute(ctx, &opts) {

@@ -444,27 +444,18 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
             }
         };
         let command: Vec<OsString> = prep.argv.iter().map(OsString::from).collect();
-        let opts = optimize::Options {
-            profile_command: command.clone(),
+        let opts = optimize::Options::for_bench(
+            command.clone(),
             command,
-            runs: RunCount {
+            RunCount {
                 min: reps,
                 max: reps,
                 ci_width: 0.05,
                 compare_output: true,
             },
-            reserve: super::state::is_root(),
-            min_gain: stages::DEFAULT_MIN_GAIN,
-            bundle: Some(dir.join("profile.htb")),
-            refs: stages::RefSource::Auto,
-            rate: None,
-            max_pages: None,
-            exact: false,
-            profile_budget: optimize::DEFAULT_PROFILE_BUDGET,
-            mthp: None,
-            driver: None,
-            profile_driver: None,
-        };
+            super::state::is_root(),
+            dir.join("profile.htb"),
+        );
         stages::note(format!("programs: hugetune optimize on {}", p.name));
         let r = match optimize::execute(ctx, &opts) {
             Ok(r) => r,

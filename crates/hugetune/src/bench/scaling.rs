@@ -20,7 +20,6 @@ use crate::cmd::optimize;
 use crate::stages;
 use crate::Ctx;
 use anyhow::Result;
-use hugetune_capture::ab::RunCount;
 use hugetune_format::plan::PlanOptions;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
@@ -239,31 +238,13 @@ pub fn run(ctx: &Ctx, o: &Opts, max_threads: Option<u32>) -> Result<()> {
             }
         }
         if wanted.iter().any(|n| n == OPTIMIZE) {
-            let opts = optimize::Options {
-                command: argv.clone(),
-                profile_command: argv.clone(),
-                runs: if o.quick {
-                    RunCount::fixed(1)
-                } else {
-                    RunCount {
-                        min: 3,
-                        max: 10,
-                        ci_width: 0.05,
-                        compare_output: false,
-                    }
-                },
-                reserve: super::state::is_root(),
-                min_gain: stages::DEFAULT_MIN_GAIN,
-                bundle: Some(scratch.path().join(format!("{}.htb", w.name))),
-                refs: stages::RefSource::Auto,
-                rate: None,
-                max_pages: None,
-                exact: false,
-                profile_budget: optimize::DEFAULT_PROFILE_BUDGET,
-                mthp: None,
-                driver: None,
-                profile_driver: None,
-            };
+            let opts = optimize::Options::for_bench(
+                argv.clone(),
+                argv.clone(),
+                super::optimize_runs(o.quick),
+                super::state::is_root(),
+                scratch.path().join(format!("{}.htb", w.name)),
+            );
             stages::note(format!("scaling: hugetune optimize on {}", w.name));
             match optimize::execute(ctx, &opts) {
                 Ok(r) => {

@@ -121,6 +121,34 @@ struct Commands {
 }
 
 impl Options {
+    /// What the bench suites run: `hugetune optimize`'s defaults (sampled within
+    /// the default budget, the default `--min-gain`, only usable mTHP sizes), no
+    /// driver, the profile kept at `bundle`.
+    pub fn for_bench(
+        command: Vec<OsString>,
+        profile_command: Vec<OsString>,
+        runs: hugetune_capture::ab::RunCount,
+        reserve: bool,
+        bundle: PathBuf,
+    ) -> Self {
+        Options {
+            command,
+            profile_command,
+            runs,
+            reserve,
+            min_gain: stages::DEFAULT_MIN_GAIN,
+            bundle: Some(bundle),
+            refs: stages::RefSource::Auto,
+            rate: None,
+            max_pages: None,
+            exact: false,
+            profile_budget: DEFAULT_PROFILE_BUDGET,
+            driver: None,
+            profile_driver: None,
+            mthp: None,
+        }
+    }
+
     fn commands(&self) -> Result<Commands> {
         let Some(driver) = &self.driver else {
             return Ok(Commands {
