@@ -817,6 +817,9 @@ fn injected_failures_fall_back_and_are_reported() {
 #[test]
 fn heap_small_arena_on_huge_pages() {
     let d = tempfile::tempdir().unwrap();
+    // THP must stay as it is while this runs: the mTHP test turns PMD THP off
+    // under the lock.
+    let thp_lock = is_root().then(Kernel::lock);
     if thp_enabled() {
         let out = run(
             &prog("t_arena"),
@@ -847,7 +850,7 @@ fn heap_small_arena_on_huge_pages() {
         eprintln!("hugetlb part skipped: needs root to set a pool");
         return;
     }
-    let mut k = Kernel::lock();
+    let mut k = thp_lock.unwrap_or_else(Kernel::lock);
     k.set(NR_2M, "80");
     let out = run(
         &prog("t_arena"),
@@ -876,6 +879,9 @@ fn static_data_and_bss_of_the_program_and_a_library_on_huge_pages() {
     let probe = run(&prog("t_static"), &[], &[]);
     assert_eq!(probe.code, 0, "{}", probe.stderr);
     let lib = probe.json["lib_path"].as_str().unwrap().to_string();
+    // THP must stay as it is while this runs: the mTHP test turns PMD THP off
+    // under the lock.
+    let thp_lock = is_root().then(Kernel::lock);
     if thp_enabled() {
         let out = run(
             &prog("t_static"),
@@ -901,7 +907,7 @@ fn static_data_and_bss_of_the_program_and_a_library_on_huge_pages() {
         eprintln!("hugetlb part skipped: needs root to set a pool");
         return;
     }
-    let mut k = Kernel::lock();
+    let mut k = thp_lock.unwrap_or_else(Kernel::lock);
     k.set(NR_2M, "40");
     let out = run(
         &prog("t_static"),
