@@ -67,6 +67,9 @@ MTHP = [
 ]
 
 
+HAND_MARK = "<!-- Written by hand from here on"
+
+
 def workloads():
     for kname, args, size in KERNELS:
         for place in PLACES:
@@ -287,8 +290,16 @@ def main():
             with open(a.results, "a") as f:
                 f.write(json.dumps(r) + "\n")
             print(f"{name}: ranking error {r['ranking_error']:.1f}%", file=sys.stderr, flush=True)
+    # The sections written by hand after the generated part (from the marker
+    # line on) are kept.
+    kept = ""
+    if os.path.exists(a.md):
+        text = open(a.md).read()
+        at = text.find(HAND_MARK)
+        if at >= 0:
+            kept = "\n" + text[at:]
     with open(a.md, "w") as f:
-        f.write(render(results, order))
+        f.write(render(results, order) + kept)
     print(f"wrote {a.md}", file=sys.stderr)
 
 

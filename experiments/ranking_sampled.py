@@ -8,7 +8,13 @@ not depend on the profile, so it is reused, not re-measured.
 NATIVE=measured (the default) takes the predicted speedups over the measured
 all-small median of that same run (`analyze --native-time`), the baseline the
 measured speedups are taken over; NATIVE=profile over the profile's own native run
-(timed by `record`, on whatever load the machine had then)."""
+(timed by `record`, on whatever load the machine had then).
+
+MEASURED names the measured run (default experiments/results/ranking.jsonl);
+DB the database whose calibration of this machine supplies the costs (default:
+hugetune's own; a path that does not exist: the default costs). Ends with the
+summary: workloads whose best mapping's predicted speedup is within 15 % of the
+measured one, and the geometric-mean ranking errors."""
 import json, os, subprocess, sys, math
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H = os.environ.get("HUGETUNE", os.path.join(ROOT, "target", "release", "hugetune"))
@@ -19,7 +25,9 @@ if NATIVE not in ("measured", "profile"):
     sys.exit("NATIVE must be 'measured' or 'profile'")
 OUT = "/var/tmp/hugetune-ranking-sampled"
 os.makedirs(OUT, exist_ok=True)
-res = os.path.join(ROOT, "experiments/results/ranking.jsonl")
+res = os.environ.get("MEASURED", os.path.join(ROOT, "experiments/results/ranking.jsonl"))
+DB = ["--db", os.environ["DB"]] if os.environ.get("DB") else []
+summary = []
 out = open(os.environ.get("RESULTS", os.path.join(ROOT, "experiments", "results", "ranking-sampled.jsonl")), "a")
 for line in open(res):
     w = json.loads(line)
@@ -37,7 +45,7 @@ for line in open(res):
         if not base:
             print(name, "no all-small baseline"); continue
         extra = ["--native-time", str(base[0]["measured_median_s"])]
-    r = subprocess.run([H, "analyze", "--json", "--no-db", "--max-refs", BUDGET] + extra + [b],
+    r = subprocess.run([H, "analyze", "--json", "--no-db", "--max-refs", BUDGET] + DB + extra + [b],
                        capture_output=True, text=True)
     if r.returncode != 0:
         print(name, "analyze failed", r.stderr[-500:]); continue
@@ -64,5 +72,16 @@ for line in open(res):
            "pred_speedup_best": bs[4], "meas_speedup_best": bs[5], "refs": a["meta"]["refs"],
            "sampling": a["meta"]["ref_sampling"], "native_s": a["meta"]["native"]["wall_s"],
            "native_from": NATIVE}
+    rec["measured"] = os.path.basename(res)
+    rec["costs"] = a["cost"]["source"]
     out.write(json.dumps(rec) + "\n"); out.flush()
+    summary.append(rec)
     print(f"{name:28s} sampled {err_s:6.2f} complete {err_c:6.2f} best {best_s} / {best_c} / measured {best_m}  pred {bs[4]:.2f} meas {bs[5]:.2f}", flush=True)
+if summary:
+    ok = sum(1 for r in summary if abs(r["pred_speedup_best"] / r["meas_speedup_best"] - 1) <= 0.15)
+    g = lambda k: math.exp(sum(math.log(max(r[k], 0.1)) for r in summary) / len(summary))
+    same = sum(1 for r in summary if r["best_sampled"] == r["best_complete"])
+    print(f"predicted speedup of the best mapping within 15 % of measured: {ok} of {len(summary)} "
+          f"({100 * ok / len(summary):.0f} %); ranking error (geometric mean) sampled {g('sampled_error'):.2f} %, "
+          f"complete {g('complete_error'):.2f} %; best mapping as the complete profile's: {same} of {len(summary)}; "
+          f"costs: {summary[0]['costs']}")

@@ -28,25 +28,40 @@ pub struct CostModel {
     /// interpolated by folio size between the listed ones of the same mechanism
     /// (mTHP between 4 KB and THP 2 MB; hugetlb 1 GB scaled from 2 MB by size).
     pub fault_ns: Vec<(Backing, f64)>,
-    /// Walk overlap (docs/model.md §4, "Overlap"): the latency of the memory
-    /// access a walk precedes (ns), and the most walks that proceed at once.
+    /// Walk overlap (docs/model.md §4, "Overlap"), the two ends it is
+    /// interpolated between. A dependent chase: a walk and the access it
+    /// precedes in series, the access costing `memory_ns` (a chase's time per
+    /// step on 2 MB pages, beyond the caches), one walk at a time. Independent
+    /// random loads: `walk_concurrency` walks hidden behind each other (the
+    /// chase's walk cost over those loads' saving per walk), at a native time
+    /// of `independent_ns_per_walk` per walk.
     #[serde(default = "default_memory_ns")]
     pub memory_ns: f64,
     #[serde(default = "default_walk_concurrency")]
     pub walk_concurrency: f64,
+    #[serde(default = "default_independent_ns_per_walk")]
+    pub independent_ns_per_walk: f64,
     /// Where the constants come from.
     pub source: String,
 }
 
-/// A DRAM access that the walk precedes; fitted with [`default_walk_concurrency`]
-/// on the ranking runs of 2026-11-25 (docs/model.md §4).
+/// The reference machine's chase over 256 MiB on 2 MB pages: 161.9 ns per step
+/// (docs/model.md §4, the walk-cost table).
 fn default_memory_ns() -> f64 {
-    100.0
+    162.0
 }
 
-/// Walks that overlap at most (page walkers busy at once), same fit.
+/// Independent random loads in the ranking run of 2026-11-25 (randmem-80 less
+/// randmem-0, heap-large, 256 MiB: its 12.8 M random accesses): 1.3 ns saved
+/// per access on 2 MB pages, against the default curve's 22 ns per walk at that
+/// page table (docs/model.md §4). `hugetune calibrate` measures it.
 fn default_walk_concurrency() -> f64 {
-    3.0
+    17.0
+}
+
+/// Same loads: 0.319 s for 12.8 M accesses on 4 KB pages, each a walk.
+fn default_independent_ns_per_walk() -> f64 {
+    25.0
 }
 
 const KIB: f64 = 1024.0;
@@ -81,6 +96,7 @@ impl Default for CostModel {
             ],
             memory_ns: default_memory_ns(),
             walk_concurrency: default_walk_concurrency(),
+            independent_ns_per_walk: default_independent_ns_per_walk(),
             source: "defaults measured on an AMD EPYC (Zen 5) KVM guest, see docs/model.md".into(),
         }
     }
@@ -176,6 +192,9 @@ impl CostModel {
         }
         if !(self.walk_concurrency.is_finite() && self.walk_concurrency >= 1.0) {
             return Err("walk_concurrency must be a finite number of walks, at least 1".into());
+        }
+        if !(self.independent_ns_per_walk.is_finite() && self.independent_ns_per_walk > 0.0) {
+            return Err("independent_ns_per_walk must be a positive time".into());
         }
         for c in &self.walk_curve {
             if c.is_empty() || c.windows(2).any(|w| w[0].0 >= w[1].0) || c[0].0 <= 0.0 {

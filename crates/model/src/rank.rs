@@ -160,49 +160,63 @@ struct Variant {
 /// How much the program's page walks overlap (docs/model.md §4, "Overlap").
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct WalkOverlap {
-    /// Walks in flight at once on average: 1 for a dependent chain, up to the
-    /// cost model's `walk_concurrency`. Every walk's cost is divided by it.
+    /// Walks hidden behind each other on average: 1 for a dependent chain, up
+    /// to the cost model's `walk_concurrency` for independent random loads.
+    /// Every walk's cost is divided by it.
     pub factor: f64,
-    /// Native time per 4 KB walk, faults and L2 hits taken out (ns).
+    /// Native time per 4 KB walk, faults taken out (ns).
     pub ns_per_walk: f64,
-    /// What one walk and the access after it cost in series (ns).
+    /// What one walk (with its share of L2 hits) and the access after it cost
+    /// in series (ns).
     pub serial_ns: f64,
 }
 
-/// The overlap of the all-small mapping's walks in the native run: a walk and
-/// the memory access it precedes cost `serial_ns` in series (the calibrated walk
-/// plus the memory latency); when the native run spends less than that per walk,
-/// walks were in flight together, `serial_ns / ns_per_walk` of them, at most the
-/// cost model's `walk_concurrency`. The calibrated walk costs come from a
-/// dependent chase, where the factor is 1. With per-core TLBs the walks of
-/// every core are set against the time of every core that ran: the native
-/// run's wall time times the cores busy at once ([`AnalysisResult::concurrency`]).
+/// The overlap of the all-small mapping's walks in the native run, from the
+/// rate at which it walks. Two ends are measured (`hugetune calibrate`): a
+/// dependent chase, which spends `serial_ns` per walk (the calibrated walk and
+/// L2 hits plus the memory access it precedes) with no overlap, and independent
+/// random loads, which spend `independent_ns_per_walk` per walk with
+/// `walk_concurrency` walks hidden behind each other. The translation time
+/// (walks and L2 hits: both lengthen the access they precede) is divided by it. Between them the overlap
+/// is interpolated linearly in walks per nanosecond (1 / ns_per_walk), the
+/// rate the walks proceed at: exact at both measured ends, 1 for anything
+/// slower than a chase, `walk_concurrency` for anything faster than the
+/// independent loads. With per-core TLBs the walks of every core are set
+/// against the time of every core that ran: the native run's wall time times
+/// the cores busy at once ([`AnalysisResult::concurrency`]).
 pub fn walk_overlap(result: &AnalysisResult, cost: &CostModel, native_seconds: f64) -> WalkOverlap {
     let native_seconds = native_seconds * result.concurrency();
-    let base = result.all_small();
     let none = Variant {
         assignments: vec![],
         site_backing: None,
     };
-    let (walks, walk_ns) = walk_parts(base, cost);
-    let other = miss_time(base, cost, &none, 1.0) - walk_ns;
-    let serial = if walks > 0 {
-        walk_ns / walks as f64 + cost.memory_ns
+    let t = miss_parts(result.all_small(), cost, &none);
+    let serial = if t.walks > 0 {
+        t.translation_ns / t.walks as f64 + cost.memory_ns
     } else {
         0.0
     };
-    let per_walk = if walks > 0 {
-        ((native_seconds * 1e9 - other) / walks as f64).max(0.0)
+    let per_walk = if t.walks > 0 {
+        ((native_seconds * 1e9 - t.fault_ns) / t.walks as f64).max(0.0)
     } else {
         f64::INFINITY
     };
-    let factor = if walks == 0 || !per_walk.is_finite() || !serial.is_finite() {
-        1.0
-    } else if per_walk <= 0.0 {
-        cost.walk_concurrency
-    } else {
-        (serial / per_walk).clamp(1.0, cost.walk_concurrency.max(1.0))
-    };
+    let most = cost.walk_concurrency.max(1.0);
+    // No walks, or walking no faster than a chase: none.
+    let factor =
+        if t.walks == 0 || !per_walk.is_finite() || !serial.is_finite() || per_walk >= serial {
+            1.0
+        } else if per_walk <= 0.0 || per_walk <= cost.independent_ns_per_walk {
+            most
+        } else {
+            let (rate, dep, ind) = (
+                1.0 / per_walk,
+                1.0 / serial,
+                1.0 / cost.independent_ns_per_walk,
+            );
+            // `ind > rate > dep` here.
+            (1.0 + (most - 1.0) * (rate - dep) / (ind - dep)).clamp(1.0, most)
+        };
     WalkOverlap {
         factor,
         ns_per_walk: per_walk,
@@ -210,16 +224,31 @@ pub fn walk_overlap(result: &AnalysisResult, cost: &CostModel, native_seconds: f
     }
 }
 
-/// A mapping's walks and their serial cost (ns).
-fn walk_parts(m: &MappingResult, cost: &CostModel) -> (u64, f64) {
+/// A mapping's miss time in its parts: walks, their and the L2 hits' time in
+/// series (translation, what the overlap divides), faults.
+struct MissParts {
+    walks: u64,
+    translation_ns: f64,
+    fault_ns: f64,
+}
+
+fn miss_parts(m: &MappingResult, cost: &CostModel, v: &Variant) -> MissParts {
     let entries = leaf_entries(m);
     let walk_ns = PageSize::ALL.map(|s| cost.walk(s, entries[s.index()]));
-    let (mut n, mut t) = (0u64, 0.0);
+    let mut p = MissParts {
+        walks: 0,
+        translation_ns: 0.0,
+        fault_ns: 0.0,
+    };
     for x in &m.cells {
-        n += x.stats.walks;
-        t += x.stats.walks as f64 * walk_ns[x.backing.leaf().index()];
+        let s = &x.stats;
+        let leaf = x.backing.leaf();
+        p.walks += s.walks;
+        p.translation_ns += s.l1_misses.saturating_sub(s.walks) as f64 * cost.l2_hit(leaf)
+            + s.walks as f64 * walk_ns[leaf.index()];
+        p.fault_ns += s.faults as f64 * cost.fault(actual_backing(x.category, x.backing, v));
     }
-    (n, t)
+    p
 }
 
 /// Leaf page-table entries the mapping populates, per leaf size: what the walks
@@ -236,20 +265,11 @@ fn leaf_entries(m: &MappingResult) -> [u64; 3] {
     entries
 }
 
-/// Eq. 2 with every walk's cost divided by `overlap` (walks in flight at once).
+/// Eq. 2 with the translation time (walks and L2 hits) divided by `overlap`
+/// (docs/model.md §4, "Overlap"); faults are not.
 fn miss_time(m: &MappingResult, cost: &CostModel, v: &Variant, overlap: f64) -> f64 {
-    let entries = leaf_entries(m);
-    let walk_ns = PageSize::ALL.map(|s| cost.walk(s, entries[s.index()]) / overlap);
-    let mut t = 0.0;
-    for x in &m.cells {
-        let s = &x.stats;
-        let leaf = x.backing.leaf();
-        let backing = actual_backing(x.category, x.backing, v);
-        t += s.l1_misses.saturating_sub(s.walks) as f64 * cost.l2_hit(leaf)
-            + s.walks as f64 * walk_ns[leaf.index()]
-            + s.faults as f64 * cost.fault(backing);
-    }
-    t
+    let p = miss_parts(m, cost, v);
+    p.translation_ns / overlap + p.fault_ns
 }
 
 /// Every combination of the backings each huge category of `m` can get.

@@ -1,7 +1,7 @@
-//! The walk overlap (docs/model.md §4, "Overlap"): the native run's time per
-//! walk against a walk and its access in series decides how many walks were in
-//! flight at once, within [1, walk_concurrency], and every walk's cost is
-//! divided by it; faults are not.
+//! The walk overlap (docs/model.md §4, "Overlap"): the rate at which the native
+//! run walks, set between a dependent chase's (no overlap) and independent
+//! random loads' (`walk_concurrency`), decides how many walks hide behind each
+//! other, and every walk's cost is divided by it; faults are not.
 
 use hugetune_model::cost::CostModel;
 use hugetune_model::page::PageSize::{P1g, P2m, P4k};
@@ -40,7 +40,8 @@ fn overlap_follows_the_native_time_per_walk() {
     let slow = walk_overlap(&r, &cost, 100.0);
     assert_eq!(slow.factor, 1.0, "{slow:?}");
     assert!(slow.serial_ns > cost.memory_ns, "{slow:?}");
-    // The native time that leaves half the serial time per walk: two walks at once.
+    // The native time that spends per walk what the calibrated independent
+    // loads do: their overlap, exactly.
     let other_s = {
         let p = rank::predictions(&r, &cost, 100.0);
         let base = p
@@ -49,9 +50,21 @@ fn overlap_follows_the_native_time_per_walk() {
             .unwrap();
         base.miss_time_ns / 1e9 - walks as f64 * (slow.serial_ns - cost.memory_ns) / 1e9
     };
-    let half = other_s + walks as f64 * slow.serial_ns / 2.0 / 1e9;
-    let two = walk_overlap(&r, &cost, half);
-    assert!((two.factor - 2.0).abs() < 1e-6, "{two:?}");
+    let at = |ns_per_walk: f64| other_s + walks as f64 * ns_per_walk / 1e9;
+    let ind = walk_overlap(&r, &cost, at(cost.independent_ns_per_walk));
+    assert!((ind.factor - cost.walk_concurrency).abs() < 1e-6, "{ind:?}");
+    // A chase's time per walk: none.
+    let dep = walk_overlap(&r, &cost, at(slow.serial_ns * 1.0001));
+    assert_eq!(dep.factor, 1.0, "{dep:?}");
+    // Walking at the rate halfway between the two (in walks per ns): halfway
+    // between 1 and walk_concurrency.
+    let mid_rate = (1.0 / slow.serial_ns + 1.0 / cost.independent_ns_per_walk) / 2.0;
+    let half = at(1.0 / mid_rate);
+    let mid = walk_overlap(&r, &cost, half);
+    assert!(
+        (mid.factor - (1.0 + cost.walk_concurrency) / 2.0).abs() < 1e-3,
+        "{mid:?}"
+    );
     // Faster still: capped at the walk concurrency.
     let fast = walk_overlap(&r, &cost, other_s + walks as f64 * 1e-9);
     assert_eq!(fast.factor, cost.walk_concurrency, "{fast:?}");
@@ -69,7 +82,7 @@ fn overlap_follows_the_native_time_per_walk() {
         best.saving_ns
     );
     assert!(
-        same.saving_ns > best.saving_ns / 2.0 - 1.0,
+        same.saving_ns > best.saving_ns / mid.factor - 1.0,
         "{} vs {}",
         same.saving_ns,
         best.saving_ns
@@ -83,6 +96,12 @@ fn overlap_follows_the_native_time_per_walk() {
     assert_eq!(walk_overlap(&r, &serial, half).factor, 1.0);
     assert!(CostModel {
         walk_concurrency: 0.5,
+        ..CostModel::default()
+    }
+    .validate()
+    .is_err());
+    assert!(CostModel {
+        independent_ns_per_walk: 0.0,
         ..CostModel::default()
     }
     .validate()

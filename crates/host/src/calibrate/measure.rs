@@ -119,6 +119,8 @@ impl Drop for Region {
 struct ChaseBuf {
     region: Region,
     at: usize,
+    /// The independent loads' generator state.
+    x: u64,
 }
 
 impl ChaseBuf {
@@ -144,6 +146,7 @@ impl ChaseBuf {
         Ok(ChaseBuf {
             region,
             at: c.node_offset(first) as usize,
+            x: seed | 1,
         })
     }
 
@@ -162,6 +165,7 @@ impl ChaseBuf {
         Ok(ChaseBuf {
             region,
             at: from.at,
+            x: from.x,
         })
     }
 
@@ -172,6 +176,37 @@ impl ChaseBuf {
         self.at = chase(self.region.base, self.at, steps);
         t.elapsed().as_nanos() as f64 / steps.max(1) as f64
     }
+
+    /// Independent random loads over the whole buffer: `warm` untimed, then
+    /// `steps` timed; ns per timed load.
+    fn loads(&mut self, warm: u64, steps: u64) -> f64 {
+        // The largest power of two of nodes the mapping holds.
+        let bits = (self.region.len as u64 / NODE).max(2).ilog2();
+        self.x = loads(self.region.base, bits, self.x, warm);
+        let t = Instant::now();
+        self.x = loads(self.region.base, bits, self.x, steps);
+        t.elapsed().as_nanos() as f64 / steps.max(1) as f64
+    }
+}
+
+/// Loads of random nodes whose addresses come from a generator held in
+/// registers, not from the load before: the core runs as many at once as it
+/// can, and so overlaps their walks. Returns the generator's state.
+#[inline(never)]
+fn loads(base: *const u8, bits: u32, mut x: u64, steps: u64) -> u64 {
+    let bits = bits.clamp(1, 63);
+    let mut sum = 0u64;
+    for _ in 0..steps {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let node = x >> (64 - bits);
+        // SAFETY: node < 2^bits, at most the mapping's nodes; 8-byte aligned.
+        let v = unsafe { std::ptr::read_volatile(base.add((node * NODE) as usize) as *const u64) };
+        sum = sum.wrapping_add(v);
+    }
+    std::hint::black_box(sum);
+    x
 }
 
 /// The dependent loads: each node holds the offset of the next. On x86-64 the loop
@@ -349,16 +384,7 @@ impl Session<'_> {
     }
 
     fn try_pair(&mut self, pair: &Pair, steps: u64) -> Result<PairRun> {
-        let mut needs: Vec<(u64, u64)> = Vec::new();
-        for c in [&pair.a, &pair.b] {
-            if let Some((kb, n)) = c.pool_need() {
-                match needs.iter_mut().find(|(k, _)| *k == kb) {
-                    Some(e) => e.1 += n,
-                    None => needs.push((kb, n)),
-                }
-            }
-        }
-        let _pools = reserve(self.lock.as_ref(), &needs)?;
+        let _pools = reserve(self.lock.as_ref(), &pool_needs(pair))?;
         self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut a = ChaseBuf::build(&pair.a, self.seed)?;
         let mut b = if pair.a.layout == ChaseLayout::Nodes && pair.a.bytes() == pair.b.bytes() {
@@ -386,6 +412,56 @@ impl Session<'_> {
             pair: pair.clone(),
             diffs,
         })
+    }
+
+    /// The walk overlap's ends (`super::overlap_ends`): the chase and the
+    /// independent loads on the plan's 4 KB and 2 MB buffers, all four
+    /// interleaved in every repetition, in an order rotated each time.
+    fn overlap(&mut self, pair: &Pair, l2_hit_ns: [f64; 3]) -> Result<OverlapEnds> {
+        let _pools = reserve(self.lock.as_ref(), &pool_needs(pair))?;
+        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut a = ChaseBuf::build(&pair.a, self.seed)?;
+        let mut b = ChaseBuf::copy_of(&pair.b, &a)?;
+        let (steps, warm) = (self.o.steps, self.o.steps / 4);
+        let mut t: [Vec<f64>; 4] = Default::default();
+        for r in 0..self.o.reps {
+            for k in 0..4 {
+                let i = (k + r) % 4;
+                let v = match i {
+                    0 => a.run(warm, steps),
+                    1 => b.run(warm, steps),
+                    2 => a.loads(warm, steps),
+                    _ => b.loads(warm, steps),
+                };
+                t[i].push(v);
+            }
+        }
+        drop((a, b));
+        let names = [
+            pair.a.label(),
+            pair.b.label(),
+            format!(
+                "independent loads {} on {}",
+                bytes_text(pair.a.bytes()),
+                pair.a.backing.name()
+            ),
+            format!(
+                "independent loads {} on {}",
+                bytes_text(pair.b.bytes()),
+                pair.b.backing.name()
+            ),
+        ];
+        for (name, v) in names.into_iter().zip(&t) {
+            self.raw.push(measurement(name, "ns/step", v.clone())?);
+        }
+        overlap_ends(
+            (&t[0], &t[1]),
+            (&t[2], &t[3]),
+            fractions(pair.a.leaf, pair.a.pages, &self.o.tlb),
+            fractions(pair.b.leaf, pair.b.pages, &self.o.tlb),
+            [l2_hit_ns[pair.a.leaf], l2_hit_ns[pair.b.leaf]],
+            (8 * pair.a.pages) as f64,
+        )
     }
 
     /// One pass of a fault configuration: ns per fault.
@@ -574,6 +650,20 @@ impl Session<'_> {
             figures.push(not_measured("fault", &name, why));
         }
     }
+}
+
+/// Hugetlb pages a pair's chases need: (pool kB, pages).
+fn pool_needs(pair: &Pair) -> Vec<(u64, u64)> {
+    let mut needs: Vec<(u64, u64)> = Vec::new();
+    for c in [&pair.a, &pair.b] {
+        if let Some((kb, n)) = c.pool_need() {
+            match needs.iter_mut().find(|(k, _)| *k == kb) {
+                Some(e) => e.1 += n,
+                None => needs.push((kb, n)),
+            }
+        }
+    }
+    needs
 }
 
 fn not_measured(kind: &str, what: &str, why: String) -> Figure {
@@ -831,6 +921,36 @@ pub fn calibrate(
         walk_lines.push(line);
         walk_curve[leaf] = c;
     }
+
+    // The walk overlap's ends.
+    let overlap = match plan_overlap(o) {
+        Ok(pair) => {
+            (s.progress)(&format!(
+                "walk overlap: the chase and independent loads, {} on 4 KB vs {} pages",
+                bytes_text(pair.a.bytes()),
+                pair.b.backing.name()
+            ));
+            s.overlap(&pair, l2_hit_ns).map_err(|e| format!("{e:#}"))
+        }
+        Err(why) => Err(why),
+    };
+    let overlap_line = match &overlap {
+        Ok(e) => format!(
+            "walk overlap: over {} of page table, the chase saves {:.1} ns per walk on 2 MB pages [{:.1}–{:.1}] and independent random loads {:.2} ns [{:.2}–{:.2}]: {:.1} walks hidden behind each other at {:.1} ns per walk; the access a walk precedes {:.1} ns (chase time per walk less its walk); medians of {}",
+            bytes_text(e.pt_bytes as u64),
+            e.dependent_walk.median,
+            e.dependent_walk.min,
+            e.dependent_walk.max,
+            e.independent_walk.median,
+            e.independent_walk.min,
+            e.independent_walk.max,
+            e.walk_concurrency,
+            e.independent_ns_per_walk,
+            e.memory_ns,
+            e.dependent_walk.reps
+        ),
+        Err(why) => format!("walk overlap: not measured (the defaults apply): {why}"),
+    };
     drop(pin);
 
     // One line per figure: L2 hits, walk curves, faults.
@@ -841,6 +961,7 @@ pub fn calibrate(
         .map(line)
         .collect();
     sources.extend(walk_lines);
+    sources.push(overlap_line);
     sources.extend(figures.iter().filter(|f| f.kind == "fault").map(line));
     if let (Some(a), Some(b)) = (ticks_before, cpu_ticks()) {
         let share = others_share(a, b);
@@ -866,6 +987,7 @@ pub fn calibrate(
         quick: o.quick,
         figures,
         raw: s.raw,
+        overlap: overlap.ok(),
     };
     cal.validate()
         .context("the measured figures are unusable")?;

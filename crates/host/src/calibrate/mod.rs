@@ -12,6 +12,11 @@
 //!   that miss the last-level TLB. Under a hypervisor these are nested (2-D) walks.
 //! - **Fault cost** per backing: first touch of a fresh mapping, ns per fault, after
 //!   a cold pass (memory the host took back is slow once).
+//! - **Walk overlap** (docs/model.md §4, "Overlap"): over one footprint on 4 KB and
+//!   on 2 MB pages, the chase (one walk at a time) and independent random loads
+//!   (as many at once as the core allows); their savings per walk give how many
+//!   walks the loads hide behind each other, the chase's time per walk less its
+//!   walk the latency of the access a walk precedes.
 //!
 //! Every figure is the median of interleaved repetitions; differences are taken
 //! between configurations of the same repetition. Kernel state (hugetlb pools) is
@@ -73,6 +78,130 @@ pub struct Calibration {
     /// The timings the figures were derived from, one per configuration.
     #[serde(default)]
     pub raw: Vec<Measurement>,
+    /// The walk overlap's ends (docs/model.md §4, "Overlap"); `None` where not
+    /// measured (and in calibrations made before it was).
+    #[serde(default)]
+    pub overlap: Option<OverlapEnds>,
+}
+
+/// The two ends the walk overlap is interpolated between, measured over one
+/// footprint (the cost model's `memory_ns`, `walk_concurrency` and
+/// `independent_ns_per_walk`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OverlapEnds {
+    /// The dependent chase's time per walk less its walk: the access a walk
+    /// precedes, ns.
+    pub memory_ns: f64,
+    /// Translations (walks and L2 hits) the independent loads hide behind each
+    /// other: what the chase's figures charge for the loads' translations, over
+    /// what the loads saved on 2 MB pages.
+    pub walk_concurrency: f64,
+    /// The independent loads' time per walk on 4 KB pages, ns.
+    pub independent_ns_per_walk: f64,
+    /// The two savings per walk (ns), with their spreads.
+    pub dependent_walk: Repeated,
+    pub independent_walk: Repeated,
+    /// Page-table bytes of the footprint (8 per 4 KB page).
+    pub pt_bytes: f64,
+}
+
+/// The overlap's ends from per-repetition timings (ns per step) of the chase and
+/// of the independent loads, each on A (4 KB pages, which walk on a share of
+/// their steps) and B (2 MB pages, which never walk), over the same footprint.
+/// The chase's walks are in series with everything: its saving per walk, L2
+/// hits charged in series at `l2_hit_ns` (A's size, B's), is the walk cost. The
+/// loads overlap their translations (walks and L2 hits alike): what the chase's
+/// figures charge for them, over what the loads saved, is how many hide behind
+/// each other; the cost model divides the same translation time by it.
+pub fn overlap_ends(
+    chase: (&[f64], &[f64]),
+    loads: (&[f64], &[f64]),
+    a: Fractions,
+    b: Fractions,
+    l2_hit_ns: [f64; 2],
+    pt_bytes: f64,
+) -> Result<OverlapEnds> {
+    let n = chase.0.len();
+    if n == 0 || [chase.1.len(), loads.0.len(), loads.1.len()] != [n; 3] {
+        bail!("the overlap needs as many timings of each configuration");
+    }
+    if a.walk <= 0.0 || b.walk > 0.0 {
+        bail!("the overlap needs 4 KB pages that walk and 2 MB pages that do not");
+    }
+    let diffs = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p - q).collect::<Vec<_>>();
+    let dependent = per_walk(&diffs(chase.0, chase.1), a, b, l2_hit_ns)?;
+    // The loads' saving per walk, translations overlapped as they ran.
+    let independent = repeated(
+        &diffs(loads.0, loads.1)
+            .iter()
+            .map(|d| d / a.walk)
+            .collect::<Vec<_>>(),
+    )?;
+    if dependent.median <= 0.0 {
+        bail!(
+            "the chase saved {:.1} ns per walk on 2 MB pages: within the noise",
+            dependent.median
+        );
+    }
+    let serial = dependent.median * a.walk + a.l2_hit * l2_hit_ns[0] - b.l2_hit * l2_hit_ns[1];
+    if independent.median <= 0.0 || serial <= 0.0 {
+        bail!(
+            "the independent loads saved {:.2} ns per walk on 2 MB pages: their walks hid entirely, or the machine is busy",
+            independent.median
+        );
+    }
+    let own = a.l2_hit * l2_hit_ns[0];
+    let chase_per_walk = repeated(
+        &chase
+            .0
+            .iter()
+            .map(|t| (t - own) / a.walk)
+            .collect::<Vec<_>>(),
+    )?
+    .median;
+    let loads_per_walk = repeated(&loads.0.iter().map(|t| t / a.walk).collect::<Vec<_>>())?.median;
+    Ok(OverlapEnds {
+        memory_ns: (chase_per_walk - dependent.median).max(0.0),
+        walk_concurrency: (serial / (independent.median * a.walk)).max(1.0),
+        independent_ns_per_walk: loads_per_walk,
+        dependent_walk: dependent,
+        independent_walk: independent,
+        pt_bytes,
+    })
+}
+
+/// The footprint the overlap is measured over: the smallest power of two from
+/// 256 MiB up where 4 KB pages walk on nine steps in ten and 2 MB pages never,
+/// within the budget.
+pub fn plan_overlap(o: &Options) -> Result<Pair, String> {
+    let Some(big) = o.two_m() else {
+        return Err("no 2 MB pages to compare with: THP is off and hugetlb pools need root".into());
+    };
+    let walks = |f: u64| {
+        fractions(0, f / LEAF_BYTES[0], &o.tlb).walk >= 0.9
+            && fractions(1, f / LEAF_BYTES[1], &o.tlb).walk == 0.0
+    };
+    let Some(f) = (8..=16).map(|k| MIB << k).find(|&f| walks(f)) else {
+        return Err("no footprint up to 64 GiB where 4 KB pages walk on nine steps in ten and 2 MB pages never".into());
+    };
+    if 2 * f > o.budget_bytes {
+        return Err(format!(
+            "needs {} at once, over the budget of {} (half the available memory)",
+            bytes_text(2 * f),
+            bytes_text(o.budget_bytes)
+        ));
+    }
+    let nodes = |leaf: usize, backing: BufferBacking| Chase {
+        leaf,
+        backing,
+        pages: f / LEAF_BYTES[leaf],
+        layout: ChaseLayout::Nodes,
+    };
+    Ok(Pair {
+        a: nodes(0, BufferBacking::Base4k),
+        b: nodes(1, big),
+        fallback: None,
+    })
 }
 
 /// Median and range of one calibration figure over its repetitions (stored with the
@@ -180,6 +309,20 @@ impl Calibration {
                 bail!(
                     "the walk curve of {} pages is not sorted by page-table bytes",
                     LEAF[i]
+                );
+            }
+        }
+        if let Some(o) = &self.overlap {
+            let ok = |v: f64| v.is_finite() && v > 0.0;
+            if !(ok(o.memory_ns) || o.memory_ns == 0.0)
+                || !(o.walk_concurrency.is_finite() && o.walk_concurrency >= 1.0)
+                || !ok(o.independent_ns_per_walk)
+            {
+                bail!(
+                    "the walk overlap's figures are unusable (memory {} ns, {} walks at once, {} ns per independent walk)",
+                    o.memory_ns,
+                    o.walk_concurrency,
+                    o.independent_ns_per_walk
                 );
             }
         }
@@ -1209,6 +1352,97 @@ mod tests {
         assert_eq!(smaps_range("garbage\n", 0, u64::MAX), RangeUsage::default());
     }
 
+    #[test]
+    fn overlap_ends_from_the_chase_and_the_loads() {
+        let tlb = zen5();
+        // 256 MiB: 65 536 4 KB pages (walk share 1 − 4096/65536), 128 2 MB pages
+        // (96 in the L1, the rest L2 hits).
+        let a = fractions(0, 65_536, &tlb);
+        let b = fractions(1, 128, &tlb);
+        let l2 = [2.0, 20.0];
+        let serial_l2 = a.l2_hit * l2[0] - b.l2_hit * l2[1];
+        // The machine: memory 160 ns, a walk 40 ns in a chase; the loads spend
+        // 25 ns per walk and hide ten translations behind each other.
+        let chase_a = 160.0 + a.walk * 40.0 + a.l2_hit * l2[0];
+        let chase_b = chase_a - a.walk * 40.0 - serial_l2;
+        let loads_a = 25.0 * a.walk;
+        let loads_b = loads_a - (a.walk * 40.0 + serial_l2) / 10.0;
+        let five = |v: f64| vec![v; 5];
+        let e = overlap_ends(
+            (&five(chase_a), &five(chase_b)),
+            (&five(loads_a), &five(loads_b)),
+            a,
+            b,
+            l2,
+            524_288.0,
+        )
+        .unwrap();
+        assert!((e.dependent_walk.median - 40.0).abs() < 1e-9, "{e:?}");
+        assert!(
+            (e.independent_walk.median - (40.0 + serial_l2 / a.walk) / 10.0).abs() < 1e-9,
+            "{e:?}"
+        );
+        assert!((e.walk_concurrency - 10.0).abs() < 1e-9, "{e:?}");
+        assert!((e.independent_ns_per_walk - 25.0).abs() < 1e-9, "{e:?}");
+        assert!((e.memory_ns - 160.0 / a.walk).abs() < 1e-9, "{e:?}");
+        // Loads that save nothing (or a chase within the noise): no figure.
+        let err = overlap_ends(
+            (&five(chase_a), &five(chase_b)),
+            (&five(loads_a), &five(loads_a)),
+            a,
+            b,
+            l2,
+            524_288.0,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("hid entirely"), "{err}");
+        assert!(overlap_ends(
+            (&five(chase_b), &five(chase_b)),
+            (&five(loads_a), &five(loads_b)),
+            a,
+            b,
+            l2,
+            1.0
+        )
+        .is_err());
+        // Uneven timings are refused.
+        assert!(overlap_ends(
+            (&five(1.0), &[1.0]),
+            (&five(1.0), &five(1.0)),
+            a,
+            b,
+            l2,
+            1.0
+        )
+        .is_err());
+        // Stored, they are checked.
+        let mut c = sample();
+        c.overlap = Some(e);
+        c.validate().unwrap();
+        c.overlap = Some(OverlapEnds {
+            walk_concurrency: 0.5,
+            ..e
+        });
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn overlap_footprint_walks_on_4k_and_never_on_2m() {
+        // 4 096 L2 entries: 256 MiB (65 536 pages) walks on 94 % of the steps.
+        let p = plan_overlap(&opts(64 * GIB)).unwrap();
+        assert_eq!(p.a.bytes(), 256 * MIB);
+        assert_eq!(p.a.backing, BufferBacking::Base4k);
+        assert_eq!(p.b.leaf, 1);
+        assert_eq!(p.b.bytes(), 256 * MIB);
+        // A larger L2 TLB needs a larger footprint.
+        let mut o = opts(64 * GIB);
+        o.tlb.l2[0] = 16_384;
+        assert_eq!(plan_overlap(&o).unwrap().a.bytes(), GIB);
+        // Over the budget: said.
+        let err = plan_overlap(&opts(256 * MIB)).unwrap_err();
+        assert!(err.contains("budget"), "{err}");
+    }
+
     fn sample() -> Calibration {
         Calibration {
             l2_hit_ns: [2.0, 2.0, 2.0],
@@ -1225,6 +1459,7 @@ mod tests {
             quick: true,
             figures: Vec::new(),
             raw: Vec::new(),
+            overlap: None,
         }
     }
 

@@ -154,6 +154,42 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
     out += "page walk (per walk, over the page-table working set: 8 bytes per page touched)\n";
     out += &table(&["page", "page table", "cost", "spread"], &rows);
     out += "\n\n";
+    out +=
+        "walk overlap (docs/model.md §4: between a dependent chase and independent random loads)\n";
+    out += &match &c.overlap {
+        Some(o) => table(
+            &["figure", "value", "spread"],
+            &[
+                vec![
+                    "chase: saving per walk on 2 MB pages".into(),
+                    ns_text(o.dependent_walk.median),
+                    range_text(&o.dependent_walk),
+                ],
+                vec![
+                    "independent loads: saving per walk".into(),
+                    ns_text(o.independent_walk.median),
+                    range_text(&o.independent_walk),
+                ],
+                vec![
+                    "walks hidden behind each other".into(),
+                    format!("{:.1}", o.walk_concurrency),
+                    "-".into(),
+                ],
+                vec![
+                    "independent loads: time per walk".into(),
+                    ns_text(o.independent_ns_per_walk),
+                    "-".into(),
+                ],
+                vec![
+                    "the access a walk precedes".into(),
+                    ns_text(o.memory_ns),
+                    "-".into(),
+                ],
+            ],
+        ),
+        None => "not measured: the defaults apply (see sources)".into(),
+    };
+    out += "\n\n";
     // Backing names padded to one width, so `4k` lines up with `thp-2m`.
     let faults: Vec<&calibrate::Figure> = c.figures.iter().filter(|f| f.kind == "fault").collect();
     let w = faults.iter().map(|f| f.what.len()).max().unwrap_or(0);

@@ -842,6 +842,11 @@ pub fn cost_from_calibration(c: &Calibration) -> CostModel {
             m.fault_ns.push((b, *ns));
         }
     }
+    if let Some(o) = &c.overlap {
+        m.memory_ns = o.memory_ns;
+        m.walk_concurrency = o.walk_concurrency;
+        m.independent_ns_per_walk = o.independent_ns_per_walk;
+    }
     m.source = format!("hugetune calibrate, {} ({})", c.created, c.machine);
     m
 }

@@ -155,6 +155,29 @@ mod tests {
         assert_eq!(m.fault(Backing::Hugetlb1g), 46e6);
         assert_eq!(m.fault(Backing::Thp2m), d.fault(Backing::Thp2m));
         assert!(m.source.contains("calibrate"));
+        // A calibration from before the overlap was measured keeps its defaults;
+        // one with it sets all three.
+        assert_eq!(
+            (m.memory_ns, m.walk_concurrency, m.independent_ns_per_walk),
+            (d.memory_ns, d.walk_concurrency, d.independent_ns_per_walk)
+        );
+        let spread = serde_json::json!({"median": 100.0, "min": 90.0, "max": 110.0, "reps": 5});
+        let mut v = serde_json::to_value(&c).unwrap();
+        v["overlap"] = serde_json::json!({
+            "memory_ns": 150.0, "walk_concurrency": 40.0, "independent_ns_per_walk": 12.0,
+            "dependent_walk": spread, "independent_walk": spread, "pt_bytes": 524288.0
+        });
+        let c2: Calibration = serde_json::from_value(v).unwrap();
+        let m2 = cost_from_calibration(&c2);
+        m2.validate().unwrap();
+        assert_eq!(
+            (
+                m2.memory_ns,
+                m2.walk_concurrency,
+                m2.independent_ns_per_walk
+            ),
+            (150.0, 40.0, 12.0)
+        );
     }
 
     /// Pool pages for the reference input: heap-large's from the sizing run,
