@@ -116,6 +116,22 @@ impl PlanOptions {
 
     /// Adds the plan's `jvm` directive (a JVM heap decision, `PlanDecision::jvm`).
     /// Only `thp-2m` and `hugetlb-2m` are written; other backings are dropped.
+    /// The library's options for a plan decision on a program with these
+    /// traits: its sites, the JVM's switch and the shared pool it chose (none
+    /// when applied from outside: no library maps a pool there).
+    pub fn for_decision(
+        program: &hugetune_model::plan::ProgramTraits,
+        d: &hugetune_model::plan::PlanDecision,
+    ) -> Self {
+        let mut o = Self::for_program(program)
+            .with_sites(&d.sites)
+            .with_jvm(d.jvm);
+        if !o.outside {
+            o.pool_2m = d.pool_2m();
+        }
+        o
+    }
+
     pub fn with_jvm(mut self, jvm: Option<Backing>) -> Self {
         self.jvm = jvm.filter(|&b| matches!(b, Backing::Thp2m | Backing::Hugetlb2m));
         self

@@ -7,7 +7,7 @@
 //! tests that run everywhere (model::pool, model::plan).
 
 mod common;
-use common::{hugetune, is_root, WORK};
+use common::{hugetune, is_root, qemu_or_skip, WORK};
 
 use hugetune_host::kernel_state::{reserve_hugetlb, resting_pool_size};
 use serde_json::Value;
@@ -129,4 +129,113 @@ fn optimize_plans_a_shared_pool_for_threads_that_churn_and_restores_it() {
         assert!(p["allocations"].as_u64() > Some(0), "{p}");
         assert!(p["peak_used_pages"].as_u64() > Some(0), "{p}");
     }
+}
+
+/// Plans made later from the stored profile (`plan`, `run`, `validate`,
+/// service units) weigh the pool too, from the profile's own allocation log:
+/// `plan` writes `pool hugetlb-2m N` with the N optimize would, counts the
+/// pool's pages in what the plan needs, and says so. Another input's profile
+/// weighs none (its blocks are not this input's). No pool is changed:
+/// `plan --budget` plans with pages it is told are there.
+#[test]
+fn a_plan_from_the_stored_profile_weighs_the_shared_pool() {
+    if qemu_or_skip().is_none() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let db = d.path().join("h.db");
+    let bundle = d.path().join("p.htb");
+    let cmd = [
+        WORK,
+        "panels",
+        "--size",
+        "24M",
+        "--iters",
+        "3",
+        "--threads",
+        "2",
+    ];
+    let mut args = vec![
+        "record",
+        "--refs",
+        "qemu",
+        "-o",
+        bundle.to_str().unwrap(),
+        "--",
+    ];
+    args.extend(cmd);
+    let (code, _, err) = hugetune(&db, &args);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = hugetune(&db, &["analyze", bundle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let plan = |extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "--budget",
+            "4096",
+            "--min-gain",
+            "0",
+            "--json",
+            "--",
+        ];
+        args.extend(cmd);
+        args.extend(extra);
+        let (code, out, err) = hugetune(&db, &args);
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+        v
+    };
+    let v = plan(&[]);
+    let dec = &v["decision"];
+    let reasons: Vec<&str> = dec["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_str())
+        .collect();
+    let on_hugetlb = dec["assignments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a[0] == "heap-large" && a[1] == "hugetlb-2m");
+    assert!(on_hugetlb, "{reasons:?}");
+    let w = &dec["pool"];
+    assert_eq!(w["chosen"], true, "{reasons:?}");
+    let n = w["pages"].as_u64().unwrap();
+    let profile = &w["profile"];
+    assert_eq!(profile["threads"], 2, "{profile}");
+    assert!(
+        profile["pages_taken"].as_u64() > Some(n),
+        "no reuse: {profile}"
+    );
+    assert_eq!(
+        n,
+        profile["first_fit_pages"].as_u64().unwrap()
+            + profile["largest_block_pages"].as_u64().unwrap(),
+        "{profile}"
+    );
+    let text = v["plan"].as_str().unwrap();
+    assert!(
+        text.lines().any(|l| l == format!("pool hugetlb-2m {n}")),
+        "{text}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|l| l.starts_with("pool vs per-allocation: shared pool chosen")),
+        "{reasons:?}"
+    );
+    // The decision's own reason is still the last one.
+    assert!(
+        !reasons
+            .last()
+            .unwrap()
+            .starts_with("pool vs per-allocation"),
+        "{reasons:?}"
+    );
+    // Another input (more iterations): the stored profile serves its ranking,
+    // not its blocks.
+    let v = plan(&["--iters", "4"]).to_string();
+    assert!(!v.contains("pool hugetlb-2m"), "{v}");
+    assert!(v.contains("no shared pool weighed"), "{v}");
 }

@@ -759,7 +759,44 @@ pub fn choose_pool(
         return;
     }
     let profile = crate::pool::profile(traces, &scope);
-    let mut w = crate::pool::weigh(&profile, cost, native_seconds, min_gain);
+    weigh_pool(d, &profile, cost, avail, native_seconds, min_gain);
+}
+
+/// [`choose_pool`] for a plan made from a stored profile (`hugetune run`,
+/// `plan`, `validate`, service units): `profile` is what the profile's own
+/// allocation log showed for heap-large blocks at its threshold
+/// (`pool::profile` with heap-large in scope), weighed only where the plan
+/// puts heap-large, and no site, on `hugetlb-2m` — the scope it was computed
+/// for.
+pub fn choose_pool_stored(
+    d: &mut PlanDecision,
+    profile: &crate::pool::PoolProfile,
+    cost: &crate::cost::CostModel,
+    avail: &Availability,
+    native_seconds: f64,
+    min_gain: f64,
+) {
+    d.pool = None;
+    let heap_large = d
+        .assignments
+        .contains(&(Category::HeapLarge, Backing::Hugetlb2m));
+    if !heap_large || !d.sites.is_empty() || profile.blocks == 0 {
+        return;
+    }
+    weigh_pool(d, profile, cost, avail, native_seconds, min_gain);
+}
+
+/// Weighs the pool for the blocks `profile` describes, sets `d.pool` and
+/// says which it chose in the reasons.
+fn weigh_pool(
+    d: &mut PlanDecision,
+    profile: &crate::pool::PoolProfile,
+    cost: &crate::cost::CostModel,
+    avail: &Availability,
+    native_seconds: f64,
+    min_gain: f64,
+) {
+    let mut w = crate::pool::weigh(profile, cost, native_seconds, min_gain);
     if profile.processes > 1 && w.chosen {
         w.reason += &format!(
             "; {} processes allocate such blocks: each maps a pool of its own ({} pages in all)",

@@ -190,7 +190,7 @@ fn agent_plan(ctx: &Ctx, command: &[OsString], pages: u64) -> Result<(String, u6
     let text = hugetune_format::plan::plan_text_with(
         &d.assignments,
         st.threshold,
-        &PlanOptions::for_program(&st.program).with_sites(&d.sites),
+        &PlanOptions::for_decision(&st.program, &d),
     );
     Ok((text, d.hugetlb_pages(), d.label()))
 }

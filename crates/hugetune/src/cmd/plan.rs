@@ -52,9 +52,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     let text = hugetune_format::plan::plan_text_with(
         &d.assignments,
         threshold,
-        &PlanOptions::for_program(&st.program)
-            .with_sites(&d.sites)
-            .with_jvm(d.jvm),
+        &PlanOptions::for_decision(&st.program, &d),
     );
     if let Some(o) = &a.output {
         std::fs::write(o, &text)?;

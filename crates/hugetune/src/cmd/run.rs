@@ -249,9 +249,7 @@ fn exec_plan(
     // `run` never grows a pool (it plans for the pages free now) and changes
     // no other kernel setting, so nothing is left to restore after the exec.
     let opts = stages::jvm::for_command(
-        &plan::PlanOptions::for_program(&st.program)
-            .with_sites(&d.sites)
-            .with_jvm(d.jvm),
+        &plan::PlanOptions::for_decision(&st.program, d),
         &a.command,
         &stages::availability_now,
         true,

@@ -719,9 +719,7 @@ fn plan_from_db(ctx: &Ctx, unit: &Unit, svc: &Service, a: &InstallArgs) -> Resul
     let body = plan_text_with(
         &d.assignments,
         st.threshold,
-        &PlanOptions::for_program(&st.program)
-            .with_sites(&d.sites)
-            .with_jvm(d.jvm),
+        &PlanOptions::for_decision(&st.program, &d),
     );
     let needs = plan_needs(&body);
     let predicted = match &d.prediction {

@@ -77,9 +77,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
         &a.command,
         &d.assignments,
         st.threshold,
-        &PlanOptions::for_program(&st.program)
-            .with_sites(&d.sites)
-            .with_jvm(d.jvm),
+        &PlanOptions::for_decision(&st.program, &d),
         a.runs.count()?,
         None,
     )?;

@@ -63,6 +63,12 @@ pub struct Analysis {
     /// TLB model; its walks and faults are lower bounds; damon_plan.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frequency: Option<hugetune_model::frequency::FrequencyResult>,
+    /// What the profile's own allocation log shows for a shared pool of
+    /// heap-large blocks at `threshold` (plans made later from the stored
+    /// profile weigh it, `plan::choose_pool_stored`); None without blocks of a
+    /// 2 MB page or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<hugetune_model::pool::PoolProfile>,
 }
 
 /// How `analyze` treats the stream's sampling.
@@ -650,7 +656,9 @@ pub fn analyze_sampled(
     let native_s = meta.native.wall_s;
     let (predictions, errors) = named_predictions(&result, cost, native_s, &inputs.modules);
     let significance = rank::significance(&result, native_s);
+    let pool = heap_large_pool(&log, inputs.threshold);
     Ok(Analysis {
+        pool,
         sites: sites(&cat, &inputs.modules),
         meta,
         stream,
@@ -729,6 +737,21 @@ pub(super) fn unnamed_site_label(p: &Prediction) -> String {
     rank::site_label(&sites)
 }
 
+/// The shared pool's profile of heap-large blocks at `threshold` in one
+/// allocation log (None without such blocks).
+pub fn heap_large_pool(
+    log: &AllocLog,
+    threshold: u64,
+) -> Option<hugetune_model::pool::PoolProfile> {
+    let scope = hugetune_model::pool::PoolScope {
+        heap_large: true,
+        threshold,
+        ..Default::default()
+    };
+    let p = hugetune_model::pool::profile(&[super::plan::pool_trace(log)], &scope);
+    (p.blocks > 0).then_some(p)
+}
+
 /// Stores a profile's analysis in the database; returns (profile id, program id, machine id).
 pub fn store_analysis(
     db: &mut Db,
@@ -765,6 +788,7 @@ pub fn store_analysis_from(
         "sampling": a.result.sampling,
         "cores": a.result.cores,
         "errors": a.errors,
+        "pool_heap_large": a.pool,
     });
     let directives: Vec<NewDirective> = a
         .predictions
@@ -888,6 +912,10 @@ pub struct Stored {
     pub lost: Vec<String>,
     /// Confidence per label, where validations moved it.
     pub confidence: Vec<(String, f64)>,
+    /// The profile's heap-large blocks for a shared pool (`Analysis::pool`).
+    pub pool: Option<hugetune_model::pool::PoolProfile>,
+    /// The costs the profile was analysed with (the pool is weighed with them).
+    pub cost: CostModel,
 }
 
 impl Stored {
@@ -911,6 +939,33 @@ impl Stored {
             &self.policy(min_gain),
         );
         super::jvm::plan(&mut d, &self.program, &self.significance, avail, &self.lost);
+        // The shared pool against per-allocation pages, from the profile's own
+        // allocations: only for the input it saw (another input's blocks say
+        // nothing of this one's; optimize sizes one from a record-mode run).
+        let heap_large_2m = d
+            .assignments
+            .contains(&(Category::HeapLarge, Backing::Hugetlb2m));
+        let said = d.reasons.len();
+        match &self.pool {
+            Some(p) if self.same_input => plan::choose_pool_stored(
+                &mut d,
+                p,
+                &self.cost,
+                avail,
+                self.native_s,
+                min_gain,
+            ),
+            Some(_) if heap_large_2m && d.sites.is_empty() => d.reasons.push(
+                "no shared pool weighed: the stored profile's blocks are another input's (`hugetune optimize` sizes one from this input)".into(),
+            ),
+            _ => {}
+        }
+        // The decision's own reason stays last (what `plan` shows without
+        // --explain).
+        if d.reasons.len() == said + 1 && said > 0 {
+            let r = d.reasons.pop().expect("one more than before");
+            d.reasons.insert(said - 1, r);
+        }
         if !self.same_input {
             d.reasons.insert(
                 0,
@@ -972,6 +1027,10 @@ pub fn stored_predictions(db: &Db, argv: &[OsString]) -> Result<Option<Stored>> 
         program,
         lost: db.lost_mappings(program_id)?,
         confidence,
+        // Profiles stored before these were kept have none: no pool weighed,
+        // the default costs.
+        pool: serde_json::from_value(summary["pool_heap_large"].clone()).unwrap_or(None),
+        cost: serde_json::from_value(summary["cost"].clone()).unwrap_or_default(),
     }))
 }
 

@@ -580,9 +580,7 @@ pub fn run_applied_then(
         argv,
         &d.assignments,
         st.threshold,
-        &PlanOptions::for_program(&st.program)
-            .with_sites(&d.sites)
-            .with_jvm(d.jvm),
+        &PlanOptions::for_decision(&st.program, d),
         Output::Inherit,
     )?;
     let stats = runner::run(&applied.spec)?;

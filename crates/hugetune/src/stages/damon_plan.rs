@@ -280,6 +280,7 @@ pub fn analyze_damon(
     let mut significance = rank::significance(&result, seconds);
     significance.source = format!("damon: {} (lower bounds)", frequency::BASIS);
     Ok(Analysis {
+        pool: None,
         meta: b.meta,
         stream: StreamSummary::default(),
         result,

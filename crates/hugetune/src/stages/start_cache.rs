@@ -138,6 +138,11 @@ struct CachedPlan {
     program: ProgramTraits,
     lost: Vec<String>,
     confidence: Vec<(String, f64)>,
+    /// Entries written before these were kept read as none and the defaults.
+    #[serde(default)]
+    pool: Option<hugetune_model::pool::PoolProfile>,
+    #[serde(default)]
+    cost: hugetune_model::cost::CostModel,
 }
 
 impl CachedPlan {
@@ -153,6 +158,8 @@ impl CachedPlan {
             program: st.program,
             lost: st.lost.clone(),
             confidence: st.confidence.clone(),
+            pool: st.pool.clone(),
+            cost: st.cost.clone(),
         }
     }
 
@@ -168,6 +175,8 @@ impl CachedPlan {
             program: self.program,
             lost: self.lost.clone(),
             confidence: self.confidence.clone(),
+            pool: self.pool.clone(),
+            cost: self.cost.clone(),
         }
     }
 }
@@ -430,6 +439,8 @@ mod tests {
                 program: ProgramTraits::default(),
                 lost: vec!["a".into()],
                 confidence: vec![],
+                pool: None,
+                cost: Default::default(),
             },
         }
     }

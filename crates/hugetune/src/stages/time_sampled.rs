@@ -198,6 +198,7 @@ pub fn analyze(
         super::analyze::named_predictions(&result, cost, native_s, &inputs.modules);
     let significance = rank::significance(&result, native_s);
     Ok(Analysis {
+        pool: None,
         sites: sites(&cat, &inputs.modules),
         meta: b.meta,
         stream: summary,
