@@ -24,6 +24,53 @@ fn two_mb_pages_now(n: u64) -> bool {
     }
 }
 
+/// The pool in a plan decision (`optimize --json`'s `plan`, `plan --json`'s
+/// `decision`) of `panels` with two threads: heap-large on hugetlb-2m, the pool
+/// chosen with N = first fit's extent (at least the peak of live pages) plus the
+/// largest block (the threads' order changes from run to run), its pages
+/// reused, `pool hugetlb-2m N` in the plan text and said in the reasons.
+/// Returns N and the reasons.
+fn chosen_pool(dec: &Value, text: &str) -> (u64, Vec<String>) {
+    let reasons: Vec<String> = dec["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str().map(String::from))
+        .collect();
+    let on_hugetlb = dec["assignments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a[0] == "heap-large" && a[1] == "hugetlb-2m");
+    assert!(on_hugetlb, "{reasons:?}");
+    let w = &dec["pool"];
+    assert_eq!(w["chosen"], true, "{reasons:?}");
+    let n = w["pages"].as_u64().unwrap();
+    let profile = &w["profile"];
+    assert_eq!(profile["threads"], 2, "{profile}");
+    assert!(
+        profile["pages_taken"].as_u64() > Some(n),
+        "no reuse: {profile}"
+    );
+    let peak = profile["peak_pages"].as_u64().unwrap();
+    let ff = profile["first_fit_pages"].as_u64().unwrap();
+    let largest = profile["largest_block_pages"].as_u64().unwrap();
+    assert!(ff >= peak && peak > 0, "{profile}");
+    assert_eq!(n, ff + largest, "{profile}");
+    assert!(
+        text.lines().any(|l| l == format!("pool hugetlb-2m {n}")),
+        "{text}"
+    );
+    assert!(
+        reasons.iter().any(
+            |l| l.starts_with("pool vs per-allocation: shared pool chosen")
+                && l.contains(&format!("`pool hugetlb-2m {n}`"))
+        ),
+        "{reasons:?}"
+    );
+    (n, reasons)
+}
+
 #[test]
 fn optimize_plans_a_shared_pool_for_threads_that_churn_and_restores_it() {
     if !is_root() {
@@ -68,47 +115,7 @@ fn optimize_plans_a_shared_pool_for_threads_that_churn_and_restores_it() {
     let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
     assert_eq!(resting_pool_size(2048).unwrap(), before, "{err}");
     let plan = &r["plan"];
-    let reasons: Vec<&str> = plan["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v.as_str())
-        .collect();
-    let on_hugetlb = plan["assignments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|a| a[0] == "heap-large" && a[1] == "hugetlb-2m");
-    assert!(on_hugetlb, "{reasons:?}");
-    let w = &plan["pool"];
-    assert_eq!(w["chosen"], true, "{reasons:?}");
-    let n = w["pages"].as_u64().unwrap();
-    let profile = &w["profile"];
-    // The log shows two threads and blocks taken again and again.
-    assert_eq!(profile["threads"], 2, "{profile}");
-    assert!(
-        profile["pages_taken"].as_u64() > Some(n),
-        "no reuse: {profile}"
-    );
-    // N: first fit's extent on the log's order (at least the peak of live
-    // pages), plus the largest block for the threads' changing order.
-    let peak = profile["peak_pages"].as_u64().unwrap();
-    let ff = profile["first_fit_pages"].as_u64().unwrap();
-    let largest = profile["largest_block_pages"].as_u64().unwrap();
-    assert!(ff >= peak && peak > 0, "{profile}");
-    assert_eq!(n, ff + largest, "{profile}");
-    let text = plan["text"].as_str().unwrap();
-    assert!(
-        text.lines().any(|l| l == format!("pool hugetlb-2m {n}")),
-        "{text}"
-    );
-    assert!(
-        reasons.iter().any(
-            |l| l.starts_with("pool vs per-allocation: shared pool chosen")
-                && l.contains(&format!("`pool hugetlb-2m {n}`"))
-        ),
-        "{reasons:?}"
-    );
+    let (n, _) = chosen_pool(plan, plan["text"].as_str().unwrap());
     // The pool's pages count in what the plan needs (and --reserve grew).
     assert!(plan["hugetlb_pages"].as_u64() >= Some(n), "{plan}");
     // The runtime library mapped the pool and served blocks from it. The
@@ -186,45 +193,7 @@ fn a_plan_from_the_stored_profile_weighs_the_shared_pool() {
         v
     };
     let v = plan(&[]);
-    let dec = &v["decision"];
-    let reasons: Vec<&str> = dec["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| r.as_str())
-        .collect();
-    let on_hugetlb = dec["assignments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|a| a[0] == "heap-large" && a[1] == "hugetlb-2m");
-    assert!(on_hugetlb, "{reasons:?}");
-    let w = &dec["pool"];
-    assert_eq!(w["chosen"], true, "{reasons:?}");
-    let n = w["pages"].as_u64().unwrap();
-    let profile = &w["profile"];
-    assert_eq!(profile["threads"], 2, "{profile}");
-    assert!(
-        profile["pages_taken"].as_u64() > Some(n),
-        "no reuse: {profile}"
-    );
-    assert_eq!(
-        n,
-        profile["first_fit_pages"].as_u64().unwrap()
-            + profile["largest_block_pages"].as_u64().unwrap(),
-        "{profile}"
-    );
-    let text = v["plan"].as_str().unwrap();
-    assert!(
-        text.lines().any(|l| l == format!("pool hugetlb-2m {n}")),
-        "{text}"
-    );
-    assert!(
-        reasons
-            .iter()
-            .any(|l| l.starts_with("pool vs per-allocation: shared pool chosen")),
-        "{reasons:?}"
-    );
+    let (_, reasons) = chosen_pool(&v["decision"], v["plan"].as_str().unwrap());
     // The decision's own reason is still the last one.
     assert!(
         !reasons
