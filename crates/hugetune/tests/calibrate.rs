@@ -115,13 +115,36 @@ fn quick_calibration_is_complete_and_sane() {
         }
     }
     let sources = c["sources"].as_array().expect("sources");
-    for kind in ["l2-hit 4k", "walk 4k", "walk 1g", "fault 4k"] {
+    for kind in [
+        "l2-hit 4k",
+        "walk 4k",
+        "walk 1g",
+        "fault 4k",
+        "walk overlap",
+    ] {
         assert!(
             sources
                 .iter()
                 .any(|s| s.as_str().unwrap_or("").starts_with(kind)),
             "no source line for {kind}: {sources:?}"
         );
+    }
+    // The walk overlap's ends: measured (a chase hides nothing behind itself,
+    // so the loads' overlap is at least 1) or said why not.
+    match &c["overlap"] {
+        Value::Null => assert!(
+            sources.iter().any(|s| s
+                .as_str()
+                .unwrap_or("")
+                .starts_with("walk overlap: not measured")),
+            "{sources:?}"
+        ),
+        o => {
+            assert!(o["walk_concurrency"].as_f64() >= Some(1.0), "{o}");
+            positive(&o["independent_ns_per_walk"], "independent_ns_per_walk");
+            positive(&o["dependent_walk"]["median"], "the chase's walk");
+            positive(&o["independent_walk"]["median"], "the loads' saving");
+        }
     }
     assert!(!c["machine"].as_str().unwrap_or("").is_empty());
     assert!(c["created"].as_str().unwrap_or("").ends_with('Z'));

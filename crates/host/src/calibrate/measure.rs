@@ -438,15 +438,15 @@ impl Session<'_> {
         }
         drop((a, b));
         let names = [
-            pair.a.label(),
-            pair.b.label(),
+            format!("overlap: {}", pair.a.label()),
+            format!("overlap: {}", pair.b.label()),
             format!(
-                "independent loads {} on {}",
+                "overlap: independent loads {} on {}",
                 bytes_text(pair.a.bytes()),
                 pair.a.backing.name()
             ),
             format!(
-                "independent loads {} on {}",
+                "overlap: independent loads {} on {}",
                 bytes_text(pair.b.bytes()),
                 pair.b.backing.name()
             ),
