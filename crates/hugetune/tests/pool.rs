@@ -24,6 +24,18 @@ fn two_mb_pages_now(n: u64) -> bool {
     }
 }
 
+/// `panels` (3-12 MiB panels allocated and freed over and over) with two threads.
+const PANELS: [&str; 8] = [
+    WORK,
+    "panels",
+    "--size",
+    "24M",
+    "--iters",
+    "3",
+    "--threads",
+    "2",
+];
+
 /// The pool in a plan decision (`optimize --json`'s `plan`, `plan --json`'s
 /// `decision`) of `panels` with two threads: heap-large on hugetlb-2m, the pool
 /// chosen with N = first fit's extent (at least the peak of live pages) plus the
@@ -100,16 +112,7 @@ fn optimize_plans_a_shared_pool_for_threads_that_churn_and_restores_it() {
         "--json",
         "--",
     ];
-    args.extend([
-        WORK,
-        "panels",
-        "--size",
-        "24M",
-        "--iters",
-        "3",
-        "--threads",
-        "2",
-    ]);
+    args.extend(PANELS);
     let (code, out, err) = hugetune(&db, &args);
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
@@ -152,16 +155,7 @@ fn a_plan_from_the_stored_profile_weighs_the_shared_pool() {
     let d = tempfile::tempdir().unwrap();
     let db = d.path().join("h.db");
     let bundle = d.path().join("p.htb");
-    let cmd = [
-        WORK,
-        "panels",
-        "--size",
-        "24M",
-        "--iters",
-        "3",
-        "--threads",
-        "2",
-    ];
+    let cmd = PANELS;
     let mut args = vec![
         "record",
         "--refs",
