@@ -601,6 +601,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let avail_now = stages::availability_now();
     let mut avail_plan = avail_now.clone();
     let mut gigantic = None;
+    let mut reserved = stages::Reserved::default();
     if o.reserve {
         // A shared pool may take more pages than the blocks' peak (whole pages
         // per block, first-fit fragmentation, slack for threads).
@@ -613,11 +614,21 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         // kernel to assemble them now (and memory lasts).
         let want_1g = preds.iter().map(|p| p.hugetlb_1g_pages).max().unwrap_or(0);
         if want_1g > avail_now.hugetlb_1g_free && machine::pool(1 << 20).is_some() {
+            let short = want_1g - avail_now.hugetlb_1g_free;
             match stages::gigantic_estimate() {
                 Ok(e) => {
                     stages::note(e.text());
-                    avail_plan.hugetlb_1g_free +=
-                        e.obtainable.min(want_1g - avail_now.hugetlb_1g_free);
+                    let mut counted = e.obtainable.min(short);
+                    // The estimate is a lower bound (free pages the scan cannot
+                    // see as free): where it falls short, the kernel decides.
+                    let ask = short.min(e.by_memory());
+                    if counted < ask {
+                        match reserved.probe_gigantic(ask) {
+                            Ok(got) => counted = got,
+                            Err(e) => stages::note(format!("cannot grow the 1 GB pool: {e:#}")),
+                        }
+                    }
+                    avail_plan.hugetlb_1g_free += counted;
                     gigantic = Some(e);
                 }
                 Err(e) => stages::note(format!(
@@ -648,9 +659,16 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         d
     };
     let mut decision = choose(&avail_plan);
-    let mut reserved = stages::Reserved::default();
     if o.reserve {
-        if let Err(e) = stages::reserve_for(&decision, &avail_now, &mut reserved) {
+        // 1 GB pages probed above and not in the plan go back first.
+        let need_1g = decision
+            .prediction
+            .as_ref()
+            .map_or(0, |p| p.hugetlb_1g_pages);
+        if let Err(e) = reserved.give_back_unused(1 << 20, need_1g) {
+            stages::note(format!("cannot shrink the 1 GB pool: {e:#}"));
+        }
+        if let Err(e) = stages::reserve_for(&decision, &stages::availability_now(), &mut reserved) {
             stages::note(format!("cannot grow the hugetlb pool: {e:#}"));
         }
         let got = stages::availability_now();

@@ -423,21 +423,80 @@ pub fn missing_summary(stats: &RunStats, summaries: &[serde_json::Value]) -> Opt
 /// The hugetlb pools grown for an optimize's runs: each goes back to its
 /// persistent size when this drops (or on interrupt, or through the journal
 /// after a kill). The kernel-state lock is taken once, before the first
-/// change, and shared by all of them.
+/// change, and shared by all of them. Changes are undone last first: a pool
+/// changed twice (grown, then grown again or given back in part) must end at
+/// the value the first change found, not at the one the second found.
 #[derive(Default)]
 pub struct Reserved {
     pub changes: Vec<PoolChange>,
     lock: Option<KernelStateLock>,
 }
 
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        while let Some(c) = self.changes.pop() {
+            drop(c);
+        }
+    }
+}
+
 impl Reserved {
-    /// Pages added to the `page_kb` pool, over all the changes.
+    /// Pages the `page_kb` pool holds now beyond what it held before the first
+    /// change (pages given back in between are not counted).
     pub fn added(&self, page_kb: u64) -> u64 {
-        self.changes
-            .iter()
-            .filter(|c| c.page_kb == page_kb)
-            .map(|c| c.added())
-            .sum()
+        let mut mine = self.changes.iter().filter(|c| c.page_kb == page_kb);
+        match (
+            mine.next(),
+            self.changes.iter().rfind(|c| c.page_kb == page_kb),
+        ) {
+            (Some(first), Some(last)) => last.now.saturating_sub(first.previous),
+            _ => 0,
+        }
+    }
+
+    /// Asks the kernel for `extra` more 1 GB pages to learn how many it can
+    /// assemble now (the fragmentation doctor's scan counts free pages it
+    /// cannot see as such — on per-CPU lists, or taken off the free lists
+    /// while free page reporting hands them to the host — as unmovable, so
+    /// its estimate is a lower bound). Returns the pages the kernel gave;
+    /// they stay in the pool until `give_back_unused` or the drop.
+    pub fn probe_gigantic(&mut self, extra: u64) -> Result<u64> {
+        let t = std::time::Instant::now();
+        let r = self.grow(1 << 20, extra)?;
+        note(format!(
+            "asked the kernel for {extra} x 1 GB pages to see how many it assembles now: it gave \
+             {} in {:.1} s (kept for the plan; those it does not use go back before the runs)",
+            r.added(),
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(r.added())
+    }
+
+    /// Gives back the `page_kb` pages grown here that the plan does not use:
+    /// the pool shrinks to `need` free pages, never below its size before the
+    /// first change.
+    pub fn give_back_unused(&mut self, page_kb: u64, need: u64) -> Result<()> {
+        let Some(first) = self.changes.iter().find(|c| c.page_kb == page_kb) else {
+            return Ok(());
+        };
+        let floor = first.previous;
+        let Some(pool) = hugetune_host::machine::pool(page_kb) else {
+            return Ok(());
+        };
+        let spare = pool.available().saturating_sub(need);
+        let target = pool.nr.saturating_sub(spare).max(floor);
+        if target >= pool.nr {
+            return Ok(());
+        }
+        let c =
+            hugetune_host::kernel_state::set_hugetlb_pool_holding(self.lock()?, page_kb, target)?;
+        note(format!(
+            "gave back {} x {} pages the plan does not use",
+            pool.nr.saturating_sub(c.now),
+            if page_kb == 1 << 20 { "1 GB" } else { "2 MB" }
+        ));
+        self.changes.push(c);
+        Ok(())
     }
 
     /// The kernel-state lock, taken on first use (waiting for another user of
@@ -688,6 +747,31 @@ mod tests {
 
     /// A kernel that gave fewer 1 GB pages than the plan needs: said, with the
     /// fallback; nothing said when it gave enough or the plan wants none.
+    /// A pool grown twice and given back in part ends where it began: the
+    /// changes are undone last first (undone first first, the second change
+    /// would put back the pool the first one had grown).
+    #[test]
+    fn a_pool_changed_three_times_goes_back_to_where_it_began() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: needs root to change the 2 MB pool");
+            return;
+        }
+        let before = hugetune_host::kernel_state::resting_pool_size(2048).unwrap();
+        let mut r = Reserved::default();
+        r.grow(2048, 2).unwrap();
+        r.grow(2048, 1).unwrap();
+        let grown = r.added(2048);
+        r.give_back_unused(2048, 1).unwrap();
+        // One page kept (where the kernel gave one), the others given back.
+        assert_eq!(r.added(2048), grown.min(1), "{grown} grown");
+        drop(r);
+        assert_eq!(
+            hugetune_host::kernel_state::resting_pool_size(2048).unwrap(),
+            before
+        );
+    }
+
     #[test]
     fn a_short_gigantic_pool_is_said_and_planned_again() {
         let p = hugetune_model::rank::Prediction {

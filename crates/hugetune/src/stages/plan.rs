@@ -64,13 +64,18 @@ pub const GIGANTIC_HEADROOM: u64 = 1 << 30;
 
 impl GiganticEstimate {
     pub fn new(assemblable: Option<u64>, free_now: Option<u64>, mem_available: u64) -> Self {
-        let by_memory = mem_available.saturating_sub(GIGANTIC_HEADROOM) >> 30;
         GiganticEstimate {
             assemblable,
             free_now,
             mem_available,
-            obtainable: assemblable.unwrap_or(0).min(by_memory),
+            obtainable: assemblable.unwrap_or(0).min(by_memory(mem_available)),
         }
+    }
+
+    /// The 1 GB pages the available memory holds beyond `GIGANTIC_HEADROOM`:
+    /// the most worth asking the kernel for, however clean memory is.
+    pub fn by_memory(&self) -> u64 {
+        by_memory(self.mem_available)
     }
 
     /// The line printed before the pool is grown.
@@ -92,6 +97,10 @@ impl GiganticEstimate {
             ),
         }
     }
+}
+
+fn by_memory(mem_available: u64) -> u64 {
+    mem_available.saturating_sub(GIGANTIC_HEADROOM) >> 30
 }
 
 /// The fragmentation doctor's estimate of the 1 GB pages obtainable now (a
