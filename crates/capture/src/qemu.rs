@@ -160,6 +160,12 @@ pub struct QemuRun {
     pub pages: u64,
     /// The threshold at the end (spatial-size: after its last fall).
     pub final_threshold: Option<u64>,
+    /// The stream's format version.
+    pub version: u32,
+    /// The marker area (`QemuSpec::markers` or `alloc`) and the references
+    /// in it, counted by the scan that checked the stream.
+    pub marker_area: Option<(u64, u64)>,
+    pub marker_refs: u64,
     pub elapsed: Duration,
     /// The end of qemu's and the plugin's messages on stderr, for diagnostics.
     pub messages: Vec<String>,
@@ -335,6 +341,9 @@ pub fn capture(
         totals: scan.totals,
         pages: scan.pages,
         final_threshold: scan.threshold,
+        version: scan.version,
+        marker_area: markers,
+        marker_refs: scan.marker_refs,
         elapsed,
         messages,
         driver,
@@ -420,6 +429,10 @@ pub struct Scan {
     /// Distinct pages (markers excluded).
     pub pages: u64,
     pub threshold: Option<u64>,
+    /// The stream's format version.
+    pub version: u32,
+    /// References inside the marker area given to the scan.
+    pub marker_refs: u64,
 }
 
 /// Reads a stream to its end (checking it) and counts its distinct pages.
@@ -432,8 +445,10 @@ pub fn scan_stream(path: &Path, markers: Option<(u64, u64)>) -> Result<Scan> {
     // and a SipHash insert each took longer than the capture itself).
     let mut pages = rustc_hash::FxHashSet::default();
     let mut last = u64::MAX;
+    let mut marker_refs = 0u64;
     while let Some(x) = r.next_record()? {
         if markers.is_some_and(|(b, s)| x.addr.wrapping_sub(b) < s) {
+            marker_refs += 1;
             continue;
         }
         let p = x.addr >> shift;
@@ -450,6 +465,8 @@ pub fn scan_stream(path: &Path, markers: Option<(u64, u64)>) -> Result<Scan> {
         totals,
         pages: pages.len() as u64,
         threshold: r.threshold(),
+        version: r.version(),
+        marker_refs,
     })
 }
 

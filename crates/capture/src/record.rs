@@ -12,6 +12,7 @@ use crate::qemu::{self, QemuRun, Sampling};
 use anyhow::{bail, Context, Result};
 use hugetune_format::alloclog::AllocLog;
 use hugetune_format::env::{record_env, RecordEnv};
+use hugetune_format::profile::RefStreamInfo;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -30,6 +31,17 @@ pub struct Recorded {
     /// The program a launcher started (its executable, as the runtime library
     /// saw it), when the command was a launcher (docs/launchers.md).
     pub followed_program: Option<String>,
+    /// What the capture's own scan of the stream found (qemu: the raw stream is
+    /// read to its end and checked once, before compression), so that writing
+    /// the bundle need not read it again; None where nothing scanned it.
+    pub stream_info: Option<RefStreamInfo>,
+}
+
+/// What a scan of the raw stream found: its description for the bundle, and
+/// the references in the marker area `(base, span)` it was given.
+struct Scanned {
+    info: RefStreamInfo,
+    markers: (u64, u64, u64),
 }
 
 /// What the reference source reported.
@@ -115,8 +127,22 @@ fn root_images(dir: &Path, only_pid: Option<u32>) -> Result<Vec<(PathBuf, AllocL
     Ok(images)
 }
 
-/// Marker references of the stream inside each image's marker area.
-fn marker_refs(refs: &Path, images: &[(PathBuf, AllocLog)]) -> Result<Vec<u64>> {
+/// Marker references of the stream inside each image's marker area; taken
+/// from the capture's scan (`counted`: an area and its references) where every
+/// image's area is that one, without reading the stream again.
+fn marker_refs(
+    refs: &Path,
+    images: &[(PathBuf, AllocLog)],
+    counted: Option<(u64, u64, u64)>,
+) -> Result<Vec<u64>> {
+    if let Some((base, span, n)) = counted {
+        if images
+            .iter()
+            .all(|(_, l)| (l.header.marker_base, l.header.marker_span) == (base, span))
+        {
+            return Ok(vec![n; images.len()]);
+        }
+    }
     let mut r = hugetune_format::refstream::RefReader::new(
         std::fs::File::open(refs).with_context(|| format!("opening {}", refs.display()))?,
     )?;
@@ -144,6 +170,7 @@ fn marker_refs(refs: &Path, images: &[(PathBuf, AllocLog)]) -> Result<Vec<u64>> 
 fn traced_image(
     dir: &Path,
     refs: Option<&Path>,
+    counted: Option<(u64, u64, u64)>,
     argv: &[OsString],
     only_pid: Option<u32>,
 ) -> Result<(PathBuf, AllocLog)> {
@@ -154,7 +181,7 @@ fn traced_image(
             .pop()
             .expect("root_images returns at least one image"));
     };
-    let seen = marker_refs(refs, &images)?;
+    let seen = marker_refs(refs, &images, counted)?;
     let expected: Vec<u64> = images
         .iter()
         .map(|(_, l)| l.records.iter().filter(|r| r.has_marker(&l.header)).count() as u64)
@@ -292,6 +319,7 @@ pub fn record(
     };
     let mut extra = Vec::new();
     let mut has_refs = true;
+    let mut scanned: Option<Scanned> = None;
     if argv.is_empty() {
         bail!("no command to profile");
     }
@@ -345,7 +373,9 @@ pub fn record(
                 driver,
                 alloc: None,
             };
-            qemu_capture(&spec, &refs_path, stdout, progress)?.0
+            let (capture, _, scan) = qemu_capture(&spec, &refs_path, stdout, progress)?;
+            scanned = Some(scan);
+            capture
         }
         Source::Perf { plan, opts } => {
             let run = perf::record(plan, argv, &env, stdout, opts)?;
@@ -435,8 +465,14 @@ pub fn record(
         Source::Perf { .. } | Source::Damon { .. } => None,
         _ => Some(refs_path.as_path()),
     };
-    let (log_path, log) = traced_image(dir, traced_refs, argv, None)
-        .context("matching the allocation log to the references")?;
+    let (log_path, log) = traced_image(
+        dir,
+        traced_refs,
+        scanned.as_ref().map(|s| s.markers),
+        argv,
+        None,
+    )
+    .context("matching the allocation log to the references")?;
     if traced_refs.is_some() {
         let exe = argv[0].to_string_lossy();
         let images = root_images(dir, Some(log.header.pid))?;
@@ -466,6 +502,7 @@ pub fn record(
         summary,
         extra,
         followed_program: None,
+        stream_info: scanned.map(|s| s.info),
     })
 }
 
@@ -515,7 +552,7 @@ fn record_outside(
         driver,
         alloc: Some(&log_path),
     };
-    let (capture, messages) = qemu_capture(&spec, &refs_path, stdout, progress)?;
+    let (capture, messages, scan) = qemu_capture(&spec, &refs_path, stdout, progress)?;
     let log = AllocLog::read(&log_path).with_context(|| {
         format!(
             "the plugin's allocation record of `{}`; qemu said:\n{}",
@@ -544,6 +581,7 @@ fn record_outside(
         summary: None,
         extra: Vec::new(),
         followed_program: None,
+        stream_info: Some(scan.info),
     })
 }
 
@@ -555,7 +593,7 @@ fn qemu_capture(
     refs_path: &Path,
     stdout: Stdio,
     progress: ProgressFn<'_>,
-) -> Result<(Capture, Vec<String>)> {
+) -> Result<(Capture, Vec<String>, Scanned)> {
     let run: QemuRun = qemu::capture(spec, stdout, |p, t| {
         progress(p.refs_seen, p.refs_written, p.pages, t)
     })?;
@@ -573,7 +611,16 @@ fn qemu_capture(
         pages: run.pages,
         elapsed: run.elapsed,
     };
-    Ok((capture, run.messages))
+    let (base, span) = run.marker_area.unwrap_or((0, 0));
+    let scanned = Scanned {
+        info: RefStreamInfo {
+            version: run.version,
+            header: run.header,
+            totals: run.totals,
+        },
+        markers: (base, span, run.marker_refs),
+    };
+    Ok((capture, run.messages, scanned))
 }
 
 /// An image's runtime summary: `%p` is `<pid>.x<g>` for an exec'd image
@@ -772,7 +819,7 @@ fn record_followed(
     let raw = dir.join(format!("refs.{pid}.raw"));
     let refs_path = dir.join("refs.zst");
     qemu::compress(&raw, &refs_path)?;
-    let (log_path, log) = traced_image(dir, Some(&refs_path), argv, Some(pid))
+    let (log_path, log) = traced_image(dir, Some(&refs_path), None, argv, Some(pid))
         .context("matching the allocation log to the references")?;
     if log.header.marker_base != qemu::MARKER_ADDR {
         bail!(
@@ -813,6 +860,7 @@ fn record_followed(
             zstd::encode_all(&serde_json::to_vec(&launch)?[..], 3)?,
         )],
         followed_program: Some(program),
+        stream_info: None,
     })
 }
 

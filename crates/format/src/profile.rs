@@ -144,13 +144,31 @@ pub fn write(
     refs: Option<Vec<u8>>,
     extra: Vec<Section>,
 ) -> Result<ProfileMeta> {
+    write_scanned(path, meta, alloc_log, refs, None, extra)
+}
+
+/// `write` for a stream its capture has already read to its end and checked
+/// (`scanned`: what that read found): the stream is not read again. Reading a
+/// sampled stream of tens of millions of references costs seconds, and the
+/// capture has just done it.
+pub fn write_scanned(
+    path: &Path,
+    meta: &ProfileMeta,
+    alloc_log: &[u8],
+    refs: Option<Vec<u8>>,
+    scanned: Option<RefStreamInfo>,
+    extra: Vec<Section>,
+) -> Result<ProfileMeta> {
     let mut meta = meta.clone();
     meta.format = FORMAT.into();
     meta.version = META_VERSION;
-    meta.ref_stream = match &refs {
-        Some(r) => Some(scan_refs(r).map_err(|e| ProfileError::CapturedStream(Box::new(e)))?),
-        None if meta.ref_source == DAMON_SOURCE => None,
-        None => return Err(ProfileError::NeedsStream(meta.ref_source.clone())),
+    meta.ref_stream = match (&refs, scanned) {
+        (Some(_), Some(info)) => Some(info),
+        (Some(r), None) => {
+            Some(scan_refs(r).map_err(|e| ProfileError::CapturedStream(Box::new(e)))?)
+        }
+        (None, _) if meta.ref_source == DAMON_SOURCE => None,
+        (None, _) => return Err(ProfileError::NeedsStream(meta.ref_source.clone())),
     };
     for e in &extra {
         if CORE_SECTIONS.contains(&e.name.as_str()) {

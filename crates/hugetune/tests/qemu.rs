@@ -517,6 +517,19 @@ fn record_with_qemu_then_analyze() {
         out.contains("spatial-rate") && out.contains("next: hugetune analyze"),
         "{out}"
     );
+    // The bundle's description of its stream comes from the capture's scan
+    // (the stream is not read again to write it): it is what reading the
+    // stored stream finds.
+    for path in [&bundle, &sampled] {
+        let stored = hugetune_format::profile::read(path).unwrap();
+        let read = hugetune_format::profile::scan_refs(stored.refs.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            stored.meta.ref_stream.as_ref(),
+            Some(&read),
+            "{}",
+            path.display()
+        );
+    }
     let (code, out, err) = hugetune(&db, &["analyze", "--no-db", s]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("sampled    spatial-rate"), "{out}");

@@ -423,7 +423,14 @@ pub fn record_with_native(
             data: data.clone(),
         })
         .collect();
-    Ok(profile::write(out, &meta, &log_bytes, refs, extra)?)
+    Ok(profile::write_scanned(
+        out,
+        &meta,
+        &log_bytes,
+        refs,
+        rec.stream_info.clone(),
+        extra,
+    )?)
 }
 
 /// `: why` a server's session failed, or nothing.
