@@ -479,7 +479,8 @@ static int jvm_cb(const struct ht_vma *v, void *ctx)
     /* Anonymous: no name, or the kernel's name for MAP_HUGETLB memory. */
     if (v->name[0] && strncmp(v->name, "/anon_hugepage", 14) != 0)
         return 0;
-    uint64_t ah = v->anon_huge_kb << 10, hp = v->private_hugetlb_kb << 10;
+    /* Shared_Hugetlb too: Linux 6.18 counts some private 1 GB pages there. */
+    uint64_t ah = v->anon_huge_kb << 10, hp = (v->private_hugetlb_kb + v->shared_hugetlb_kb) << 10;
     if (ah + hp == 0)
         return 0;
     c->anon_huge += ah;

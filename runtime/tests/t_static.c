@@ -53,7 +53,7 @@ static struct smaps_info interior(const void *p, size_t n)
 {
     uintptr_t lo = ((uintptr_t)p + (2u * MIB - 1)) & ~(uintptr_t)(2u * MIB - 1);
     uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)(2u * MIB - 1);
-    struct smaps_info z = {0, 0, 0, 0, 0};
+    struct smaps_info z = {0, 0, 0, 0, 0, 0};
     return hi > lo ? smaps_range(lo, hi) : z;
 }
 
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
     struct smaps_info sb = interior(big_bss, sizeof big_bss), sd = interior(big_data, sizeof big_data);
     struct smaps_info slb = interior(lb, lbn), sld = interior(ld, ldn);
     uintptr_t hlo = 0, hhi = 0;
-    struct smaps_info hi = {0, 0, 0, 0, 0};
+    struct smaps_info hi = {0, 0, 0, 0, 0, 0};
     if (heap_cb(&hlo, &hhi))
         hi = smaps_range(hlo, hhi);
     int ok = data_ok && expect(ws, sb) && expect(ws, sd) && expect(wl, slb) && expect(wl, sld);

@@ -28,13 +28,13 @@ static inline long tid_self(void) { return (long)syscall(SYS_gettid); }
 /* smaps fields summed over the VMAs overlapping [start, end). kernel_page_kb
  * is the one of the VMA containing start. */
 struct smaps_info {
-    long rss_kb, anon_huge_kb, private_hugetlb_kb, kernel_page_kb;
+    long rss_kb, anon_huge_kb, private_hugetlb_kb, shared_hugetlb_kb, kernel_page_kb;
     int vmas;
 };
 
 static inline struct smaps_info smaps_range(uintptr_t start, uintptr_t end)
 {
-    struct smaps_info si = {0, 0, 0, 0, 0};
+    struct smaps_info si = {0, 0, 0, 0, 0, 0};
     FILE *f = fopen("/proc/self/smaps", "r");
     char line[512];
     int in = 0, contains = 0;
@@ -57,6 +57,8 @@ static inline struct smaps_info smaps_range(uintptr_t start, uintptr_t end)
             si.anon_huge_kb += v;
         else if (sscanf(line, "Private_Hugetlb: %ld kB", &v) == 1)
             si.private_hugetlb_kb += v;
+        else if (sscanf(line, "Shared_Hugetlb: %ld kB", &v) == 1)
+            si.shared_hugetlb_kb += v;
         else if (contains && sscanf(line, "KernelPageSize: %ld kB", &v) == 1)
             si.kernel_page_kb = v;
     }
@@ -66,9 +68,10 @@ static inline struct smaps_info smaps_range(uintptr_t start, uintptr_t end)
 
 static inline void print_smaps(const char *key, const void *p, size_t size, struct smaps_info si)
 {
-    printf("\"%s\":{\"addr\":\"%p\",\"size\":%zu,\"private_hugetlb_kb\":%ld,\"anon_huge_kb\":%ld,"
-           "\"kernel_page_kb\":%ld,\"rss_kb\":%ld,\"vmas\":%d}",
-           key, p, size, si.private_hugetlb_kb, si.anon_huge_kb, si.kernel_page_kb, si.rss_kb, si.vmas);
+    printf("\"%s\":{\"addr\":\"%p\",\"size\":%zu,\"private_hugetlb_kb\":%ld,\"shared_hugetlb_kb\":%ld,"
+           "\"anon_huge_kb\":%ld,\"kernel_page_kb\":%ld,\"rss_kb\":%ld,\"vmas\":%d}",
+           key, p, size, si.private_hugetlb_kb, si.shared_hugetlb_kb, si.anon_huge_kb, si.kernel_page_kb,
+           si.rss_kb, si.vmas);
 }
 
 static int bias_cb(struct dl_phdr_info *info, size_t size, void *p)

@@ -459,9 +459,11 @@ fn render(r: &SizeReport) -> String {
                 s += &format!("{}\n", g.text());
                 if g.obtainable < k {
                     s += &format!(
-                        "the kernel can assemble about {} of the {k} 1 GB pages now: reserve them \
-                         at boot, or the runtime library falls back to 2 MB and 4 KB pages for the \
-                         rest\n",
+                        "the kernel can assemble about {} of the {k} 1 GB pages now (a lower \
+                         bound: free pages on per-CPU lists or being reported to a hypervisor look \
+                         allocated to the scan; `hugetune frag --try {k} --page-size 1G` asks the \
+                         kernel and gives them back): reserve them at boot, or the runtime library \
+                         falls back to 2 MB and 4 KB pages for the rest\n",
                         g.obtainable
                     );
                 }
