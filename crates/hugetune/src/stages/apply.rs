@@ -745,8 +745,6 @@ mod tests {
         );
     }
 
-    /// A kernel that gave fewer 1 GB pages than the plan needs: said, with the
-    /// fallback; nothing said when it gave enough or the plan wants none.
     /// A pool grown twice and given back in part ends where it began: the
     /// changes are undone last first (undone first first, the second change
     /// would put back the pool the first one had grown).
@@ -772,6 +770,8 @@ mod tests {
         );
     }
 
+    /// A kernel that gave fewer 1 GB pages than the plan needs: said, with the
+    /// fallback; nothing said when it gave enough or the plan wants none.
     #[test]
     fn a_short_gigantic_pool_is_said_and_planned_again() {
         let p = hugetune_model::rank::Prediction {
