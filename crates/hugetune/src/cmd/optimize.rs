@@ -659,15 +659,16 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         d
     };
     let mut decision = choose(&avail_plan);
-    if o.reserve {
-        // 1 GB pages probed above and not in the plan go back first.
-        let need_1g = decision
-            .prediction
-            .as_ref()
-            .map_or(0, |p| p.hugetlb_1g_pages);
-        if let Err(e) = reserved.give_back_unused(1 << 20, need_1g) {
+    // 1 GB pages probed above and not in the plan go back (before the pools
+    // grow for it, and again after a plan made anew).
+    let give_back_1g = |d: &plan::PlanDecision, reserved: &mut stages::Reserved| {
+        let need = d.prediction.as_ref().map_or(0, |p| p.hugetlb_1g_pages);
+        if let Err(e) = reserved.give_back_unused(1 << 20, need) {
             stages::note(format!("cannot shrink the 1 GB pool: {e:#}"));
         }
+    };
+    if o.reserve {
+        give_back_1g(&decision, &mut reserved);
         if let Err(e) = stages::reserve_for(&decision, &stages::availability_now(), &mut reserved) {
             stages::note(format!("cannot grow the hugetlb pool: {e:#}"));
         }
@@ -688,6 +689,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             ));
             decision = choose(&got);
         }
+        give_back_1g(&decision, &mut reserved);
     }
     let availability = stages::availability_now();
     stages::jvm::plan(

@@ -444,10 +444,10 @@ impl Reserved {
     /// Pages the `page_kb` pool holds now beyond what it held before the first
     /// change (pages given back in between are not counted).
     pub fn added(&self, page_kb: u64) -> u64 {
-        let mut mine = self.changes.iter().filter(|c| c.page_kb == page_kb);
+        let mine = |c: &&PoolChange| c.page_kb == page_kb;
         match (
-            mine.next(),
-            self.changes.iter().rfind(|c| c.page_kb == page_kb),
+            self.changes.iter().find(mine),
+            self.changes.iter().rfind(mine),
         ) {
             (Some(first), Some(last)) => last.now.saturating_sub(first.previous),
             _ => 0,
