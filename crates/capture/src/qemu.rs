@@ -45,8 +45,14 @@ pub enum Sampling {
     /// Fixed-size with a reference budget as well: the threshold also falls
     /// (halving the page sample) whenever the references the sample keeps pass
     /// `max_refs` (qemu-plugin/README.md), so a program's profile costs about the
-    /// same whatever its reference rate.
-    Budget { max_pages: u64, max_refs: u64 },
+    /// same whatever its reference rate. The threshold starts at `start_rate`
+    /// (1: every page), so a program whose footprint is known to be large is not
+    /// kept whole until its sample fills (docs/model.md §3.3).
+    Budget {
+        max_pages: u64,
+        max_refs: u64,
+        start_rate: f64,
+    },
 }
 
 impl Sampling {
@@ -87,6 +93,7 @@ impl Sampling {
             Sampling::Budget {
                 max_pages,
                 max_refs,
+                start_rate,
             } => {
                 if max_pages == 0 || max_pages > 1 << 30 {
                     bail!("--max-pages {max_pages} is not in 1..=2^30");
@@ -94,9 +101,14 @@ impl Sampling {
                 if max_refs == 0 {
                     bail!("a reference budget of 0");
                 }
+                if !(start_rate > 0.0 && start_rate <= 1.0) {
+                    bail!("starting sampling rate {start_rate} is not in (0, 1]");
+                }
+                let t = ((start_rate * MODULUS as f64).round() as u64).clamp(1, MODULUS);
                 vec![
                     "sampling=size".into(),
                     format!("modulus={MODULUS}"),
+                    format!("threshold={t}"),
                     format!("max_pages={max_pages}"),
                     format!("max_refs={max_refs}"),
                 ]

@@ -398,6 +398,18 @@ fn fixed_size_randmem_keeps_its_bound() {
 /// fixed-rate sample there).
 #[test]
 fn reference_budget_bounds_what_the_sample_keeps() {
+    check_budget(1.0);
+}
+
+/// The same started below rate 1 (`optimize` starts where the native run's
+/// resident size takes the page bound): the header's threshold is the starting
+/// one, and the sample keeps the same guarantees from there.
+#[test]
+fn reference_budget_from_a_starting_rate() {
+    check_budget(0.125);
+}
+
+fn check_budget(start_rate: f64) {
     let Some(q) = qemu_or_skip() else { return };
     let d = tempfile::tempdir().unwrap();
     let seed = 5;
@@ -409,9 +421,14 @@ fn reference_budget_bounds_what_the_sample_keeps() {
         Sampling::Budget {
             max_pages: 1 << 20,
             max_refs: budget,
+            start_rate,
         },
         seed,
         &args,
+    );
+    assert_eq!(
+        r.plugin.threshold0,
+        (start_rate * MODULUS as f64).round() as u64
     );
     assert!(!r.plugin.thresholds.is_empty(), "the threshold never fell");
     let mut prev = r.plugin.threshold0;

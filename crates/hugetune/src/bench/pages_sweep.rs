@@ -127,6 +127,7 @@ fn model_prediction(
         rate: None,
         max_pages: None,
         max_refs: None,
+        start_rate: None,
         seed: 0,
     };
     stages::record(&art, &cmd, &bundle, &refs, ctx.tlb.as_deref(), false, None)

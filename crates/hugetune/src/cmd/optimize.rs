@@ -259,17 +259,32 @@ const MAX_KEPT_REFS: u64 = 20_000_000;
 pub struct AutoSampling {
     pub max_pages: u64,
     pub max_refs: u64,
+    /// The rate the capture starts at: the page bound over the native run's
+    /// resident pages (at most 1).
+    pub start_rate: f64,
 }
 
 /// The sampling that keeps profiling plus analysis within `factor` native runs
 /// of `native_s`: what is left after the native run and the emulation's own
-/// cost, spent on kept references, within [MIN_KEPT_REFS, MAX_KEPT_REFS].
-pub fn auto_sampling(native_s: f64, factor: f64) -> AutoSampling {
+/// cost, spent on kept references, within [MIN_KEPT_REFS, MAX_KEPT_REFS]. The
+/// capture starts at the rate the page bound reaches for `resident_kb` (the
+/// native run's peak resident size; 0 = unknown, start at 1): started at 1, a
+/// program sweeping 1 GiB kept every reference until 16 384 pages were in the
+/// sample, and wrote 61 M references for a 20 M budget (docs/model.md §3.3).
+pub fn auto_sampling(native_s: f64, factor: f64, resident_kb: u64) -> AutoSampling {
     let left = (factor - 1.0 - EMULATION_FACTOR).max(0.0) * native_s.max(0.0);
     let refs = (left / SECONDS_PER_KEPT_REF).clamp(MIN_KEPT_REFS as f64, MAX_KEPT_REFS as f64);
+    let max_pages = stages::DEFAULT_MAX_PAGES;
+    let resident_pages = resident_kb / 4;
+    let start_rate = if resident_pages > max_pages {
+        max_pages as f64 / resident_pages as f64
+    } else {
+        1.0
+    };
     AutoSampling {
-        max_pages: stages::DEFAULT_MAX_PAGES,
+        max_pages,
         max_refs: refs as u64,
+        start_rate,
     }
 }
 
@@ -498,7 +513,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         // The sampling follows from the native run: time it first (record
         // reuses it as the profile's native figure).
         let n = stages::native_run(&cmds.profile_command, cmds.profile_driver.as_ref())?;
-        let a = auto_sampling(n.wall_s, o.profile_budget);
+        let a = auto_sampling(n.wall_s, o.profile_budget, n.max_rss_kb);
         stages::note(format!(
             "native run {}: profiling within {}x of it ({}), keeping at most {} pages and about {:.1} M references (--profile-budget, --rate, --max-pages or --exact to choose)",
             secs(n.wall_s),
@@ -509,6 +524,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         ));
         refs.max_pages = Some(a.max_pages);
         refs.max_refs = Some(a.max_refs);
+        refs.start_rate = Some(a.start_rate);
         native = Some(n);
         budget = Some(a);
     }
@@ -1049,4 +1065,27 @@ pub fn render(r: &Report) -> String {
         r.profile_id, r.run_id, r.db
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The capture starts where the page bound takes a footprint the native
+    /// run showed (1 GiB resident: 16 384 of 262 144 pages), at 1 where the
+    /// footprint fits the bound or is unknown; the budget follows the native
+    /// time within its bounds.
+    #[test]
+    fn automatic_sampling_starts_at_the_rate_the_footprint_needs() {
+        let a = auto_sampling(5.0, 10.0, 1 << 20);
+        assert_eq!(a.max_pages, stages::DEFAULT_MAX_PAGES);
+        assert!((a.start_rate - 16384.0 / 262144.0).abs() < 1e-12);
+        assert_eq!(a.max_refs, MAX_KEPT_REFS);
+        assert_eq!(auto_sampling(5.0, 10.0, 16384 * 4).start_rate, 1.0);
+        assert_eq!(auto_sampling(5.0, 10.0, 0).start_rate, 1.0);
+        let short = auto_sampling(0.1, 10.0, 0);
+        assert_eq!(short.max_refs, MIN_KEPT_REFS);
+        let mid = auto_sampling(1.0, 10.0, 0);
+        assert_eq!(mid.max_refs, 12_000_000);
+    }
 }

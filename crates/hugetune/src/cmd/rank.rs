@@ -255,6 +255,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
             rate: a.rate,
             max_pages: None,
             max_refs: None,
+            start_rate: None,
             seed: 0,
         };
         stages::record(

@@ -123,6 +123,7 @@ pub fn run(ctx: &Ctx, mut a: Args) -> Result<i32> {
         rate: a.rate,
         max_pages: a.max_pages,
         max_refs: a.max_refs,
+        start_rate: None,
         seed: a.seed,
     };
     let meta = stages::record(

@@ -61,6 +61,10 @@ pub struct RefOptions {
     /// whenever the references it keeps pass this (qemu only; `optimize`'s
     /// automatic sampling). `max_pages` defaults to [`DEFAULT_MAX_PAGES`].
     pub max_refs: Option<u64>,
+    /// With `max_refs`: the sampling rate the capture starts at (default 1,
+    /// every page); `optimize` starts where the native run's resident size
+    /// says the page bound will take it.
+    pub start_rate: Option<f64>,
     /// The page hash's seed.
     pub seed: u64,
 }
@@ -73,6 +77,7 @@ impl RefOptions {
             rate: None,
             max_pages: None,
             max_refs: None,
+            start_rate: None,
             seed: 0,
         }
     }
@@ -104,6 +109,10 @@ impl RefOptions {
 
     /// The concrete source: `auto` decided, options checked.
     pub fn resolve(&self, art: &Artifacts) -> Result<Source> {
+        anyhow::ensure!(
+            self.start_rate.is_none() || self.max_refs.is_some(),
+            "a starting sampling rate needs a reference budget"
+        );
         let sampling = match (self.rate, self.max_pages, self.max_refs) {
             (Some(_), Some(_), _) => bail!("--rate and --max-pages exclude each other"),
             (Some(_), None, Some(_)) => {
@@ -114,6 +123,7 @@ impl RefOptions {
             (None, s, Some(max_refs)) => Sampling::Budget {
                 max_pages: s.unwrap_or(DEFAULT_MAX_PAGES),
                 max_refs,
+                start_rate: self.start_rate.unwrap_or(1.0),
             },
             (Some(r), None, None) => {
                 if !(r > 0.0 && r <= 1.0) {
@@ -305,9 +315,14 @@ pub fn record_with_native(
                 Sampling::Rate(r) => format!("4 KB pages and 2 MB regions sampled at R = {r}"),
                 Sampling::MaxPages(s) =>
                     format!("4 KB pages and 2 MB regions sampled, fixed-size: at most {s} pages"),
-                Sampling::Budget { max_pages, max_refs } => format!(
-                    "4 KB pages and 2 MB regions sampled: at most {max_pages} pages and about {:.1} M references kept",
-                    *max_refs as f64 / 1e6
+                Sampling::Budget { max_pages, max_refs, start_rate } => format!(
+                    "4 KB pages and 2 MB regions sampled: at most {max_pages} pages and about {:.1} M references kept{}",
+                    *max_refs as f64 / 1e6,
+                    if *start_rate < 1.0 {
+                        format!(", starting at R = {start_rate:.4}")
+                    } else {
+                        String::new()
+                    }
                 ),
             }
         )),
