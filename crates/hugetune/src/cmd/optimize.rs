@@ -249,6 +249,11 @@ const EMULATION_FACTOR: f64 = 3.0;
 /// Seconds per reference the sample keeps: the plugin writing it and the
 /// analysis of every candidate mapping (docs/model.md §3.3).
 const SECONDS_PER_KEPT_REF: f64 = 0.5e-6;
+/// Seconds the analysis spends per reference in the stream whatever it keeps
+/// (two decoding passes, categorizing, the key histogram): cg over 1 GiB, 35.9 M
+/// references in the stream, took 4.1 s with 1.1 M of them through the engines
+/// on the Intel guest (docs/model.md §3.3).
+const SECONDS_PER_STREAM_REF: f64 = 0.1e-6;
 /// The fewest references kept whatever the budget (error bars stay useful),
 /// and the most (a bundle of a few tens of MB).
 const MIN_KEPT_REFS: u64 = 2_000_000;
@@ -286,6 +291,25 @@ pub fn auto_sampling(native_s: f64, factor: f64, resident_kb: u64) -> AutoSampli
         max_refs: refs as u64,
         start_rate,
     }
+}
+
+/// The analysis's reference budget once the profile has run: what is left of
+/// `factor` native runs after the profile (native run included) and the passes
+/// over the `stream_refs` references the capture wrote, spent on references
+/// through the engines; at least MIN_KEPT_REFS, at most what the capture was
+/// planned with. The capture's own cost is only estimated before it runs
+/// (EMULATION_FACTOR): a program whose emulation costs more leaves the
+/// analysis less.
+pub fn analysis_refs(
+    a: &AutoSampling,
+    factor: f64,
+    native_s: f64,
+    profile_s: f64,
+    stream_refs: u64,
+) -> u64 {
+    let left = factor * native_s - profile_s - stream_refs as f64 * SECONDS_PER_STREAM_REF;
+    let n = (left / SECONDS_PER_KEPT_REF).max(MIN_KEPT_REFS as f64);
+    (n as u64).min(a.max_refs)
 }
 
 /// The chosen plan's predicted speedup for the command that is measured, with
@@ -396,6 +420,10 @@ pub struct ProfileReport {
     pub ref_sampling: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_refs: Option<u64>,
+    /// The analysis's budget: `max_refs`, or less when the profile took more
+    /// of `--profile-budget` than planned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis_max_refs: Option<u64>,
     pub capture_s: f64,
     pub native_s: f64,
     pub refs_per_category: serde_json::Value,
@@ -540,6 +568,25 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     )?;
     timings.profile_s = t.elapsed().as_secs_f64();
     timings.native_s = meta.native.wall_s;
+    let analysis_budget = budget.map(|a| {
+        let n = analysis_refs(
+            &a,
+            o.profile_budget,
+            timings.native_s,
+            timings.profile_s,
+            meta.refs,
+        );
+        if n < a.max_refs {
+            stages::note(format!(
+                "the profile took {} of the budget's {}: the analysis keeps about {:.1} M references, not {:.1} M",
+                secs(timings.profile_s),
+                secs(o.profile_budget * timings.native_s),
+                n as f64 / 1e6,
+                a.max_refs as f64 / 1e6
+            ));
+        }
+        n
+    });
     let t = Instant::now();
     let cost = stages::cost_model_at(&ctx.db_path, &machine)?;
     let an: Analysis = stages::analyze_sampled(
@@ -555,7 +602,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         },
         &stages::SampleOptions {
             exact: o.exact,
-            max_refs: budget.map(|a| a.max_refs),
+            max_refs: analysis_budget,
             ..Default::default()
         },
     )?;
@@ -840,6 +887,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             ref_source: an.meta.ref_source.clone(),
             ref_sampling: an.meta.ref_sampling.clone(),
             max_refs: budget.map(|a| a.max_refs),
+            analysis_max_refs: analysis_budget,
             capture_s: an.meta.capture_s,
             native_s,
             refs_per_category: stages::category_map(&an.stream.refs_per_category),
@@ -1087,5 +1135,21 @@ mod tests {
         assert_eq!(short.max_refs, MIN_KEPT_REFS);
         let mid = auto_sampling(1.0, 10.0, 0);
         assert_eq!(mid.max_refs, 12_000_000);
+    }
+
+    /// After the profile the analysis spends what is left: all it was planned
+    /// with when the emulation cost what was assumed, less when it cost more
+    /// (never under the floor), and the stream's own passes count.
+    #[test]
+    fn the_analysis_gets_what_the_profile_left() {
+        let a = auto_sampling(5.0, 10.0, 0);
+        assert_eq!(a.max_refs, MAX_KEPT_REFS);
+        // 5 s native, the profile 20 s (native + 3x): 30 s left.
+        assert_eq!(analysis_refs(&a, 10.0, 5.0, 20.0, 0), MAX_KEPT_REFS);
+        // The profile took 43 s: 7 s left, 1 s of it the stream's 10 M.
+        let n = analysis_refs(&a, 10.0, 5.0, 43.0, 10_000_000);
+        assert!((11_900_000..=12_000_000).contains(&n), "{n}");
+        // Over budget already: the floor.
+        assert_eq!(analysis_refs(&a, 10.0, 5.0, 60.0, 0), MIN_KEPT_REFS);
     }
 }
