@@ -774,7 +774,12 @@ mod tests {
                 _ => x % 3,
             };
             w.push_seq(addr, x & 1 == 1, seq).unwrap();
-            want.push(Event::Ref(Ref { addr, write: x & 1 == 1, thread: 0, seq }));
+            want.push(Event::Ref(Ref {
+                addr,
+                write: x & 1 == 1,
+                thread: 0,
+                seq,
+            }));
         }
         let bytes = w.finish(want.len() as u64).unwrap();
         let (back, _, _) = read_all(&bytes).unwrap();
