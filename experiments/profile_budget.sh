@@ -4,7 +4,8 @@
 # scratch database per build), one line per run. With OLD_BIN (another build's
 # target/release), that build runs too, interleaved kernel by kernel (the order
 # alternates), so both see the machine of the same minutes. Root (optimize grows
-# the 2 MB pool for its runs and gives it back). Usage:
+# the 2 MB pool for its runs and gives it back). DB=FILE uses that database (a
+# calibrated one: `hugetune --db FILE calibrate`) instead of scratch ones. Usage:
 #   experiments/profile_budget.sh [OLD_BIN] | tee results.txt
 set -u
 NEW=${NEW_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
@@ -20,7 +21,7 @@ for k in randmem cg gups chase; do
   for v in $order; do
     if [ "$v" = old ]; then B=$OLD; else B=$NEW; fi
     out=$tmp/$k-$v
-    PATH=$B:$PATH "$B/hugetune" --db "$tmp/$v.db" optimize --reserve --runs 1 --max-runs 1 \
+    PATH=$B:$PATH "$B/hugetune" --db "${DB:-$tmp/$v.db}" optimize --reserve --runs 1 --max-runs 1 \
       --mthp none --json -- "$B/hugetune-work" "$k" --size 1G > "$out.json" 2> "$out.err" ||
       { echo "$k $v: optimize failed:"; tail -3 "$out.err"; continue; }
     python3 - "$k" "$v" "$out.json" "$out.err" <<'PY'
