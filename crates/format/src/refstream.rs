@@ -392,6 +392,21 @@ fn read_up_to<R: Read>(r: &mut R, n: usize) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// A varint at the start of `buf` if it ends there within 9 bytes (every value
+/// below 2^63): the value and its length. `None` otherwise (longer, or cut by
+/// the buffer's end): the caller reads it byte by byte.
+#[inline]
+fn quick_varint(buf: &[u8]) -> Option<(u64, usize)> {
+    let mut v: u64 = 0;
+    for (i, &b) in buf.iter().take(9).enumerate() {
+        v |= ((b & 0x7f) as u64) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
 impl<R: Read> RefReader<R> {
     pub fn new(mut r: R) -> std::io::Result<Self> {
         let first = read_up_to(&mut r, 4)?;
@@ -495,14 +510,9 @@ impl<R: Read> RefReader<R> {
         // whole value in at most 9 bytes (every value below 2^63): reading byte
         // by byte through `Read` took half of an analysis's first pass.
         if self.pending_pos >= self.pending.len() {
-            let buf = self.src.buffer();
-            let mut v: u64 = 0;
-            for (i, &b) in buf.iter().take(9).enumerate() {
-                v |= ((b & 0x7f) as u64) << (7 * i);
-                if b & 0x80 == 0 {
-                    self.src.consume(i + 1);
-                    return Ok(Some(v as u128));
-                }
+            if let Some((v, n)) = quick_varint(self.src.buffer()) {
+                self.src.consume(n);
+                return Ok(Some(v as u128));
             }
         }
         self.varint_slow()
@@ -573,6 +583,32 @@ impl<R: Read> RefReader<R> {
         }
         if self.totals.is_some() {
             return Ok(None);
+        }
+        // Fast path: a REF whose two varints lie whole in the read buffer, each
+        // within 9 bytes; anything else (or an overflowing sequence index) goes
+        // the general way below, which reports it.
+        if self.pending_pos >= self.pending.len() {
+            let buf = self.src.buffer();
+            if let Some((h, n1)) = quick_varint(buf) {
+                if h & 3 == K_REF {
+                    if let Some((gap, n2)) = quick_varint(&buf[n1..]) {
+                        if let Some(seq) = self.cur.next_seq.checked_add(gap) {
+                            self.src.consume(n1 + n2);
+                            let v = h >> 2;
+                            let addr = self.cur.prev_addr.wrapping_add(unzigzag(v >> 1) as u64);
+                            self.cur.prev_addr = addr;
+                            self.cur.next_seq = seq.saturating_add(1);
+                            self.refs += 1;
+                            return Ok(Some(Event::Ref(Ref {
+                                addr,
+                                write: v & 1 == 1,
+                                thread: self.thread,
+                                seq,
+                            })));
+                        }
+                    }
+                }
+            }
         }
         let Some(h) = self.varint()? else {
             return Err(std::io::Error::new(
