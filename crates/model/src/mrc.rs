@@ -248,6 +248,11 @@ struct SampledCurves {
     /// the nominal one, when known: R times it replaces R (a ratio estimator,
     /// docs/model.md §3.1).
     realized: f64,
+    /// The region of the previous reference and whether it is sampled under
+    /// the current threshold (`u64::MAX`: none): most references stay in their
+    /// predecessor's 2 MB region, and the hash is the feed's largest cost.
+    last_group: u64,
+    last_group_in: bool,
 }
 
 impl Default for PageSizeMrcs {
@@ -276,6 +281,8 @@ impl PageSizeMrcs {
                 curves: Default::default(),
                 input_refs: None,
                 realized: 1.0,
+                last_group: u64::MAX,
+                last_group_in: false,
             })),
             ..Self::new()
         }
@@ -297,7 +304,13 @@ impl PageSizeMrcs {
         let inv_page = 1.0 / s.sampling.rate();
         let inv_region = 1.0 / (s.realized * s.sampling.rate());
         let in_page = s.sampling.page_sampled(page);
-        let in_region = s.sampling.region_sampled(group);
+        let in_region = if group == s.last_group {
+            s.last_group_in
+        } else {
+            s.last_group = group;
+            s.last_group_in = s.sampling.region_sampled(group);
+            s.last_group_in
+        };
         for (i, shift) in SHIFTS.into_iter().enumerate() {
             let (layer, unit, inv) = match i {
                 0 if in_page => (Layer::Page, page, inv_page),
@@ -324,6 +337,7 @@ impl PageSizeMrcs {
         if let Some(s) = self.sampled.as_deref_mut() {
             if t > 0 && t < s.sampling.threshold {
                 s.sampling.threshold = t;
+                s.last_group = u64::MAX;
                 let sampling = s.sampling;
                 for e in &mut s.engines {
                     e.evict(

@@ -502,6 +502,9 @@ pub fn analyze_sampled(
         .filter(|_| so.max_refs.is_some())
         .map(|s| s.regions);
     let mut keys = vec![0u64; if keyed.is_some() { 16 * 64 } else { 0 }];
+    // The region part of the previous reference's key (its region's and the
+    // one before's hashes): most references stay in their predecessor's region.
+    let mut region_key = (u64::MAX, 0u64);
     let first = addrs(items()?).inspect(|&a| {
         let g = a >> REGION_SHIFT;
         let program = a.wrapping_sub(mbase) >= mspan;
@@ -510,10 +513,10 @@ pub fn analyze_sampled(
             regions.insert(g);
         }
         if let (Some(s), true) = (&keyed, program) {
-            let k = s
-                .page_hash(a >> PAGE_SHIFT)
-                .min(s.region_hash(g))
-                .min(s.region_hash(g.wrapping_sub(1)));
+            if region_key.0 != g {
+                region_key = (g, s.region_hash(g).min(s.region_hash(g.wrapping_sub(1))));
+            }
+            let k = s.page_hash(a >> PAGE_SHIFT).min(region_key.1);
             keys[key_bucket(k)] += 1;
         }
     });
