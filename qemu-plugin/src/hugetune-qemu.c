@@ -121,15 +121,11 @@ struct vthread {
     struct dec {
         uint64_t key, t;
     } dec[DEC_SLOTS];
-    /* The region and the page of the previous reference and their decisions
-     * under last_t (a sequential sweep asks the hashes once per page, not per
-     * reference); the region was counted. */
+    /* The region of the previous slow-path reference, its decision under
+     * last_t, and that it was counted. */
     uint64_t last_region; /* region + 1, 0 = none */
-    uint64_t last_page;   /* page + 1, 0 = none */
-    uint64_t last_h;      /* the page's hash */
     uint64_t last_t;
-    int last_keep;        /* the region (or the one before) is sampled */
-    int last_in;          /* the page is in the page sample */
+    int last_keep; /* the region (or the one before) is sampled */
     /* alloc=: the guest address of the syscall instruction executing, and the
      * call between its entry and return callbacks. */
     uint64_t sys_pc;
@@ -587,15 +583,15 @@ static __attribute__((noinline)) void mem_slow(struct vthread *t, qemu_plugin_me
     uint64_t page = vaddr >> PAGE_SHIFT, region = vaddr >> REGION_SHIFT, t_now = 0;
     if (!marker && g.mode != M_COMPLETE) {
         t_now = atomic_load_explicit(&g.threshold, memory_order_relaxed);
-        if (t->last_region != region + 1 || t->last_t != t_now) {
-            if (t->last_region != region + 1)
-                count_region(region);
-            t->last_region = region + 1;
-            t->last_keep = region_keep(region, t_now);
-            t->last_page = 0;
-            t->last_t = t_now;
-        }
-        if (t->last_page != page + 1) {
+        struct dec *e = &t->dec[page & (DEC_SLOTS - 1)];
+        if (e->key != ((page + 1) << 1 | 1) || e->t != t_now) {
+            if (t->last_region != region + 1 || t->last_t != t_now) {
+                if (t->last_region != region + 1)
+                    count_region(region);
+                t->last_region = region + 1;
+                t->last_keep = region_keep(region, t_now);
+                t->last_t = t_now;
+            }
             uint64_t h = hash_of(page);
             int in_page = h < t_now;
             if (in_page) {
@@ -608,17 +604,14 @@ static __attribute__((noinline)) void mem_slow(struct vthread *t, qemu_plugin_me
                         *c = page + 1;
                 }
             }
-            t->last_page = page + 1;
-            t->last_h = h;
-            t->last_in = in_page;
+            /* Valid while T stays t_now (adding the page may have lowered it:
+             * the entry is then stale at once). */
+            int keep = in_page || t->last_keep;
+            e->key = (page + 1) << 1 | (uint64_t)keep;
+            e->t = t_now;
+            if (!keep)
+                return;
         }
-        /* Valid while T stays t_now (adding the page may have lowered it: the
-         * entry is then stale at once). */
-        int keep = t->last_in || t->last_keep;
-        t->dec[page & (DEC_SLOTS - 1)].key = (page + 1) << 1 | (uint64_t)keep;
-        t->dec[page & (DEC_SLOTS - 1)].t = t_now;
-        if (!keep)
-            return;
     }
     int w = qemu_plugin_mem_is_store(info);
     if (g.mode == M_SIZE) {
@@ -626,8 +619,7 @@ static __attribute__((noinline)) void mem_slow(struct vthread *t, qemu_plugin_me
         /* T may have fallen since the decision (adding this page, or another
          * thread): every REF written satisfies the T in force. */
         uint64_t t_lock = atomic_load_explicit(&g.threshold, memory_order_relaxed);
-        if (marker || (t_lock == t_now ? 1
-                                       : t->last_h < t_lock || region_keep(region, t_lock))) {
+        if (marker || t_lock == t_now || hash_of(page) < t_lock || region_keep(region, t_lock)) {
             put_ref(t, vaddr, w, seq);
             if (t->len > BUF_CAP - 2 * HTRS_MAX_REC)
                 full_buffer(t, 1);
