@@ -11,6 +11,11 @@ measured speedups are taken over; NATIVE=profile over the profile's own native r
 (timed by `record`, on whatever load the machine had then).
 
 MEASURED names the measured run (default experiments/results/ranking.jsonl);
+COMPLETE a folder of complete bundles of the same workloads (`ranking.py
+--profile-only --bundles FOLDER`): the complete-trace predictions set against the
+sampled ones are then analysed from those, with the same costs and native time,
+instead of taken from the measured run's file (whose `hugetune rank` predicted
+from whatever bundle it was given, and with the costs of its day);
 DB the database whose calibration of this machine supplies the costs (default:
 hugetune's own; a path that does not exist: the default costs). Ends with the
 summary: workloads whose best mapping's predicted speedup is within 15 % of the
@@ -27,7 +32,28 @@ OUT = "/var/tmp/hugetune-ranking-sampled"
 os.makedirs(OUT, exist_ok=True)
 res = os.environ.get("MEASURED", os.path.join(ROOT, "experiments/results/ranking.jsonl"))
 DB = ["--db", os.environ["DB"]] if os.environ.get("DB") else []
+COMPLETE = os.environ.get("COMPLETE")
 summary = []
+
+
+def analyse(bundle, extra):
+    """`hugetune analyze --json` of a bundle: (predictions by label, the JSON), or
+    None with the reason printed."""
+    r = subprocess.run([H, "analyze", "--json", "--no-db", "--max-refs", BUDGET] + DB + extra + [bundle],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(os.path.basename(bundle), "analyze failed", r.stderr[-500:])
+        return None
+    a = json.loads(r.stdout)
+    return {p["label"]: p for p in a["predictions"]}, a
+
+
+def pmbs(savings):
+    """PMB among the mappings compared, as `hugetune rank` computes it."""
+    top = max(savings)
+    return [100.0 * max(x, 0.0) / top if top > 0 else 0.0 for x in savings]
+
+
 out = open(os.environ.get("RESULTS", os.path.join(ROOT, "experiments", "results", "ranking-sampled.jsonl")), "a")
 for line in open(res):
     w = json.loads(line)
@@ -45,22 +71,36 @@ for line in open(res):
         if not base:
             print(name, "no all-small baseline"); continue
         extra = ["--native-time", str(base[0]["measured_median_s"])]
-    r = subprocess.run([H, "analyze", "--json", "--no-db", "--max-refs", BUDGET] + DB + extra + [b],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        print(name, "analyze failed", r.stderr[-500:]); continue
-    a = json.loads(r.stdout)
-    pred = {p["label"]: p for p in a["predictions"]}
+    got = analyse(b, extra)
+    if got is None:
+        continue
+    pred, a = got
+    comp = None
+    if COMPLETE:
+        cb = os.path.join(COMPLETE, name + ".htb")
+        if not os.path.exists(cb):
+            print(name, "no complete bundle in", COMPLETE); continue
+        got = analyse(cb, extra)
+        if got is None:
+            continue
+        comp = got[0]
     pairs = []
     for m in w["mappings"]:
         p = pred.get(m["label"])
-        if p is None:
+        if p is None or (comp is not None and m["label"] not in comp):
             continue
-        pairs.append([m["label"], p["saving_ns"], m["predicted_pmb"], m["measured_pmb"], p["predicted_speedup"], m["measured_speedup"]])
-    # PMB among the mappings compared, as `hugetune rank` computes it.
-    top = max(x[1] for x in pairs)
-    for x in pairs:
-        x[1] = 100.0 * max(x[1], 0.0) / top if top > 0 else 0.0
+        c = comp[m["label"]] if comp is not None else None
+        pairs.append([m["label"], p["saving_ns"], c["saving_ns"] if c else None, m["measured_pmb"],
+                      p["predicted_speedup"], m["measured_speedup"], c["predicted_speedup"] if c else None,
+                      m["predicted_pmb"]])
+    for x, v in zip(pairs, pmbs([x[1] for x in pairs])):
+        x[1] = v
+    if comp is not None:
+        for x, v in zip(pairs, pmbs([x[2] for x in pairs])):
+            x[2] = v
+    else:
+        for x in pairs:
+            x[2] = x[7]
     err_s = sum(abs(x[1] - x[3]) for x in pairs) / len(pairs)
     err_c = sum(abs(x[2] - x[3]) for x in pairs) / len(pairs)
     best_s = max(pairs, key=lambda x: x[1])[0]
@@ -71,7 +111,12 @@ for line in open(res):
            "best_complete": best_c, "best_measured": best_m, "mappings": len(pairs),
            "pred_speedup_best": bs[4], "meas_speedup_best": bs[5], "refs": a["meta"]["refs"],
            "sampling": a["meta"]["ref_sampling"], "native_s": a["meta"]["native"]["wall_s"],
-           "native_from": NATIVE}
+           "native_from": NATIVE,
+           "complete_from": "analyze " + COMPLETE if COMPLETE else "the measured run's predicted PMBs"}
+    if comp is not None:
+        bc = [x for x in pairs if x[0] == best_c][0]
+        rec["pred_speedup_best_complete"] = bc[6]
+        rec["meas_speedup_best_complete"] = bc[5]
     rec["measured"] = os.path.basename(res)
     rec["costs"] = a["cost"]["source"]
     out.write(json.dumps(rec) + "\n"); out.flush()
@@ -85,3 +130,9 @@ if summary:
           f"({100 * ok / len(summary):.0f} %); ranking error (geometric mean) sampled {g('sampled_error'):.2f} %, "
           f"complete {g('complete_error'):.2f} %; best mapping as the complete profile's: {same} of {len(summary)}; "
           f"costs: {summary[0]['costs']}")
+    comp = [r for r in summary if r.get("pred_speedup_best_complete")]
+    if comp:
+        meas = {r["name"]: r["meas_speedup_best_complete"] for r in comp}
+        okc = sum(1 for r in comp if abs(r["pred_speedup_best_complete"] / meas[r["name"]] - 1) <= 0.15)
+        print(f"the complete profiles' best mapping within 15 % of measured: {okc} of {len(comp)}; "
+              f"ranking error gap (sampled - complete, geometric means): {g('sampled_error') - g('complete_error'):+.2f} points")
