@@ -22,7 +22,10 @@ fn is_root() -> bool {
 }
 
 /// The kernel's resting huge page settings, read under the kernel-state lock
-/// (so another test's temporary pool is not taken for the resting value).
+/// (so another test's temporary pool is not taken for the resting value). A
+/// pool is its persistent size (nr_hugepages less surplus_hugepages): pages a
+/// neighbour's interrupted child still holds after its pool was put back are
+/// surplus, and leave when that child exits.
 fn resting() -> Value {
     let _lock = if is_root() {
         Some(hugetune_host::kernel_state::lock_kernel_state().unwrap())
@@ -42,9 +45,14 @@ fn resting() -> Value {
         .flatten()
         .flatten()
     {
+        let n = |f: &str| {
+            read(&format!("{}/{f}", e.path().display()))
+                .parse::<u64>()
+                .unwrap_or(0)
+        };
         pools.push((
             e.file_name().to_string_lossy().into_owned(),
-            read(&format!("{}/nr_hugepages", e.path().display())),
+            n("nr_hugepages").saturating_sub(n("surplus_hugepages")),
         ));
     }
     for e in std::fs::read_dir("/sys/kernel/mm/transparent_hugepage")

@@ -22,7 +22,10 @@ pub struct KernelSnapshot {
     pub thp_enabled: String,
     /// (size in kB, mode) of every per-size THP control.
     pub mthp: Vec<(u64, String)>,
-    /// (page size in kB, nr_hugepages).
+    /// (page size in kB, persistent pool: nr_hugepages less surplus_hugepages).
+    /// The persistent size is the setting a suite changes and restores; surplus
+    /// pages are pages still in use after some pool shrank (another test's
+    /// interrupted child that has not yet exited), which leave by themselves.
     pub pools: Vec<(u64, u64)>,
 }
 
@@ -35,7 +38,7 @@ pub fn snapshot() -> KernelSnapshot {
         mthp: machine::mthp_sizes(root),
         pools: machine::hugetlb_pools(Path::new(HUGEPAGES_SYSFS))
             .into_iter()
-            .map(|p| (p.page_kb, p.nr))
+            .map(|p| (p.page_kb, p.nr.saturating_sub(p.surplus)))
             .collect(),
     }
 }
