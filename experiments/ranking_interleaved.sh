@@ -1,0 +1,46 @@
+#!/bin/bash
+# Calibration and ranking measurement interleaved in one window (docs/ranking.md,
+# "Calibration and measurement interleaved"): calibration A, group 1 measured,
+# calibration B, group 2 measured, calibration C; then the sampled predictions of
+# every measured workload with each of the three calibrations, so that a miss can be
+# told apart from calibration drift. Records the sampled bundles it lacks first
+# (`record --refs qemu --max-refs 20000000` into /var/tmp/hugetune-ranking-sampled,
+# where experiments/ranking_sampled.py reads them); then it needs a quiet machine for
+# about 15 minutes.
+set -eu
+cd "$(dirname "$0")/.."
+H=${HUGETUNE:-target/release/hugetune}
+OUT=${OUT:-/var/tmp/hugetune-interleaved}
+BUNDLES=/var/tmp/hugetune-ranking-sampled
+G1=${G1:-randmem-0-heap-large randmem-40-heap-large randmem-80-heap-large randmem-20-static chase-heap-large gups-heap-large stream-heap-large}
+G2=${G2:-randmem-20-heap-large randmem-60-heap-large randmem-100-heap-large randmem-60-static chase-static gups-static cg-heap-large}
+mkdir -p "$OUT" "$BUNDLES"
+G1="$G1" G2="$G2" BUNDLES="$BUNDLES" H="$H" python3 - <<'PY'
+import os, subprocess, sys
+sys.path.insert(0, "experiments")
+import ranking
+want = set(os.environ["G1"].split() + os.environ["G2"].split())
+for name, cmd in ranking.workloads():
+    b = os.path.join(os.environ["BUNDLES"], name + ".htb")
+    if name in want and not os.path.exists(b):
+        subprocess.run([os.environ["H"], "record", "--refs", "qemu", "--max-refs", "20000000",
+                        "-o", b + ".tmp", "--"] + cmd, check=True, stdout=subprocess.DEVNULL)
+        os.rename(b + ".tmp", b)
+PY
+rm -rf experiments/__pycache__
+measure() {
+    local only=()
+    for n in "$@"; do only+=(--only "$n"); done
+    python3 experiments/ranking.py --bundles "$BUNDLES" --no-simulate --mthp none --runs 5 --max-runs 5 \
+        --results "$OUT/measured.jsonl" --md "$OUT/measured.md" "${only[@]}"
+}
+cal() { "$H" --db "$OUT/cal-$1.db" calibrate > "$OUT/cal-$1.txt"; echo "calibration $1 done $(date +%T)"; }
+cal A
+measure $G1
+cal B
+measure $G2
+cal C
+for c in A B C; do
+    MEASURED="$OUT/measured.jsonl" DB="$OUT/cal-$c.db" RESULTS="$OUT/predicted-$c.jsonl" \
+        python3 experiments/ranking_sampled.py | tail -1
+done
