@@ -20,11 +20,15 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// (hugetlb pool directory, nr_hugepages) pairs and the THP mode.
-type KernelState = (Vec<(String, String)>, Option<String>);
+/// Free page reporting's delay, which calibrate holds off while it measures.
+const REPORTING: &str = "/sys/module/page_reporting/parameters/min_free_ms";
 
-/// Pool sizes and the THP mode at rest: read under the kernel-state lock, so a
-/// concurrent test's temporary pool is not seen.
+/// (hugetlb pool directory, nr_hugepages) pairs, the THP mode and free page
+/// reporting's delay.
+type KernelState = (Vec<(String, String)>, Option<String>, Option<String>);
+
+/// Pool sizes, the THP mode and free page reporting at rest: read under the
+/// kernel-state lock, so a concurrent test's temporary values are not seen.
 fn resting_state() -> Option<KernelState> {
     if !is_root() {
         return None;
@@ -33,6 +37,7 @@ fn resting_state() -> Option<KernelState> {
     Some((
         pools(),
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok(),
+        std::fs::read_to_string(REPORTING).ok(),
     ))
 }
 
@@ -155,7 +160,14 @@ fn quick_calibration_is_complete_and_sane() {
         assert!(m["median"].as_f64() <= m["max"].as_f64());
     }
 
-    // Pools and THP mode are as before.
+    // Free page reporting was held off while measuring (where this kernel has
+    // it), and pools, THP mode and reporting are as before.
+    if is_root() && std::path::Path::new(REPORTING).exists() {
+        assert!(
+            stderr.contains("free page reporting held off while measuring"),
+            "{stderr}"
+        );
+    }
     assert_eq!(resting_state(), before);
 }
 

@@ -3,7 +3,9 @@
 //! interleaved session that turns the plans of `super` into figures.
 //!
 //! Invariants: every buffer is unmapped on drop; pools change only under the
-//! kernel-state lock and are restored; nothing here decides what a figure means
+//! kernel-state lock and are restored, and so is free page reporting, held off
+//! for the whole run as for the runs predictions are checked against; nothing
+//! here decides what a figure means
 //! (that is `super`'s arithmetic).
 
 use super::*;
@@ -710,6 +712,24 @@ pub fn calibrate(
             None
         }
         Err(e) => return Err(e),
+    };
+    // Free page reporting held off, as `rank`, `size` and the bench suites hold it
+    // for their runs: otherwise memory freed between passes goes back to the host
+    // and a warm pass meets it cold (the slowest warm THP pass here: 1.3-3.1 ms
+    // without the hold, 0.25-0.29 ms with it; docs/calibrate.md).
+    let _reporting = match &lock {
+        Some(l) if o.root => {
+            let r = kernel_state::hold_page_reporting(l)?;
+            if let Some(r) = &r {
+                progress(&format!(
+                    "free page reporting held off while measuring ({} was {}; restored afterwards)",
+                    r.path.display(),
+                    r.previous
+                ));
+            }
+            r
+        }
+        _ => None,
     };
     let ticks_before = cpu_ticks();
     let pin = pin_to_this_cpu();
