@@ -6,10 +6,14 @@
 # told apart from calibration drift. Records the sampled bundles it lacks first
 # (`record --refs qemu --max-refs 20000000` into /var/tmp/hugetune-ranking-sampled,
 # where experiments/ranking_sampled.py reads them); then it needs a quiet machine for
-# about 15 minutes.
+# about 15 minutes. HUGETUNE_B=<another build> calibrates with that build too, right
+# after each calibration of the first (A, A-b, group 1, B, B-b, group 2, C, C-b): two
+# calibrate versions set side by side in one window (docs/ranking.md's second window:
+# this build and 2fe9f50's, before calibrate held free page reporting off).
 set -eu
 cd "$(dirname "$0")/.."
 H=${HUGETUNE:-target/release/hugetune}
+HB=${HUGETUNE_B:-}
 OUT=${OUT:-/var/tmp/hugetune-interleaved}
 BUNDLES=/var/tmp/hugetune-ranking-sampled
 G1=${G1:-randmem-0-heap-large randmem-40-heap-large randmem-80-heap-large randmem-20-static chase-heap-large gups-heap-large stream-heap-large}
@@ -34,13 +38,23 @@ measure() {
     python3 experiments/ranking.py --bundles "$BUNDLES" --no-simulate --mthp none --runs 5 --max-runs 5 \
         --results "$OUT/measured.jsonl" --md "$OUT/measured.md" "${only[@]}"
 }
-cal() { "$H" --db "$OUT/cal-$1.db" calibrate > "$OUT/cal-$1.txt"; echo "calibration $1 done $(date +%T)"; }
+CALS=()
+cal() {
+    "$H" --db "$OUT/cal-$1.db" calibrate > "$OUT/cal-$1.txt" 2>&1
+    CALS+=("$1")
+    echo "calibration $1 done $(date +%T)"
+    if [ -n "$HB" ]; then
+        "$HB" --db "$OUT/cal-$1-b.db" calibrate > "$OUT/cal-$1-b.txt" 2>&1
+        CALS+=("$1-b")
+        echo "calibration $1-b done $(date +%T)"
+    fi
+}
 cal A
 measure $G1
 cal B
 measure $G2
 cal C
-for c in A B C; do
+for c in "${CALS[@]}"; do
     MEASURED="$OUT/measured.jsonl" DB="$OUT/cal-$c.db" RESULTS="$OUT/predicted-$c.jsonl" \
-        python3 experiments/ranking_sampled.py | tail -1
+        python3 experiments/ranking_sampled.py | tail -1 | sed "s/^/$c: /"
 done
