@@ -202,3 +202,112 @@ fn a_plan_from_the_stored_profile_weighs_the_shared_pool() {
     assert!(!v.contains("pool hugetlb-2m"), "{v}");
     assert!(v.contains("no shared pool weighed"), "{v}");
 }
+
+/// Free pool pages another hugetune holds (a bench suite sized its pool for
+/// its own runs) are not optimize's to take: optimize uses pool pages only
+/// under the kernel-state lock, waits for it, and plans again with what is
+/// free once it has it. CI once saw a suite's run charged with 10 pages that
+/// a concurrent suite's optimize had taken from its pool without the lock.
+#[test]
+fn optimize_waits_for_pools_another_user_holds() {
+    if !is_root() || qemu_or_skip().is_none() {
+        eprintln!("SKIPPED: needs root (the lock, a pool) and qemu");
+        return;
+    }
+    use hugetune_host::kernel_state::{lock_kernel_state, set_hugetlb_pool_holding};
+    use std::io::BufRead;
+    let lock = lock_kernel_state().unwrap();
+    let taken = hugetune_host::machine::pool(2048).map_or(0, |p| p.taken());
+    let pool = set_hugetlb_pool_holding(&lock, 2048, taken + 40).unwrap();
+    let free = || hugetune_host::machine::pool(2048).map_or(0, |p| p.available());
+    if pool.now < taken + 40 {
+        eprintln!("SKIPPED: the kernel gives no 40 x 2 MB hugetlb pages now");
+        return;
+    }
+    let free_before = free();
+    let d = tempfile::tempdir().unwrap();
+    let mut child = common::signalable()
+        .arg("--db")
+        .arg(d.path().join("h.db"))
+        .args([
+            "optimize",
+            "--runs",
+            "1",
+            "--max-runs",
+            "1",
+            "--min-gain",
+            "0",
+            "--mthp",
+            "none",
+            "--json",
+            "--",
+            WORK,
+            "randmem",
+            "--size",
+            "32M",
+            "--random-pct",
+            "100",
+            "--accesses",
+            "2000000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l.clone());
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    let t0 = std::time::Instant::now();
+    let mut waiting = false;
+    while !waiting && t0.elapsed() < std::time::Duration::from_secs(300) {
+        match rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(l) => waiting = l.contains("waiting for another user of the huge page pools"),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(_) => {}
+        }
+    }
+    // What it did meanwhile: nothing with our pages.
+    let free_waiting = free();
+    // Our pool goes back to its resting size; optimize then finds none free.
+    drop(pool);
+    drop(lock);
+    let mut out = String::new();
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let err = reader.join().unwrap();
+    assert!(waiting, "optimize did not wait for the pools:\n{err}");
+    assert_eq!(
+        free_waiting, free_before,
+        "pages taken while waiting\n{err}"
+    );
+    assert!(
+        matches!(status.code(), Some(0) | Some(2)),
+        "{status:?}\n{err}"
+    );
+    let r: Value = serde_json::from_str(out.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let assigned_hugetlb = r["plan"]["assignments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a[1] == "hugetlb-2m");
+    assert!(
+        !assigned_hugetlb || err.contains("planning again"),
+        "a plan on pool pages nobody holds any more: {}\n{err}",
+        r["plan"]
+    );
+}

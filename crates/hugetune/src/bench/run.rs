@@ -583,6 +583,14 @@ impl Bench {
         let pools_after = pools_now();
         let folios_after = machine::folio_fault_counts(Path::new(THP_SYSFS));
         rec.pool_pages_used = pool_pages_used(&pools_before, &min_free, &pools_max_used);
+        for (kb, n) in pages_held_after(&pools_before, &pools_after) {
+            if let Some(u) = rec.pool_pages_used.iter_mut().find(|(k, _)| *k == kb) {
+                u.1 = u.1.saturating_sub(n);
+            }
+            rec.notes.push(format!(
+                "{n} pages of the {kb} kB pool were taken during the run and still were after it ended: another process's (or a file on hugetlbfs), not counted as the run's"
+            ));
+        }
         rec.folio_faults = folio_delta(&folios_before, &folios_after);
         rec.pools_after = pools_after;
         rec.runtime = runtime_proof(&stages::take_summaries(&sdir));
@@ -736,6 +744,22 @@ pub fn pool_pages_used(
                 .find(|(k, _)| *k == b.page_kb)
                 .map_or(0, |&(_, u)| u.saturating_sub(b.nr.saturating_sub(b.free)));
             (b.page_kb, dropped.max(grown))
+        })
+        .collect()
+}
+
+/// Pages per size still taken (in use or reserved) after a run's processes
+/// ended that were not before it: another process's (a neighbouring program
+/// using the pool without hugetune's lock) or a file left on hugetlbfs. The
+/// pool counters are the whole machine's, so these come off the run's use.
+pub fn pages_held_after(before: &[PoolCounters], after: &[PoolCounters]) -> Vec<(u64, u64)> {
+    let taken = |c: &PoolCounters| c.nr.saturating_sub(c.free) + c.resv.min(c.free);
+    after
+        .iter()
+        .filter_map(|a| {
+            let b = before.iter().find(|b| b.page_kb == a.page_kb)?;
+            let n = taken(a).saturating_sub(taken(b));
+            (n > 0).then_some((a.page_kb, n))
         })
         .collect()
 }
@@ -997,6 +1021,24 @@ mod tests {
         ];
         let used = pool_pages_used(&before, &[(2048, 40), (1 << 20, 2)], &[(2048, 60)]);
         assert_eq!(used, vec![(2048, 60), (1 << 20, 0)]);
+        // CI's case: 46 free before, 10 in use and 2 reserved after the run
+        // ended (a neighbour's): the run used none of them.
+        let c = |nr, free, resv| PoolCounters {
+            page_kb: 2048,
+            nr,
+            free,
+            resv,
+        };
+        assert_eq!(
+            pages_held_after(&[c(46, 46, 0)], &[c(46, 36, 2)]),
+            vec![(2048, 12)]
+        );
+        assert_eq!(pages_held_after(&[c(46, 46, 0)], &[c(46, 46, 0)]), vec![]);
+        assert_eq!(
+            pages_held_after(&[c(46, 40, 1)], &[c(46, 46, 0)]),
+            vec![],
+            "pages given back during the run are not held"
+        );
         assert_eq!(
             folio_delta(&[(64, 10), (2048, 5)], &[(64, 30), (2048, 5), (16, 3)]),
             vec![(64, 20)],

@@ -661,10 +661,16 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     let mut plan_options = PlanOptions::for_program(&program);
     let native_s = meta.native.wall_s;
 
+    // The pools are read, grown and used under the kernel-state lock: another
+    // hugetune (a bench suite, a size sweep) may hold pools it sized for its
+    // own runs, whose free pages are not ours to take.
+    let mut reserved = stages::Reserved::default();
+    if o.reserve {
+        reserved.hold_lock()?;
+    }
     let avail_now = stages::availability_now();
     let mut avail_plan = avail_now.clone();
     let mut gigantic = None;
-    let mut reserved = stages::Reserved::default();
     if o.reserve {
         // A shared pool may take more pages than the blocks' peak (whole pages
         // per block, first-fit fragmentation, slack for threads).
@@ -753,6 +759,25 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             decision = choose(&got);
         }
         give_back_1g(&decision, &mut reserved);
+    } else if decision.hugetlb_pages() > 0
+        || decision
+            .prediction
+            .as_ref()
+            .is_some_and(|p| p.hugetlb_1g_pages > 0)
+    {
+        // Pool pages the operator set aside, used as they are: under the lock,
+        // and planned again if someone took them while it was waited for.
+        reserved.hold_lock()?;
+        let got = stages::availability_now();
+        if decision.hugetlb_pages() > got.hugetlb_2m_free
+            || stages::gigantic_shortfall(&decision, got.hugetlb_1g_free).is_some()
+        {
+            stages::note(format!(
+                "the pools changed while another user held them ({} x 2 MB and {} x 1 GB free now); planning again with what there is",
+                got.hugetlb_2m_free, got.hugetlb_1g_free
+            ));
+            decision = choose(&got);
+        }
     }
     let availability = stages::availability_now();
     stages::jvm::plan(

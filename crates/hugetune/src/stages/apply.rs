@@ -18,7 +18,7 @@ use hugetune_format::env;
 use hugetune_format::plan::{self, PlanOptions};
 use hugetune_format::summary::Summary;
 use hugetune_host::kernel_state::{
-    lock_kernel_state, reserve_hugetlb_holding, KernelStateLock, PoolChange,
+    lock_kernel_state_here, reserve_hugetlb_holding, KernelStateLock, PoolChange,
 };
 use hugetune_host::procfs::RunStats;
 use hugetune_model::category::Category;
@@ -500,12 +500,26 @@ impl Reserved {
     }
 
     /// The kernel-state lock, taken on first use (waiting for another user of
-    /// the pools, and saying so, before anything is timed or changed).
+    /// the pools, and saying so, before anything is timed or changed). A lock
+    /// this thread already holds (a bench suite around its optimize) is shared,
+    /// not waited on.
     fn lock(&mut self) -> Result<&KernelStateLock> {
         if self.lock.is_none() {
-            self.lock = Some(lock_kernel_state()?);
+            self.lock = Some(lock_kernel_state_here()?);
         }
         Ok(self.lock.as_ref().expect("just set"))
+    }
+
+    /// Holds the kernel-state lock from now until the drop, as root: runs that
+    /// use pool pages must not take them from another hugetune that sized the
+    /// pools for its own runs (a bench suite, a size sweep), and pools must
+    /// not change under them. Not root: nothing (the lock file is root's).
+    pub fn hold_lock(&mut self) -> Result<()> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            self.lock()?;
+        }
+        Ok(())
     }
 
     fn grow(&mut self, page_kb: u64, extra: u64) -> Result<&PoolChange> {
