@@ -10,10 +10,17 @@
 # after each calibration of the first (A, A-b, group 1, B, B-b, group 2, C, C-b): two
 # calibrate versions set side by side in one window (docs/ranking.md's second window:
 # this build and 2fe9f50's, before calibrate held free page reporting off).
+# CAL_ARGS: extra arguments of the first calibrate, CAL_ARGS_B of the second (with
+# CAL_ARGS_B and no HUGETUNE_B, the second is this build too): `CAL_ARGS="--spread 4m"
+# CAL_ARGS_B=" "` sets spread calibrations beside plain ones (docs/ranking.md's third
+# window).
 set -eu
 cd "$(dirname "$0")/.."
 H=${HUGETUNE:-target/release/hugetune}
+CAL_ARGS=${CAL_ARGS:-}
+CAL_ARGS_B=${CAL_ARGS_B:-}
 HB=${HUGETUNE_B:-}
+if [ -z "$HB" ] && [ -n "$CAL_ARGS_B" ]; then HB=$H; fi
 OUT=${OUT:-/var/tmp/hugetune-interleaved}
 BUNDLES=/var/tmp/hugetune-ranking-sampled
 G1=${G1:-randmem-0-heap-large randmem-40-heap-large randmem-80-heap-large randmem-20-static chase-heap-large gups-heap-large stream-heap-large}
@@ -40,11 +47,13 @@ measure() {
 }
 CALS=()
 cal() {
-    "$H" --db "$OUT/cal-$1.db" calibrate > "$OUT/cal-$1.txt" 2>&1
+    # shellcheck disable=SC2086 # the arguments split on purpose
+    "$H" --db "$OUT/cal-$1.db" calibrate $CAL_ARGS > "$OUT/cal-$1.txt" 2>&1
     CALS+=("$1")
     echo "calibration $1 done $(date +%T)"
     if [ -n "$HB" ]; then
-        "$HB" --db "$OUT/cal-$1-b.db" calibrate > "$OUT/cal-$1-b.txt" 2>&1
+        # shellcheck disable=SC2086
+        "$HB" --db "$OUT/cal-$1-b.db" calibrate $CAL_ARGS_B > "$OUT/cal-$1-b.txt" 2>&1
         CALS+=("$1-b")
         echo "calibration $1-b done $(date +%T)"
     fi

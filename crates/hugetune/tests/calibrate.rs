@@ -64,7 +64,15 @@ fn quick_calibration_is_complete_and_sane() {
     let out = Command::new(HUGETUNE)
         .arg("--db")
         .arg(&db)
-        .args(["calibrate", "--quick", "--no-db", "--json", "--out"])
+        .args([
+            "calibrate",
+            "--quick",
+            "--spread",
+            "5s",
+            "--no-db",
+            "--json",
+            "--out",
+        ])
         .arg(&out_file)
         .output()
         .expect("run hugetune");
@@ -154,6 +162,20 @@ fn quick_calibration_is_complete_and_sane() {
     assert!(!c["machine"].as_str().unwrap_or("").is_empty());
     assert!(c["created"].as_str().unwrap_or("").ends_with('Z'));
     assert_eq!(c["quick"], Value::Bool(true));
+    // --spread: the walk curve's footprints measured in two rounds or more,
+    // each figure the median of every round's repetitions.
+    assert_eq!(c["spread_s"].as_f64(), Some(5.0));
+    let walk4k = sources
+        .iter()
+        .filter_map(|s| s.as_str())
+        .find(|s| s.starts_with("walk 4k"))
+        .unwrap();
+    assert!(walk4k.contains(" rounds over "), "{walk4k}");
+    for f in c["figures"].as_array().unwrap() {
+        if f["kind"] == "walk" && f["what"] == "4k" && !f["ns"].is_null() {
+            assert!(f["ns"]["reps"].as_u64() >= Some(10), "{f}");
+        }
+    }
     for m in c["raw"].as_array().expect("raw") {
         assert!(m["reps"].as_u64().unwrap() >= 5, "{m}");
         assert!(m["min"].as_f64() <= m["median"].as_f64());
@@ -191,6 +213,17 @@ fn a_stored_calibration_reads_back_and_a_corrupt_one_is_an_error() {
     let (code, _, err) = run(&["calibrate", "--show"]);
     assert_eq!(code, 1);
     assert!(err.contains("no calibration of this machine"), "{err}");
+    // A spread that is no duration, or longer than an hour: clear errors,
+    // before anything is measured.
+    for (bad, says) in [
+        ("5 minutes", "unit is ms, s, m or h"),
+        ("2h", "at most an hour"),
+    ] {
+        let (code, _, err) = run(&["calibrate", "--quick", "--no-db", "--spread", bad]);
+        assert!(code == 1 || code == 2, "{code}: {err}");
+        assert!(err.contains(says), "{bad}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
     // Store one by hand for the machine `--show` looks up (this host's id, as
     // `stages::machine_id` registers it).
     let m = hugetune_host::machine::machine(None).unwrap();

@@ -1,6 +1,7 @@
 //! The measuring part of calibrate: mapped buffers of each backing, the pointer
 //! chase, CPU pinning, hugetlb pools reserved through `kernel_state`, and the
-//! interleaved session that turns the plans of `super` into figures.
+//! interleaved session that turns the plans of `super` into figures (the walk
+//! footprints and the overlap in rounds, pooled, when `--spread` asks).
 //!
 //! Invariants: every buffer is unmapped on drop; pools change only under the
 //! kernel-state lock and are restored, and so is free page reporting, held off
@@ -363,6 +364,9 @@ struct Session<'a> {
     seed: u64,
 }
 
+/// A page size's walk footprints and notes, or why they cannot be measured.
+type PlannedWalks = std::result::Result<(Vec<Pair>, Vec<String>), String>;
+
 /// The outcome of a chase pair: per-repetition differences A − B.
 struct PairRun {
     pair: Pair,
@@ -419,13 +423,14 @@ impl Session<'_> {
     /// The walk overlap's ends (`super::overlap_ends`): the chase and the
     /// independent loads on the plan's 4 KB and 2 MB buffers, all four
     /// interleaved in every repetition, in an order rotated each time.
-    fn overlap(&mut self, pair: &Pair, l2_hit_ns: [f64; 3]) -> Result<OverlapEnds> {
+    /// One round of them (`--spread` pools several): the timings are added to
+    /// `t` (chase A, chase B, loads A, loads B).
+    fn overlap_round(&mut self, pair: &Pair, t: &mut [Vec<f64>; 4]) -> Result<()> {
         let _pools = reserve(self.lock.as_ref(), &pool_needs(pair))?;
         self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut a = ChaseBuf::build(&pair.a, self.seed)?;
         let mut b = ChaseBuf::copy_of(&pair.b, &a)?;
         let (steps, warm) = (self.o.steps, self.o.steps / 4);
-        let mut t: [Vec<f64>; 4] = Default::default();
         for r in 0..self.o.reps {
             for k in 0..4 {
                 let i = (k + r) % 4;
@@ -439,6 +444,16 @@ impl Session<'_> {
             }
         }
         drop((a, b));
+        Ok(())
+    }
+
+    /// The ends from every round's timings (their raw figures recorded).
+    fn overlap(
+        &mut self,
+        pair: &Pair,
+        t: &[Vec<f64>; 4],
+        l2_hit_ns: [f64; 3],
+    ) -> Result<OverlapEnds> {
         let names = [
             format!("overlap: {}", pair.a.label()),
             format!("overlap: {}", pair.b.label()),
@@ -453,7 +468,7 @@ impl Session<'_> {
                 pair.b.backing.name()
             ),
         ];
-        for (name, v) in names.into_iter().zip(&t) {
+        for (name, v) in names.into_iter().zip(t) {
             self.raw.push(measurement(name, "ns/step", v.clone())?);
         }
         overlap_ends(
@@ -823,13 +838,108 @@ pub fn calibrate(
         .map_or(String::new(), |h| format!(" (under {h}: nested 2-D walks)"));
     let mut walk_curve: [Vec<(f64, f64)>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     let mut walk_lines = Vec::new();
+    // Each leaf size's footprints, or why it cannot be measured (its curve is
+    // then the next smaller size's).
+    let mut planned: Vec<PlannedWalks> = Vec::new();
     for leaf in 0..3 {
-        let (pairs, mut notes) = match plan_walks(leaf, o) {
+        let p = plan_walks(leaf, o);
+        if let (0, Err(why)) = (leaf, &p) {
+            bail!("the 4 KB walk cost cannot be measured: {why}");
+        }
+        planned.push(p);
+    }
+    // Round after round over every footprint of every size, and the walk
+    // overlap, until the spread has passed (one round without it); each
+    // configuration's repetitions are pooled.
+    let started = Instant::now();
+    let mut pooled: [Vec<Result<PairRun>>; 3] = Default::default();
+    let overlap_pair = plan_overlap(o);
+    let mut overlap_t: std::result::Result<[Vec<f64>; 4], String> = Ok(Default::default());
+    let mut overlap_rounds = 0;
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        for (leaf, plan) in planned.iter_mut().enumerate() {
+            let Ok((pairs, notes)) = plan else {
+                continue;
+            };
+            for (i, pair) in pairs.iter().enumerate() {
+                if pooled[leaf].get(i).is_some_and(|r| r.is_err()) {
+                    continue;
+                }
+                (s.progress)(&format!(
+                    "walks, {}: {} vs {}{}",
+                    LEAF_TEXT[leaf],
+                    pair.a.label(),
+                    pair.b.label(),
+                    if o.spread_s > 0.0 {
+                        format!(
+                            " (round {rounds}, {:.0} of {:.0} s)",
+                            started.elapsed().as_secs_f64(),
+                            o.spread_s
+                        )
+                    } else {
+                        String::new()
+                    }
+                ));
+                let r = s.run_pair(pair, o.steps);
+                match (pooled[leaf].get_mut(i), r) {
+                    (None, r) => pooled[leaf].push(r),
+                    (Some(Ok(p)), Ok(r)) if p.pair == r.pair => p.diffs.extend(r.diffs),
+                    // (Another comparison than the first round's, a fallback
+                    // taken or not: not pooled with it.)
+                    (Some(Ok(_)), Ok(r)) => notes.push(format!(
+                        "{} round {rounds}: compared {} with {}, not the first round's pair; not pooled",
+                        bytes_text(pair.a.bytes()),
+                        r.pair.a.label(),
+                        r.pair.b.label()
+                    )),
+                    // A later round's failure keeps the rounds before it.
+                    (Some(Ok(_)), Err(e)) => notes.push(format!(
+                        "{} round {rounds}: {e:#}",
+                        bytes_text(pair.a.bytes())
+                    )),
+                    (Some(Err(_)), _) => {}
+                }
+            }
+        }
+        if let (Ok(pair), Ok(t)) = (&overlap_pair, &mut overlap_t) {
+            (s.progress)(&format!(
+                "walk overlap: the chase and independent loads, {} on 4 KB vs {} pages{}",
+                bytes_text(pair.a.bytes()),
+                pair.b.backing.name(),
+                if o.spread_s > 0.0 {
+                    format!(" (round {rounds})")
+                } else {
+                    String::new()
+                }
+            ));
+            let before = t.clone();
+            match s.overlap_round(pair, t) {
+                Ok(()) => overlap_rounds += 1,
+                // A later round's failure keeps the rounds before it.
+                Err(e) if overlap_rounds > 0 => {
+                    *t = before;
+                    (s.progress)(&format!("  walk overlap round {rounds}: {e:#}"));
+                }
+                Err(e) => overlap_t = Err(format!("{e:#}")),
+            }
+        }
+        // A spread means two rounds at least, however long the first took.
+        if o.spread_s == 0.0 || (rounds >= 2 && started.elapsed().as_secs_f64() >= o.spread_s) {
+            break;
+        }
+    }
+    let spread_min = started.elapsed().as_secs_f64() / 60.0;
+    let spread_text = if rounds > 1 {
+        format!(", {rounds} rounds over {spread_min:.1} min")
+    } else {
+        String::new()
+    };
+    for (leaf, (plan, pooled)) in planned.into_iter().zip(pooled).enumerate() {
+        let (pairs, mut notes) = match plan {
             Ok(p) => p,
             Err(why) => {
-                if leaf == 0 {
-                    bail!("the 4 KB walk cost cannot be measured: {why}");
-                }
                 walk_curve[leaf] = walk_curve[leaf - 1].clone();
                 let f = extrapolated(
                     "walk",
@@ -846,14 +956,8 @@ pub fn calibrate(
         };
         let mut points = Vec::new();
         let mut measured = Vec::new();
-        for pair in &pairs {
-            (s.progress)(&format!(
-                "walks, {}: {} vs {}",
-                LEAF_TEXT[leaf],
-                pair.a.label(),
-                pair.b.label()
-            ));
-            let r = s.run_pair(pair, o.steps).and_then(|r| {
+        for (pair, run) in pairs.iter().zip(pooled) {
+            let r = run.and_then(|r| {
                 let PairRun { pair, diffs } = r;
                 let fa = fractions(pair.a.leaf, pair.a.pages, &o.tlb);
                 let fb = fractions(pair.b.leaf, pair.b.pages, &o.tlb);
@@ -885,7 +989,7 @@ pub fn calibrate(
                         ns: Some(v),
                         cold_ns: None,
                         source: format!(
-                            "{} vs {}: difference, less the L2-hit difference, / {} of the steps missing the {}-entry L2 DTLB; median of {}{nested}",
+                            "{} vs {}: difference, less the L2-hit difference, / {} of the steps missing the {}-entry L2 DTLB; median of {}{spread_text}{nested}",
                             pair.a.label(),
                             pair.b.label(),
                             pct(fa.walk),
@@ -921,7 +1025,7 @@ pub fn calibrate(
             continue;
         }
         let mut line = format!(
-            "walk {}: chase over 64-byte nodes; per walk = (difference per step − the L2-hit difference) / share of steps missing the {}-entry L2 DTLB, medians of {}{nested}: {}",
+            "walk {}: chase over 64-byte nodes; per walk = (difference per step − the L2-hit difference) / share of steps missing the {}-entry L2 DTLB, medians of {} per round{spread_text}{nested}: {}",
             LEAF[leaf],
             o.tlb.l2[leaf],
             o.reps,
@@ -942,17 +1046,17 @@ pub fn calibrate(
         walk_curve[leaf] = c;
     }
 
-    // The walk overlap's ends.
-    let overlap = match plan_overlap(o) {
-        Ok(pair) => {
-            (s.progress)(&format!(
-                "walk overlap: the chase and independent loads, {} on 4 KB vs {} pages",
-                bytes_text(pair.a.bytes()),
-                pair.b.backing.name()
-            ));
-            s.overlap(&pair, l2_hit_ns).map_err(|e| format!("{e:#}"))
-        }
-        Err(why) => Err(why),
+    // The walk overlap's ends, from every round's timings.
+    let overlap = match (overlap_pair, overlap_t) {
+        (Ok(pair), Ok(t)) => s
+            .overlap(&pair, &t, l2_hit_ns)
+            .map_err(|e| format!("{e:#}")),
+        (Err(why), _) | (_, Err(why)) => Err(why),
+    };
+    let overlap_spread = if overlap_rounds > 1 {
+        format!(" (pooled: {overlap_rounds} rounds over {spread_min:.1} min)")
+    } else {
+        String::new()
     };
     let overlap_line = match &overlap {
         Ok(e) => format!(
@@ -967,8 +1071,8 @@ pub fn calibrate(
             e.walk_concurrency,
             e.independent_ns_per_walk,
             e.memory_ns,
-            e.dependent_walk.reps
-        ),
+            e.dependent_walk.reps,
+        ) + &overlap_spread,
         Err(why) => format!("walk overlap: not measured (the defaults apply): {why}"),
     };
     drop(pin);
@@ -1008,6 +1112,7 @@ pub fn calibrate(
         figures,
         raw: s.raw,
         overlap: overlap.ok(),
+        spread_s: o.spread_s,
     };
     cal.validate()
         .context("the measured figures are unusable")?;

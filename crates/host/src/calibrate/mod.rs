@@ -82,6 +82,10 @@ pub struct Calibration {
     /// measured (and in calibrations made before it was).
     #[serde(default)]
     pub overlap: Option<OverlapEnds>,
+    /// Seconds the walk curves' repetitions were spread over (`--spread`; 0:
+    /// one round, as in calibrations made before it existed).
+    #[serde(default)]
+    pub spread_s: f64,
 }
 
 /// The two ends the walk overlap is interpolated between, measured over one
@@ -311,6 +315,12 @@ impl Calibration {
                     LEAF[i]
                 );
             }
+        }
+        if !self.spread_s.is_finite() || self.spread_s < 0.0 {
+            bail!(
+                "the walk curves' spread is {} s, not a duration",
+                self.spread_s
+            );
         }
         if let Some(o) = &self.overlap {
             let ok = |v: f64| v.is_finite() && v > 0.0;
@@ -707,6 +717,13 @@ pub struct Options {
     pub root: bool,
     /// Whether the machine runs under a hypervisor (walks are 2-D).
     pub hypervisor: Option<String>,
+    /// Seconds the walk curves' repetitions are spread over (`--spread`): every
+    /// footprint of every page size is measured round after round until that
+    /// much time has passed (two rounds at least), and each figure is the
+    /// median of all rounds' repetitions. 0: one round. A host whose walk cost
+    /// wanders (two states minutes apart under KVM here, docs/calibrate.md) is
+    /// then met in each of them.
+    pub spread_s: f64,
 }
 
 impl Options {
@@ -741,6 +758,7 @@ impl Options {
             // SAFETY: geteuid has no preconditions.
             root: unsafe { libc::geteuid() } == 0,
             hypervisor: m.cpu.hypervisor.clone(),
+            spread_s: 0.0,
         }
     }
 
@@ -1101,6 +1119,7 @@ mod tests {
             ),
             root: true,
             hypervisor: Some("KVM".into()),
+            spread_s: 0.0,
         }
     }
 
@@ -1460,6 +1479,7 @@ mod tests {
             figures: Vec::new(),
             raw: Vec::new(),
             overlap: None,
+            spread_s: 0.0,
         }
     }
 
@@ -1472,7 +1492,7 @@ mod tests {
         assert_eq!(c.fault("hugetlb-1g"), None);
         // Older or partial records without the optional parts still read.
         let mut min = v.clone();
-        for k in ["tlb", "quick", "figures", "raw"] {
+        for k in ["tlb", "quick", "figures", "raw", "spread_s"] {
             min.as_object_mut().unwrap().remove(k);
         }
         assert!(Calibration::from_json(min).is_ok());
@@ -1485,6 +1505,7 @@ mod tests {
         assert!(format!("{:#}", bad(&|c| c.walk_curve[0].reverse())).contains("sorted"));
         assert!(format!("{:#}", bad(&|c| c.walk_curve[2].clear())).contains("empty"));
         assert!(format!("{:#}", bad(&|c| c.fault_ns[0].1 = 0.0)).contains("4k"));
+        assert!(format!("{:#}", bad(&|c| c.spread_s = -60.0)).contains("spread"));
         // (JSON has no NaN: a NaN stored as null does not read at all.)
         let mut c = sample();
         c.fault_ns[0].1 = f64::NAN;

@@ -23,8 +23,14 @@ pub struct Args {
     #[arg(short, long = "output", alias = "out", value_name = "FILE")]
     out: Option<PathBuf>,
     /// Print this machine's stored calibration instead of measuring
-    #[arg(long, conflicts_with_all = ["quick", "no_db", "out"])]
+    #[arg(long, conflicts_with_all = ["quick", "no_db", "out", "spread"])]
     show: bool,
+    /// Spread the walk curves' repetitions over DURATION (e.g. 5m, 300s):
+    /// every footprint measured round after round, figures the medians of all
+    /// rounds. For a host whose walk cost wanders over minutes
+    /// (docs/calibrate.md, "Spread")
+    #[arg(long, value_name = "DURATION", value_parser = super::run::parse_duration)]
+    spread: Option<std::time::Duration>,
 }
 
 const LEAF_TEXT: [&str; 3] = ["4 KB", "2 MB", "1 GB"];
@@ -48,7 +54,11 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     }
     // Open the database first: a bad path should not cost a measurement.
     let db = if a.no_db { None } else { Some(ctx.db()?) };
-    let o = calibrate::options(a.quick, &m);
+    if a.spread.is_some_and(|d| d.as_secs() > 3600) {
+        bail!("--spread: at most an hour (the walk curves are measured round after round for that long)");
+    }
+    let mut o = calibrate::options(a.quick, &m);
+    o.spread_s = a.spread.map_or(0.0, |d| d.as_secs_f64());
     let c = calibrate::calibrate(&o, calibrate::describe(&m), &mut |msg| {
         eprintln!("calibrate: {msg}")
     })?;
@@ -115,9 +125,17 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
         );
     }
     out += &format!(
-        "measured   {}{}\n\n",
+        "measured   {}{}{}\n\n",
         c.created,
-        if c.quick { " (--quick)" } else { "" }
+        if c.quick { " (--quick)" } else { "" },
+        if c.spread_s > 0.0 {
+            format!(
+                ", walks in rounds over {:.1} min or more (--spread)",
+                c.spread_s / 60.0
+            )
+        } else {
+            String::new()
+        }
     );
     let figure = |kind: &str, what: &str, x: Option<f64>| {
         c.figures

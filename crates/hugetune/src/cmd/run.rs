@@ -70,7 +70,7 @@ pub struct Args {
 }
 
 /// A duration: a number with `ms`, `s`, `m` or `h` (seconds without a unit).
-fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
     let t = s.trim();
     let (num, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
         Some(i) => t.split_at(i),
