@@ -673,7 +673,6 @@ fn ctrl_c_restores_the_kernel_settings_and_stops_the_server() {
         eprintln!("SKIPPED ctrl-c: needs root (pools to restore) and redis-server");
         return;
     }
-    use std::io::BufRead;
     let d = tempfile::tempdir().unwrap();
     let before = resting();
     let mut child = common::signalable()
@@ -692,17 +691,7 @@ fn ctrl_c_restores_the_kernel_settings_and_stops_the_server() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-            let _ = tx.send(l.clone());
-            all.push_str(&l);
-            all.push('\n');
-        }
-        all
-    });
+    let (rx, reader) = common::follow_stderr(&mut child);
     // Interrupt once the suite holds its pool and has run Redis a few times.
     let t0 = std::time::Instant::now();
     let mut seen = 0;

@@ -215,7 +215,6 @@ fn optimize_waits_for_pools_another_user_holds() {
         return;
     }
     use hugetune_host::kernel_state::{lock_kernel_state, set_hugetlb_pool_holding};
-    use std::io::BufRead;
     let lock = lock_kernel_state().unwrap();
     let taken = hugetune_host::machine::pool(2048).map_or(0, |p| p.taken());
     let pool = set_hugetlb_pool_holding(&lock, 2048, taken + 40).unwrap();
@@ -254,17 +253,7 @@ fn optimize_waits_for_pools_another_user_holds() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let err = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-            let _ = tx.send(l.clone());
-            all.push_str(&l);
-            all.push('\n');
-        }
-        all
-    });
+    let (rx, reader) = common::follow_stderr(&mut child);
     let t0 = std::time::Instant::now();
     let mut waiting = false;
     while !waiting && t0.elapsed() < std::time::Duration::from_secs(300) {

@@ -53,6 +53,30 @@ pub fn signalable() -> Command {
     c
 }
 
+/// Follows `child`'s stderr as it comes: each line is sent on the channel (for
+/// a test that acts when a line appears), and the thread returns the whole text
+/// once the stream closes.
+pub fn follow_stderr(
+    child: &mut Child,
+) -> (
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<String>,
+) {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().expect("stderr piped");
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l.clone());
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    (rx, reader)
+}
+
 /// `hugetune [--db DB] ARGS` with this build's runtime library and QEMU plugin:
 /// its exit code (-1 when killed by a signal), stdout and stderr.
 pub fn hugetune_at(db: Option<&Path>, args: &[&str]) -> (i32, String, String) {
