@@ -222,6 +222,12 @@ pub struct SizeStats {
     pub l1_misses: u64,
     /// Misses of every level: page walks (approximation).
     pub walks: u64,
+    /// Walks whose 4 KB page the program writes before its next walk (the
+    /// read-modify-write of a random line): the access after such a walk
+    /// dirties its line, which costs more than a load (docs/model.md §4,
+    /// "Writes"). 0 where the stream has no write bits (time-sampled, DAMON).
+    #[serde(default)]
+    pub dirty_walks: u64,
     /// First touches of a folio: page faults.
     pub faults: u64,
     /// The same two counts from the exact set-associative simulation, when run.
@@ -238,6 +244,7 @@ struct Weighted {
     refs: f64,
     l1_misses: f64,
     walks: f64,
+    dirty_walks: f64,
     faults: f64,
     sim_l1_misses: f64,
     sim_walks: f64,
@@ -248,6 +255,7 @@ impl Weighted {
         self.refs += o.refs;
         self.l1_misses += o.l1_misses;
         self.walks += o.walks;
+        self.dirty_walks += o.dirty_walks;
         self.faults += o.faults;
         self.sim_l1_misses += o.sim_l1_misses;
         self.sim_walks += o.sim_walks;
@@ -260,6 +268,7 @@ impl Weighted {
             refs: r(self.refs),
             l1_misses: r(self.l1_misses),
             walks: r(self.walks),
+            dirty_walks: r(self.dirty_walks),
             faults: r(self.faults),
             sim_l1_misses: r(self.sim_l1_misses),
             sim_walks: r(self.sim_walks),
@@ -272,6 +281,7 @@ impl SizeStats {
         self.refs += o.refs;
         self.l1_misses += o.l1_misses;
         self.walks += o.walks;
+        self.dirty_walks += o.dirty_walks;
         self.faults += o.faults;
         self.sim_l1_misses += o.sim_l1_misses;
         self.sim_walks += o.sim_walks;
@@ -407,10 +417,31 @@ struct MappingState {
     /// there (0: not in this mapping's sample).
     last_cell: usize,
     last_w: f64,
+    /// The last walk not yet known to dirty its page: (4 KB page key, cell,
+    /// weight, core). A write to that page before the next walk makes it a
+    /// dirty walk.
+    open_walk: Option<(u64, usize, f64, usize)>,
     /// `cells[bucket * CELLS + category * BACKINGS + backing]`; one bucket for
     /// complete streams.
     cells: Vec<Weighted>,
     result: MappingResult,
+}
+
+impl MappingState {
+    /// A store to 4 KB page `k4`: the open walk, if it was of that page, is a
+    /// dirty walk.
+    #[inline]
+    fn dirty(&mut self, k4: u64, multi: bool) {
+        if let Some((k, cell, w, core)) = self.open_walk {
+            if k == k4 {
+                self.cells[cell].dirty_walks += w;
+                if multi {
+                    self.core_totals[core].dirty_walks += w;
+                }
+                self.open_walk = None;
+            }
+        }
+    }
 }
 
 /// Cells of one bucket: (category, backing).
@@ -434,6 +465,9 @@ impl RefUnits {
     pub const PAGE: u8 = 1;
     pub const PLACED_PAGE: u8 = 2;
     pub const REGION: u8 = 4;
+    /// The reference is a store (not a sample decision: the previous-page test
+    /// leaves it out).
+    pub const WRITE: u8 = 8;
     /// A reference of a complete stream: in every sample.
     pub const ALL: RefUnits = RefUnits {
         page: 0,
@@ -641,6 +675,7 @@ impl MappingState {
             core_totals: Vec::new(),
             last_cell: 0,
             last_w: 0.0,
+            open_walk: None,
             cells: vec![Weighted::default(); CELLS * if sampled { BUCKETS } else { 1 }],
             result: MappingResult {
                 name: m.name(),
@@ -792,6 +827,14 @@ impl Analyzer {
         self.feed_inner(obj, addr, &RefUnits::ALL, 1.0, 1.0);
     }
 
+    /// [`Analyzer::feed`] of a load (`write` false) or a store.
+    #[inline]
+    pub fn feed_access(&mut self, obj: &ObjectInfo, addr: u64, write: bool) {
+        let mut u = RefUnits::ALL;
+        u.flags |= RefUnits::WRITE * write as u8;
+        self.feed_inner(obj, addr, &u, 1.0, 1.0);
+    }
+
     /// One reference of a sampled stream, with its units and which of them are
     /// in the sample ([`RefUnits`]); the page sample at rate `1 / inv_page`, the
     /// region sample at `1 / inv_region` now. Each mapping counts it in the
@@ -847,8 +890,13 @@ impl Analyzer {
         // the bulk of sequential traffic. (In a sampled stream, the previous
         // *sampled* reference: no sampled key came between, so every estimated
         // distance is 0 as well.)
-        if self.last == (obj.id, k4, u.flags) {
+        let write = u.flags & RefUnits::WRITE != 0;
+        let decisions = u.flags & !RefUnits::WRITE;
+        if self.last == (obj.id, k4, decisions) {
             for m in &mut self.mappings {
+                if write {
+                    m.dirty(k4, self.multi);
+                }
                 if m.last_w > 0.0 {
                     m.cells[m.last_cell].refs += m.last_w;
                     if self.multi {
@@ -858,7 +906,7 @@ impl Analyzer {
             }
             return;
         }
-        self.last = (obj.id, k4, u.flags);
+        self.last = (obj.id, k4, decisions);
         let seg = obj
             .segment
             .and_then(|i| self.static_segments.get(i as usize));
@@ -946,6 +994,14 @@ impl Analyzer {
             }
             if hit_level == self.levels {
                 one.walks = w;
+                if write {
+                    one.dirty_walks = w;
+                    m.open_walk = None;
+                } else {
+                    m.open_walk = Some((k4, cell, w, core));
+                }
+            } else if write {
+                m.dirty(k4, self.multi);
             }
             if fault {
                 // A 1 GB folio is seen whenever its page is referenced at all

@@ -41,6 +41,15 @@ pub struct CostModel {
     pub walk_concurrency: f64,
     #[serde(default = "default_independent_ns_per_walk")]
     pub independent_ns_per_walk: f64,
+    /// How much longer, as a share of a walk and its access in series, the
+    /// access after a walk takes when it dirties its line (a read-modify-write)
+    /// than when it loads: measured by `hugetune calibrate` as the share of its
+    /// time independent loads save on 2 MB pages over the share the same loads
+    /// writing each line back save, less one (docs/model.md §4, "Writes").
+    /// 0: writes cost as loads (the defaults, and calibrations made before it
+    /// was measured).
+    #[serde(default)]
+    pub dirty_ratio: f64,
     /// Where the constants come from.
     pub source: String,
 }
@@ -97,6 +106,7 @@ impl Default for CostModel {
             memory_ns: default_memory_ns(),
             walk_concurrency: default_walk_concurrency(),
             independent_ns_per_walk: default_independent_ns_per_walk(),
+            dirty_ratio: 0.0,
             source: "defaults measured on an AMD EPYC (Zen 5) KVM guest, see docs/model.md".into(),
         }
     }
@@ -195,6 +205,9 @@ impl CostModel {
         }
         if !(self.independent_ns_per_walk.is_finite() && self.independent_ns_per_walk > 0.0) {
             return Err("independent_ns_per_walk must be a positive time".into());
+        }
+        if !(self.dirty_ratio.is_finite() && (0.0..=10.0).contains(&self.dirty_ratio)) {
+            return Err("dirty_ratio must be a share between 0 and 10".into());
         }
         for c in &self.walk_curve {
             if c.is_empty() || c.windows(2).any(|w| w[0].0 >= w[1].0) || c[0].0 <= 0.0 {

@@ -444,6 +444,8 @@ pub fn analysis_result(
                             refs: 0,
                             l1_misses: w,
                             walks: w,
+                            // DAMON sees no stores: read as loads.
+                            dirty_walks: 0,
                             faults,
                             sim_l1_misses: 0,
                             sim_walks: 0,

@@ -167,8 +167,13 @@ pub struct WalkOverlap {
     /// Native time per 4 KB walk, faults taken out (ns).
     pub ns_per_walk: f64,
     /// What one walk (with its share of L2 hits) and the access after it cost
-    /// in series (ns).
+    /// in series (ns), the access's share longer for walks whose line the
+    /// program writes back (`dirty_share` × the cost model's `dirty_ratio`).
     pub serial_ns: f64,
+    /// The share of the all-small mapping's walks whose page the program writes
+    /// before its next walk (0 for a stream without write bits).
+    #[serde(default)]
+    pub dirty_share: f64,
 }
 
 /// The overlap of the all-small mapping's walks in the native run, from the
@@ -185,6 +190,13 @@ pub struct WalkOverlap {
 /// against the time of every core that ran: the native run's wall time times
 /// the cores busy at once ([`AnalysisResult::concurrency`]).
 ///
+/// Writes (docs/model.md §4, "Writes"): an access that dirties its line after
+/// its walk takes longer than a load while the walk costs the same, so a
+/// walking read-modify-write saves a smaller share of its time than a walking
+/// load. `serial_ns` is longer by `dirty_share × dirty_ratio` of itself, which
+/// lowers both the run's own bound below and the chase end of the
+/// interpolation for a program that writes what it walks to.
+///
 /// Whatever the interpolation says, the overlap is at least what the native run
 /// shows: spending `ns_per_walk` per walk where a walk and its access in series
 /// take `serial_ns`, it had `serial_ns / ns_per_walk` of them in flight on
@@ -200,8 +212,14 @@ pub fn walk_overlap(result: &AnalysisResult, cost: &CostModel, native_seconds: f
         site_backing: None,
     };
     let t = miss_parts(result.all_small(), cost, &none);
+    let dirty_share = if t.walks > 0 {
+        (t.dirty_walks as f64 / t.walks as f64).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     let serial = if t.walks > 0 {
-        t.translation_ns / t.walks as f64 + cost.memory_ns
+        (t.translation_ns / t.walks as f64 + cost.memory_ns)
+            * (1.0 + dirty_share * cost.dirty_ratio)
     } else {
         0.0
     };
@@ -243,6 +261,7 @@ pub fn walk_overlap(result: &AnalysisResult, cost: &CostModel, native_seconds: f
         factor,
         ns_per_walk: per_walk,
         serial_ns: serial,
+        dirty_share,
     }
 }
 
@@ -250,6 +269,7 @@ pub fn walk_overlap(result: &AnalysisResult, cost: &CostModel, native_seconds: f
 /// series (translation, what the overlap divides), faults.
 struct MissParts {
     walks: u64,
+    dirty_walks: u64,
     translation_ns: f64,
     fault_ns: f64,
 }
@@ -259,6 +279,7 @@ fn miss_parts(m: &MappingResult, cost: &CostModel, v: &Variant) -> MissParts {
     let walk_ns = PageSize::ALL.map(|s| cost.walk(s, entries[s.index()]));
     let mut p = MissParts {
         walks: 0,
+        dirty_walks: 0,
         translation_ns: 0.0,
         fault_ns: 0.0,
     };
@@ -266,6 +287,7 @@ fn miss_parts(m: &MappingResult, cost: &CostModel, v: &Variant) -> MissParts {
         let s = &x.stats;
         let leaf = x.backing.leaf();
         p.walks += s.walks;
+        p.dirty_walks += s.dirty_walks;
         p.translation_ns += s.l1_misses.saturating_sub(s.walks) as f64 * cost.l2_hit(leaf)
             + s.walks as f64 * walk_ns[leaf.index()];
         p.fault_ns += s.faults as f64 * cost.fault(actual_backing(x.category, x.backing, v));

@@ -24,8 +24,11 @@ use serde::{Deserialize, Serialize};
 /// One record of a reference stream, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamItem {
-    /// A reference to this address.
+    /// A reference to this address (a load, or a store whose stream has no
+    /// write bits).
     Ref(u64),
+    /// A store to this address.
+    Write(u64),
     /// Fixed-size sampling lowered the threshold to this value.
     Threshold(u64),
     /// The references that follow are this thread's (its id in the stream;
@@ -231,12 +234,12 @@ type Entry = (u32, u64, RefUnits);
 
 fn feed_batch(a: &mut Analyzer, cat: &Categorizer, batch: &[Entry], s: Sampling, realized: f64) {
     if !a.is_sampled() {
-        for &(id, addr, _) in batch {
+        for &(id, addr, u) in batch {
             if id == CORE_ID {
                 a.set_core(addr as usize);
                 continue;
             }
-            a.feed(cat.object(id), addr);
+            a.feed_access(cat.object(id), addr, u.flags & RefUnits::WRITE != 0);
         }
         return;
     }
@@ -322,8 +325,9 @@ pub fn analyze_stream_sampled(
         // The sampling in force at the batch's start, for the parts.
         let s0 = s;
         for item in items.by_ref() {
-            let addr = match item {
-                StreamItem::Ref(a) => a,
+            let (addr, write) = match item {
+                StreamItem::Ref(a) => (a, false),
+                StreamItem::Write(a) => (a, true),
                 StreamItem::Thread(t) => {
                     let n = seen.len();
                     let i = *seen.entry(t).or_insert(n);
@@ -374,6 +378,10 @@ pub fn analyze_stream_sampled(
                 }
             } else {
                 RefUnits::ALL
+            };
+            let units = RefUnits {
+                flags: units.flags | (RefUnits::WRITE * write as u8),
+                ..units
             };
             d.summary.sampled_refs += 1;
             // Reference counts from the page sample (every reference has a page).

@@ -408,6 +408,8 @@ pub fn analyze(input: &TimeSampledInput<'_>) -> Vec<MappingResult> {
                         refs: (a.refs * scale).round() as u64,
                         l1_misses: (a.l1 * scale).round() as u64,
                         walks: (a.walks * scale).round() as u64,
+                        // The samples carry no stores: read as loads.
+                        dirty_walks: 0,
                         faults: faults[c].round() as u64,
                         sim_l1_misses: 0,
                         sim_walks: 0,

@@ -3,10 +3,11 @@
 //! random loads' (`walk_concurrency`), decides how many walks hide behind each
 //! other, and every walk's cost is divided by it; faults are not.
 
+use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
 use hugetune_model::page::PageSize::{P1g, P2m, P4k};
 use hugetune_model::rank::{self, walk_overlap};
-use hugetune_model::stream::{analyze_stream, present_categories, AnalysisOptions};
+use hugetune_model::stream::{analyze_stream, present_categories, AnalysisOptions, StreamSpec};
 use hugetune_model::tlb::{TlbArray, TlbGeometry, TlbLevel};
 
 fn zen_like() -> TlbGeometry {
@@ -19,15 +20,22 @@ fn zen_like() -> TlbGeometry {
     }
 }
 
-#[test]
-fn overlap_follows_the_native_time_per_walk() {
+/// The synthetic program both tests analyse: its spec and references, the
+/// categories present, one analysis thread.
+fn program() -> (StreamSpec, Vec<u64>, Vec<Category>, AnalysisOptions) {
     let (spec, refs) = hugetune_model::stream::synth::program(600_000, 96 << 20, 3);
-    let g = zen_like();
     let (present, _, _) = present_categories(&spec, refs.iter().copied());
     let opts = AnalysisOptions {
         threads: 1,
         ..Default::default()
     };
+    (spec, refs, present, opts)
+}
+
+#[test]
+fn overlap_follows_the_native_time_per_walk() {
+    let (spec, refs, present, opts) = program();
+    let g = zen_like();
     let (r, _, _) = analyze_stream(&spec, &g, &present, &opts, refs.iter().copied());
     let cost = CostModel::default();
     let walks = r.all_small().total().walks;
@@ -144,4 +152,101 @@ fn overlap_follows_the_native_time_per_walk() {
     }
     .validate()
     .is_err());
+}
+
+/// Writes (docs/model.md §4, "Writes"): a walk whose page the program writes
+/// before its next walk is a dirty walk, also when another reference comes
+/// between the load and the store; the overlap's serial time grows by the
+/// dirty share times the cost model's `dirty_ratio`, and the saving shrinks.
+#[test]
+fn written_walks_are_dirty_and_save_less() {
+    use hugetune_model::stream::{analyze_stream_sampled, StreamItem};
+    let (spec, refs, present, opts) = program();
+    let g = zen_like();
+    let (mbase, mspan) = spec.markers;
+    let marker = |a: u64| a.wrapping_sub(mbase) < mspan;
+    let run = |items: Vec<StreamItem>| {
+        analyze_stream_sampled(&spec, &g, &present, &opts, None, items.into_iter()).0
+    };
+    let loads = run(refs.iter().map(|&a| StreamItem::Ref(a)).collect());
+    // Each load written back at once, then the same with the previous
+    // reference's address read in between.
+    let rmw = run(refs
+        .iter()
+        .flat_map(|&a| {
+            let w = (!marker(a)).then_some(StreamItem::Write(a));
+            std::iter::once(StreamItem::Ref(a)).chain(w)
+        })
+        .collect());
+    let mut prev = None;
+    let mut between = Vec::new();
+    for &a in &refs {
+        between.push(StreamItem::Ref(a));
+        if !marker(a) {
+            if let Some(p) = prev {
+                between.push(StreamItem::Ref(p));
+            }
+            between.push(StreamItem::Write(a));
+            prev = Some(a);
+        }
+    }
+    let between = run(between);
+    let (l, w, b) = (
+        loads.all_small().total(),
+        rmw.all_small().total(),
+        between.all_small().total(),
+    );
+    assert!(l.walks > 10_000, "{l:?}");
+    assert_eq!(l.dirty_walks, 0, "loads dirty nothing: {l:?}");
+    assert_eq!((w.walks, w.dirty_walks), (l.walks, l.walks), "{w:?}");
+    assert_eq!(b.dirty_walks, b.walks, "{b:?}");
+    // Only a store to the walked page counts: a store after every reference
+    // to one stack word dirties no walk but its own page's.
+    let stack = spec.space.stack_ranges[0].0 + 256;
+    let elsewhere = refs
+        .iter()
+        .flat_map(|&a| [StreamItem::Ref(a), StreamItem::Write(stack)])
+        .collect();
+    let e = run(elsewhere).all_small().total();
+    assert!(e.walks >= l.walks && e.dirty_walks <= 1, "{e:?}");
+
+    let mut cost = CostModel {
+        dirty_ratio: 0.5,
+        ..Default::default()
+    };
+    // A native run whose walks overlap: a third of a walk and its access in
+    // series per walk, besides the faults.
+    let slow = walk_overlap(&loads, &cost, 100.0);
+    let fault_s = {
+        let p = rank::predictions(&loads, &cost, 100.0);
+        let base = p
+            .iter()
+            .find(|p| p.base && p.assignments.is_empty())
+            .unwrap();
+        base.miss_time_ns / 1e9 - l.walks as f64 * (slow.serial_ns - cost.memory_ns) / 1e9
+    };
+    let native = fault_s + l.walks as f64 * slow.serial_ns / 3.0 / 1e9;
+    let (ol, ow) = (
+        walk_overlap(&loads, &cost, native),
+        walk_overlap(&rmw, &cost, native),
+    );
+    assert_eq!((ol.dirty_share, ow.dirty_share), (0.0, 1.0));
+    assert!(ol.factor > 1.0 && ow.factor > ol.factor, "{ol:?} {ow:?}");
+    assert!(
+        (ow.serial_ns - 1.5 * ol.serial_ns).abs() < 1e-6,
+        "{ol:?} {ow:?}"
+    );
+    let best = |r, cost: &CostModel| {
+        rank::predictions(r, cost, native)
+            .iter()
+            .map(|p| p.saving_ns)
+            .fold(f64::MIN, f64::max)
+    };
+    let (br, bl) = (best(&rmw, &cost), best(&loads, &cost));
+    assert!(br < bl, "{br} vs {bl}");
+    // Without the calibrated ratio writes cost as loads.
+    cost.dirty_ratio = 0.0;
+    assert_eq!(best(&rmw, &cost), best(&loads, &cost));
+    cost.dirty_ratio = -0.1;
+    assert!(cost.validate().is_err());
 }

@@ -190,6 +190,37 @@ impl ChaseBuf {
         self.x = loads(self.region.base, bits, self.x, steps);
         t.elapsed().as_nanos() as f64 / steps.max(1) as f64
     }
+
+    /// The same loads, each writing its line back (+1 to the node's second
+    /// word, never the chase's link): `warm` untimed, then `steps` timed; ns
+    /// per timed access.
+    fn rmw(&mut self, warm: u64, steps: u64) -> f64 {
+        let bits = (self.region.len as u64 / NODE).max(2).ilog2();
+        self.x = rmw(self.region.base, bits, self.x, warm);
+        let t = Instant::now();
+        self.x = rmw(self.region.base, bits, self.x, steps);
+        t.elapsed().as_nanos() as f64 / steps.max(1) as f64
+    }
+}
+
+/// [`loads`] that write each line back: a read-modify-write of the node's
+/// second word (the first is the chase's link, which stays as built).
+#[inline(never)]
+fn rmw(base: *mut u8, bits: u32, mut x: u64, steps: u64) -> u64 {
+    let bits = bits.clamp(1, 63);
+    for _ in 0..steps {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let node = x >> (64 - bits);
+        // SAFETY: node < 2^bits, at most the mapping's nodes (64 bytes each);
+        // the word at +8 lies within the node, 8-byte aligned, and holds no link.
+        unsafe {
+            let p = base.add((node * NODE) as usize + 8) as *mut u64;
+            std::ptr::write_volatile(p, std::ptr::read_volatile(p).wrapping_add(1));
+        }
+    }
+    x
 }
 
 /// Loads of random nodes whose addresses come from a generator held in
@@ -420,25 +451,28 @@ impl Session<'_> {
         })
     }
 
-    /// The walk overlap's ends (`super::overlap_ends`): the chase and the
-    /// independent loads on the plan's 4 KB and 2 MB buffers, all four
-    /// interleaved in every repetition, in an order rotated each time.
-    /// One round of them (`--spread` pools several): the timings are added to
-    /// `t` (chase A, chase B, loads A, loads B).
-    fn overlap_round(&mut self, pair: &Pair, t: &mut [Vec<f64>; 4]) -> Result<()> {
+    /// The walk overlap's ends (`super::overlap_ends`): the chase, the
+    /// independent loads and the same loads writing back, on the plan's 4 KB
+    /// and 2 MB buffers, all six interleaved in every repetition, in an order
+    /// rotated each time. One round of them (`--spread` pools several): the
+    /// timings are added to `t` (chase A, chase B, loads A, loads B, writes A,
+    /// writes B).
+    fn overlap_round(&mut self, pair: &Pair, t: &mut [Vec<f64>; 6]) -> Result<()> {
         let _pools = reserve(self.lock.as_ref(), &pool_needs(pair))?;
         self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut a = ChaseBuf::build(&pair.a, self.seed)?;
         let mut b = ChaseBuf::copy_of(&pair.b, &a)?;
         let (steps, warm) = (self.o.steps, self.o.steps / 4);
         for r in 0..self.o.reps {
-            for k in 0..4 {
-                let i = (k + r) % 4;
+            for k in 0..6 {
+                let i = (k + r) % 6;
                 let v = match i {
                     0 => a.run(warm, steps),
                     1 => b.run(warm, steps),
                     2 => a.loads(warm, steps),
-                    _ => b.loads(warm, steps),
+                    3 => b.loads(warm, steps),
+                    4 => a.rmw(warm, steps),
+                    _ => b.rmw(warm, steps),
                 };
                 t[i].push(v);
             }
@@ -451,29 +485,30 @@ impl Session<'_> {
     fn overlap(
         &mut self,
         pair: &Pair,
-        t: &[Vec<f64>; 4],
+        t: &[Vec<f64>; 6],
         l2_hit_ns: [f64; 3],
     ) -> Result<OverlapEnds> {
-        let names = [
+        // In `t`'s order: the chase, the loads, the writes, each on A then B.
+        let mut names = vec![
             format!("overlap: {}", pair.a.label()),
             format!("overlap: {}", pair.b.label()),
-            format!(
-                "overlap: independent loads {} on {}",
-                bytes_text(pair.a.bytes()),
-                pair.a.backing.name()
-            ),
-            format!(
-                "overlap: independent loads {} on {}",
-                bytes_text(pair.b.bytes()),
-                pair.b.backing.name()
-            ),
         ];
+        for what in ["independent loads", "independent read-modify-writes"] {
+            for c in [&pair.a, &pair.b] {
+                names.push(format!(
+                    "overlap: {what} {} on {}",
+                    bytes_text(c.bytes()),
+                    c.backing.name()
+                ));
+            }
+        }
         for (name, v) in names.into_iter().zip(t) {
             self.raw.push(measurement(name, "ns/step", v.clone())?);
         }
         overlap_ends(
             (&t[0], &t[1]),
             (&t[2], &t[3]),
+            Some((&t[4], &t[5])),
             fractions(pair.a.leaf, pair.a.pages, &self.o.tlb),
             fractions(pair.b.leaf, pair.b.pages, &self.o.tlb),
             [l2_hit_ns[pair.a.leaf], l2_hit_ns[pair.b.leaf]],
@@ -854,7 +889,7 @@ pub fn calibrate(
     let started = Instant::now();
     let mut pooled: [Vec<Result<PairRun>>; 3] = Default::default();
     let overlap_pair = plan_overlap(o);
-    let mut overlap_t: std::result::Result<[Vec<f64>; 4], String> = Ok(Default::default());
+    let mut overlap_t: std::result::Result<[Vec<f64>; 6], String> = Ok(Default::default());
     let mut overlap_rounds = 0;
     let mut rounds = 0;
     loop {
@@ -1072,7 +1107,16 @@ pub fn calibrate(
             e.independent_ns_per_walk,
             e.memory_ns,
             e.dependent_walk.reps,
-        ) + &overlap_spread,
+        ) + &match &e.rmw_walk {
+            Some(w) => format!(
+                "; the same loads writing each line back save {:.2} ns [{:.2}–{:.2}], a share of their time {:.0} % smaller (docs/model.md §4, \"Writes\")",
+                w.median,
+                w.min,
+                w.max,
+                100.0 * e.dirty_ratio / (1.0 + e.dirty_ratio)
+            ),
+            None => String::new(),
+        } + &overlap_spread,
         Err(why) => format!("walk overlap: not measured (the defaults apply): {why}"),
     };
     drop(pin);

@@ -107,6 +107,17 @@ pub struct OverlapEnds {
     pub independent_walk: Repeated,
     /// Page-table bytes of the footprint (8 per 4 KB page).
     pub pt_bytes: f64,
+    /// The same independent loads writing each line back (read-modify-write):
+    /// their saving per walk on 2 MB pages (None in calibrations made before
+    /// it was measured).
+    #[serde(default)]
+    pub rmw_walk: Option<Repeated>,
+    /// How much less of its time a read-modify-write saves per walk than a
+    /// load: the median over repetitions of (loads' saving / loads' time) over
+    /// (RMW's saving / RMW's time), less one. The cost model's `dirty_ratio`
+    /// (docs/model.md §4, "Writes"); 0 when not measured.
+    #[serde(default)]
+    pub dirty_ratio: f64,
 }
 
 /// The overlap's ends from per-repetition timings (ns per step) of the chase and
@@ -117,16 +128,24 @@ pub struct OverlapEnds {
 /// loads overlap their translations (walks and L2 hits alike): what the chase's
 /// figures charge for them, over what the loads saved, is how many hide behind
 /// each other; the cost model divides the same translation time by it.
+///
+/// `rmw`: the same loads writing each line back, on A and B. The share of its
+/// time a walking access saves is taken for the loads and for them in every
+/// repetition; how much smaller it is for the writes is `dirty_ratio`.
 pub fn overlap_ends(
     chase: (&[f64], &[f64]),
     loads: (&[f64], &[f64]),
+    rmw: Option<(&[f64], &[f64])>,
     a: Fractions,
     b: Fractions,
     l2_hit_ns: [f64; 2],
     pt_bytes: f64,
 ) -> Result<OverlapEnds> {
     let n = chase.0.len();
-    if n == 0 || [chase.1.len(), loads.0.len(), loads.1.len()] != [n; 3] {
+    if n == 0
+        || [chase.1.len(), loads.0.len(), loads.1.len()] != [n; 3]
+        || rmw.is_some_and(|w| [w.0.len(), w.1.len()] != [n; 2])
+    {
         bail!("the overlap needs as many timings of each configuration");
     }
     if a.walk <= 0.0 || b.walk > 0.0 {
@@ -164,6 +183,35 @@ pub fn overlap_ends(
     )?
     .median;
     let loads_per_walk = repeated(&loads.0.iter().map(|t| t / a.walk).collect::<Vec<_>>())?.median;
+    let (rmw_walk, dirty_ratio) = match rmw {
+        None => (None, 0.0),
+        Some(w) => {
+            let saved = repeated(
+                &diffs(w.0, w.1)
+                    .iter()
+                    .map(|d| d / a.walk)
+                    .collect::<Vec<_>>(),
+            )?;
+            // Per repetition: the loads' share saved over the writes'. A
+            // repetition where either saved nothing says nothing.
+            let ratios: Vec<f64> = (0..n)
+                .filter_map(|i| {
+                    let (l, r) = (
+                        (loads.0[i] - loads.1[i]) / loads.0[i],
+                        (w.0[i] - w.1[i]) / w.0[i],
+                    );
+                    (l > 0.0 && r > 0.0 && l.is_finite() && r.is_finite()).then_some(l / r)
+                })
+                .collect();
+            let ratio = if ratios.is_empty() {
+                0.0
+            } else {
+                // Writes that save a larger share than loads: no extra cost.
+                (repeated(&ratios)?.median - 1.0).max(0.0)
+            };
+            (Some(saved), ratio)
+        }
+    };
     Ok(OverlapEnds {
         memory_ns: (chase_per_walk - dependent.median).max(0.0),
         walk_concurrency: (serial / (independent.median * a.walk)).max(1.0),
@@ -171,6 +219,8 @@ pub fn overlap_ends(
         dependent_walk: dependent,
         independent_walk: independent,
         pt_bytes,
+        rmw_walk,
+        dirty_ratio,
     })
 }
 
@@ -327,12 +377,14 @@ impl Calibration {
             if !(ok(o.memory_ns) || o.memory_ns == 0.0)
                 || !(o.walk_concurrency.is_finite() && o.walk_concurrency >= 1.0)
                 || !ok(o.independent_ns_per_walk)
+                || !(o.dirty_ratio.is_finite() && (0.0..=10.0).contains(&o.dirty_ratio))
             {
                 bail!(
-                    "the walk overlap's figures are unusable (memory {} ns, {} walks at once, {} ns per independent walk)",
+                    "the walk overlap's figures are unusable (memory {} ns, {} walks at once, {} ns per independent walk, writes {} more)",
                     o.memory_ns,
                     o.walk_concurrency,
-                    o.independent_ns_per_walk
+                    o.independent_ns_per_walk,
+                    o.dirty_ratio
                 );
             }
         }
@@ -1390,6 +1442,7 @@ mod tests {
         let e = overlap_ends(
             (&five(chase_a), &five(chase_b)),
             (&five(loads_a), &five(loads_b)),
+            None,
             a,
             b,
             l2,
@@ -1404,10 +1457,59 @@ mod tests {
         assert!((e.walk_concurrency - 10.0).abs() < 1e-9, "{e:?}");
         assert!((e.independent_ns_per_walk - 25.0).abs() < 1e-9, "{e:?}");
         assert!((e.memory_ns - 160.0 / a.walk).abs() < 1e-9, "{e:?}");
+        assert_eq!((e.rmw_walk, e.dirty_ratio), (None, 0.0));
+        // The same loads writing back: 4 KB as fast, 2 MB slower, so a smaller
+        // share saved; dirty_ratio is the loads' share over theirs, less one.
+        let rmw_b = loads_a - 0.8 * (loads_a - loads_b);
+        let w = overlap_ends(
+            (&five(chase_a), &five(chase_b)),
+            (&five(loads_a), &five(loads_b)),
+            Some((&five(loads_a), &five(rmw_b))),
+            a,
+            b,
+            l2,
+            524_288.0,
+        )
+        .unwrap();
+        assert!((w.dirty_ratio - 0.25).abs() < 1e-9, "{w:?}");
+        let saved = w.rmw_walk.unwrap().median;
+        assert!(
+            (saved - 0.8 * e.independent_walk.median).abs() < 1e-9,
+            "{w:?}"
+        );
+        assert_eq!(
+            (w.walk_concurrency, w.memory_ns),
+            (e.walk_concurrency, e.memory_ns)
+        );
+        // Writes that save a larger share than loads cost nothing more; uneven
+        // timings of them are refused.
+        let more = loads_a - 1.2 * (loads_a - loads_b);
+        let w = overlap_ends(
+            (&five(chase_a), &five(chase_b)),
+            (&five(loads_a), &five(loads_b)),
+            Some((&five(loads_a), &five(more))),
+            a,
+            b,
+            l2,
+            524_288.0,
+        )
+        .unwrap();
+        assert_eq!(w.dirty_ratio, 0.0);
+        assert!(overlap_ends(
+            (&five(chase_a), &five(chase_b)),
+            (&five(loads_a), &five(loads_b)),
+            Some((&five(loads_a), &[more])),
+            a,
+            b,
+            l2,
+            524_288.0,
+        )
+        .is_err());
         // Loads that save nothing (or a chase within the noise): no figure.
         let err = overlap_ends(
             (&five(chase_a), &five(chase_b)),
             (&five(loads_a), &five(loads_a)),
+            None,
             a,
             b,
             l2,
@@ -1418,6 +1520,7 @@ mod tests {
         assert!(overlap_ends(
             (&five(chase_b), &five(chase_b)),
             (&five(loads_a), &five(loads_b)),
+            None,
             a,
             b,
             l2,
@@ -1428,6 +1531,7 @@ mod tests {
         assert!(overlap_ends(
             (&five(1.0), &[1.0]),
             (&five(1.0), &five(1.0)),
+            None,
             a,
             b,
             l2,
@@ -1443,6 +1547,18 @@ mod tests {
             ..e
         });
         assert!(c.validate().is_err());
+        c.overlap = Some(OverlapEnds {
+            dirty_ratio: -0.2,
+            ..e
+        });
+        assert!(c.validate().is_err());
+        // A calibration from before the writes were measured reads as writes
+        // costing what loads do.
+        let mut v = serde_json::to_value(e).unwrap();
+        v.as_object_mut().unwrap().remove("rmw_walk");
+        v.as_object_mut().unwrap().remove("dirty_ratio");
+        let old: OverlapEnds = serde_json::from_value(v).unwrap();
+        assert_eq!((old.rmw_walk, old.dirty_ratio), (None, 0.0));
     }
 
     #[test]

@@ -176,6 +176,7 @@ fn analyze_encoded(
         let mut v = Vec::new();
         while let Some(x) = r.next_event()? {
             v.push(match x {
+                Event::Ref(x) if x.write => StreamItem::Write(x.addr),
                 Event::Ref(x) => StreamItem::Ref(x.addr),
                 Event::Threshold(t) => StreamItem::Threshold(t),
             });

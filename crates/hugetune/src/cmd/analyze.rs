@@ -194,6 +194,13 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
                 ""
             }
         );
+        if o.dirty_share > 0.0 {
+            println!(
+                "writes     {:.0} % of the walks are to a page the program then writes: their access costs {:.0} % more in series (calibrated; docs/model.md §4, \"Writes\")",
+                100.0 * o.dirty_share,
+                100.0 * an.cost.dirty_ratio
+            );
+        }
     }
     // Seed 001 assumes category benefits add up; every combination is computed
     // exactly here, so say how far off that assumption would have been: one

@@ -448,8 +448,8 @@ pub fn analyze_sampled(
         let mut thread = None;
         let mut held = None;
         Ok(std::iter::from_fn(move || {
-            if let Some(a) = held.take() {
-                return Some(StreamItem::Ref(a));
+            if let Some(item) = held.take() {
+                return Some(item);
             }
             match r.next_event() {
                 Ok(Some(Event::Ref(x))) => {
@@ -460,12 +460,17 @@ pub fn analyze_sampled(
                     } else {
                         done.set(left);
                     }
+                    let item = if x.write {
+                        StreamItem::Write(x.addr)
+                    } else {
+                        StreamItem::Ref(x.addr)
+                    };
                     if thread != Some(x.thread) {
                         thread = Some(x.thread);
-                        held = Some(x.addr);
+                        held = Some(item);
                         return Some(StreamItem::Thread(x.thread));
                     }
-                    Some(StreamItem::Ref(x.addr))
+                    Some(item)
                 }
                 Ok(Some(Event::Threshold(t))) => Some(StreamItem::Threshold(t)),
                 Ok(None) => {
@@ -485,7 +490,7 @@ pub fn analyze_sampled(
     };
     fn addrs(it: impl Iterator<Item = StreamItem>) -> impl Iterator<Item = u64> {
         it.filter_map(|i| match i {
-            StreamItem::Ref(a) => Some(a),
+            StreamItem::Ref(a) | StreamItem::Write(a) => Some(a),
             StreamItem::Threshold(_) | StreamItem::Thread(_) => None,
         })
     }
@@ -592,8 +597,8 @@ pub fn analyze_sampled(
         }
     };
     let second = items()?.inspect(|i| match *i {
-        StreamItem::Ref(a) if a.wrapping_sub(mbase) >= mspan => mrcs.feed(a),
-        StreamItem::Ref(_) | StreamItem::Thread(_) => {}
+        StreamItem::Ref(a) | StreamItem::Write(a) if a.wrapping_sub(mbase) >= mspan => mrcs.feed(a),
+        StreamItem::Ref(_) | StreamItem::Write(_) | StreamItem::Thread(_) => {}
         StreamItem::Threshold(t) => mrcs.set_threshold(t),
     });
     let (result, mut stream, cat) =
@@ -873,6 +878,7 @@ pub fn cost_from_calibration(c: &Calibration) -> CostModel {
         m.memory_ns = o.memory_ns;
         m.walk_concurrency = o.walk_concurrency;
         m.independent_ns_per_walk = o.independent_ns_per_walk;
+        m.dirty_ratio = o.dirty_ratio;
     }
     m.source = format!("hugetune calibrate, {} ({})", c.created, c.machine);
     m
