@@ -180,27 +180,46 @@ impl ChaseBuf {
         t.elapsed().as_nanos() as f64 / steps.max(1) as f64
     }
 
-    /// Independent random loads over the whole buffer: `warm` untimed, then
-    /// `steps` timed; ns per timed load.
-    fn loads(&mut self, warm: u64, steps: u64) -> f64 {
+    /// Independent random accesses over the whole buffer, loads or (`write`)
+    /// read-modify-writes: `warm` untimed, then `steps` timed; ns per timed
+    /// access.
+    fn independent(&mut self, write: bool, warm: u64, steps: u64) -> f64 {
         // The largest power of two of nodes the mapping holds.
         let bits = (self.region.len as u64 / NODE).max(2).ilog2();
-        self.x = loads(self.region.base, bits, self.x, warm);
+        let run = if write { rmw } else { loads };
+        self.x = run(self.region.base, bits, self.x, warm);
         let t = Instant::now();
-        self.x = loads(self.region.base, bits, self.x, steps);
+        self.x = run(self.region.base, bits, self.x, steps);
         t.elapsed().as_nanos() as f64 / steps.max(1) as f64
     }
+}
 
-    /// The same loads, each writing its line back (+1 to the node's second
-    /// word, never the chase's link): `warm` untimed, then `steps` timed; ns
-    /// per timed access.
-    fn rmw(&mut self, warm: u64, steps: u64) -> f64 {
-        let bits = (self.region.len as u64 / NODE).max(2).ilog2();
-        self.x = rmw(self.region.base, bits, self.x, warm);
-        let t = Instant::now();
-        self.x = rmw(self.region.base, bits, self.x, steps);
-        t.elapsed().as_nanos() as f64 / steps.max(1) as f64
+/// The independent accesses' next node: a 64-bit LCG held in registers, its top
+/// `bits` bits (1..=63) the node. Returns (state, node).
+#[inline(always)]
+fn next_node(x: u64, bits: u32) -> (u64, u64) {
+    let x = x
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    (x, x >> (64 - bits))
+}
+
+/// Loads of random nodes whose addresses come from a generator held in
+/// registers, not from the load before: the core runs as many at once as it
+/// can, and so overlaps their walks. Returns the generator's state.
+#[inline(never)]
+fn loads(base: *mut u8, bits: u32, mut x: u64, steps: u64) -> u64 {
+    let bits = bits.clamp(1, 63);
+    let mut sum = 0u64;
+    for _ in 0..steps {
+        let node;
+        (x, node) = next_node(x, bits);
+        // SAFETY: node < 2^bits, at most the mapping's nodes; 8-byte aligned.
+        let v = unsafe { std::ptr::read_volatile(base.add((node * NODE) as usize) as *const u64) };
+        sum = sum.wrapping_add(v);
     }
+    std::hint::black_box(sum);
+    x
 }
 
 /// [`loads`] that write each line back: a read-modify-write of the node's
@@ -209,10 +228,8 @@ impl ChaseBuf {
 fn rmw(base: *mut u8, bits: u32, mut x: u64, steps: u64) -> u64 {
     let bits = bits.clamp(1, 63);
     for _ in 0..steps {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let node = x >> (64 - bits);
+        let node;
+        (x, node) = next_node(x, bits);
         // SAFETY: node < 2^bits, at most the mapping's nodes (64 bytes each);
         // the word at +8 lies within the node, 8-byte aligned, and holds no link.
         unsafe {
@@ -220,26 +237,6 @@ fn rmw(base: *mut u8, bits: u32, mut x: u64, steps: u64) -> u64 {
             std::ptr::write_volatile(p, std::ptr::read_volatile(p).wrapping_add(1));
         }
     }
-    x
-}
-
-/// Loads of random nodes whose addresses come from a generator held in
-/// registers, not from the load before: the core runs as many at once as it
-/// can, and so overlaps their walks. Returns the generator's state.
-#[inline(never)]
-fn loads(base: *const u8, bits: u32, mut x: u64, steps: u64) -> u64 {
-    let bits = bits.clamp(1, 63);
-    let mut sum = 0u64;
-    for _ in 0..steps {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let node = x >> (64 - bits);
-        // SAFETY: node < 2^bits, at most the mapping's nodes; 8-byte aligned.
-        let v = unsafe { std::ptr::read_volatile(base.add((node * NODE) as usize) as *const u64) };
-        sum = sum.wrapping_add(v);
-    }
-    std::hint::black_box(sum);
     x
 }
 
@@ -469,10 +466,10 @@ impl Session<'_> {
                 let v = match i {
                     0 => a.run(warm, steps),
                     1 => b.run(warm, steps),
-                    2 => a.loads(warm, steps),
-                    3 => b.loads(warm, steps),
-                    4 => a.rmw(warm, steps),
-                    _ => b.rmw(warm, steps),
+                    2 => a.independent(false, warm, steps),
+                    3 => b.independent(false, warm, steps),
+                    4 => a.independent(true, warm, steps),
+                    _ => b.independent(true, warm, steps),
                 };
                 t[i].push(v);
             }
