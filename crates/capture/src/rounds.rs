@@ -12,7 +12,7 @@
 //! least `min` and at most `max` timed rounds.
 
 use anyhow::Result;
-use hugetune_host::machine;
+use hugetune_host::machine::{self, warm_memory};
 
 /// How the rounds go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,42 +83,6 @@ pub fn order(n: usize, round: usize, rotate: bool) -> Vec<usize> {
 pub fn footprint_bytes(minor_faults: u64) -> u64 {
     let cap = machine::mem_available_kb().unwrap_or(0) * 1024 / 2;
     (minor_faults * 4096 * 5 / 4).min(cap)
-}
-
-/// Touches and frees `bytes` of anonymous memory (untimed, before a timed run;
-/// at most half of what is available: warming must not push anything out). On a
-/// VM that hands free memory back to its host (free page reporting), a process
-/// that happens to get memory the host took back pays for it on first touch,
-/// several times the fault cost (docs/model.md §4), and which run gets such
-/// memory is chance. Freed just before the run, this memory is what the kernel
-/// hands out next, so every configuration starts on memory the host backs.
-pub fn warm_memory(bytes: u64) {
-    let bytes = bytes.min(machine::mem_available_kb().unwrap_or(0) * 1024 / 2);
-    if bytes == 0 {
-        return;
-    }
-    let len = bytes as usize;
-    // SAFETY: a fresh private anonymous mapping, written only within its length
-    // and unmapped before returning; nothing else refers to it.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return;
-        }
-        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
-        let base = p as *mut u8;
-        for off in (0..len).step_by(4096) {
-            base.add(off).write_volatile(1);
-        }
-        libc::munmap(p, len);
-    }
 }
 
 /// Runs `n` configurations in rounds (module doc): `one` makes a run and keeps

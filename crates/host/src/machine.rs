@@ -1,5 +1,6 @@
 //! What this machine is and what it can give: CPU and TLB geometry, page sizes,
-//! THP/mTHP and hugetlb settings and pools, PMU availability.
+//! THP/mTHP and hugetlb settings and pools, PMU availability; and the untimed
+//! touch-and-free of memory before a timed run (`warm_memory`).
 //!
 //! TLB geometry (docs/tlb.md) comes from, first match wins: an override file
 //! (`--tlb`); cpuid when it agrees with the CPU's published figures (a preset,
@@ -1627,6 +1628,42 @@ fn meminfo_kb(field: &str) -> Option<u64> {
 /// Memory available for new allocations without swapping (`MemAvailable`).
 pub fn mem_available_kb() -> Option<u64> {
     meminfo_kb("MemAvailable")
+}
+
+/// Touches and frees `bytes` of anonymous memory (untimed, before a timed run;
+/// at most half of what is available: warming must not push anything out). On a
+/// VM that hands free memory back to its host (free page reporting), a process
+/// that happens to get memory the host took back pays for it on first touch,
+/// several times the fault cost (docs/model.md §4), and which run gets such
+/// memory is chance. Freed just before the run, this memory is what the kernel
+/// hands out next, so every configuration starts on memory the host backs.
+pub fn warm_memory(bytes: u64) {
+    let bytes = bytes.min(mem_available_kb().unwrap_or(0) * 1024 / 2);
+    if bytes == 0 {
+        return;
+    }
+    let len = bytes as usize;
+    // SAFETY: a fresh private anonymous mapping, written only within its length
+    // and unmapped before returning; nothing else refers to it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return;
+        }
+        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+        let base = p as *mut u8;
+        for off in (0..len).step_by(4096) {
+            base.add(off).write_volatile(1);
+        }
+        libc::munmap(p, len);
+    }
 }
 
 /// Physical memory (`MemTotal`).

@@ -165,6 +165,9 @@ fn quick_calibration_is_complete_and_sane() {
     // --spread: the walk curve's footprints measured in two rounds or more,
     // each figure the median of every round's repetitions.
     assert_eq!(c["spread_s"].as_f64(), Some(5.0));
+    // The 4 KB walks and the overlap on fresh memory, a child process per
+    // repetition (the default; `--same-process` turns it off).
+    assert_eq!(c["fresh_memory"], Value::Bool(true));
     let walk4k = sources
         .iter()
         .filter_map(|s| s.as_str())

@@ -275,6 +275,103 @@ fn chase(base: *const u8, mut at: usize, steps: u64) -> usize {
     std::hint::black_box(at)
 }
 
+/// Runs `f` in a forked child process and returns the figures it returned. The
+/// child does only what a measurement does (maps memory, touches it, loads,
+/// stores, reads the clock), writes its figures or its error to a pipe and
+/// ends with `_exit`, so nothing of this process (buffers, locks, journal) is
+/// dropped twice; it inherits the CPU pinning.
+fn in_child(f: impl FnOnce() -> Result<Vec<f64>>) -> Result<Vec<f64>> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: the child runs `f` and writes to the pipe, then `_exit`s; glibc
+    // keeps malloc usable in a forked child.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: closing our own descriptors.
+        unsafe { (libc::close(fds[0]), libc::close(fds[1])) };
+        bail!("fork: {e}");
+    }
+    if pid == 0 {
+        let out = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(Ok(v)) => {
+                let mut b = vec![b'O'];
+                v.iter().for_each(|x| b.extend(x.to_le_bytes()));
+                b
+            }
+            Ok(Err(e)) => [b"E".as_slice(), format!("{e:#}").as_bytes()].concat(),
+            Err(_) => b"Ethe measuring child panicked".to_vec(),
+        };
+        let mut off = 0;
+        while off < out.len() {
+            // SAFETY: writing our own buffer to our end of the pipe.
+            let n = unsafe { libc::write(fds[1], out[off..].as_ptr().cast(), out.len() - off) };
+            if n <= 0 {
+                break;
+            }
+            off += n as usize;
+        }
+        // SAFETY: ends the child without running anything of the parent's.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: the write end is the child's now; the read end is ours, and the
+    // File closes it.
+    let mut r = unsafe {
+        libc::close(fds[1]);
+        std::fs::File::from_raw_fd(fds[0])
+    };
+    let mut buf = Vec::new();
+    let read = r.read_to_end(&mut buf);
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+    {}
+    read.context("reading the measuring child's figures")?;
+    match buf.split_first() {
+        Some((b'O', rest)) if rest.len() % 8 == 0 => Ok(rest
+            .chunks_exact(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                f64::from_le_bytes(a)
+            })
+            .collect()),
+        Some((b'E', rest)) => bail!("{}", String::from_utf8_lossy(rest)),
+        _ => {
+            bail!("the measuring child process ended without its figures (wait status {status:#x})")
+        }
+    }
+}
+
+/// The largest footprint measured on fresh memory. Beyond it a 4 KB walk's
+/// entries are out of the caches wherever the buffer lands (Intel guest, 2 and
+/// 4 GiB: 200.6 and 184.5 ns fresh, 200.8 and 189.6 ns in one process), and a
+/// child per repetition would cost minutes (the footprint touched twice per
+/// repetition: 220 s for the 4 GiB pair).
+const FRESH_MAX_BYTES: u64 = 1 << 30;
+
+/// One repetition on memory like a measured program's (`Options::fresh_memory`):
+/// the footprint and a quarter touched and freed here, as the measured runs'
+/// rounds do before each run, then a child process maps `c`'s buffer as its
+/// first, copies the template's cycle into it and runs `f` on it.
+fn on_fresh_memory(
+    template: &ChaseBuf,
+    c: &Chase,
+    f: impl FnOnce(&mut ChaseBuf) -> Vec<f64>,
+) -> Result<Vec<f64>> {
+    machine::warm_memory(c.bytes() * 5 / 4);
+    in_child(|| {
+        let mut b = ChaseBuf::copy_of(c, template)?;
+        Ok(f(&mut b))
+    })
+}
+
 /// Keeps the measuring thread on one CPU (TLBs and caches are per core) and puts
 /// the old affinity back when dropped.
 struct Pinned(Option<libc::cpu_set_t>);
@@ -420,6 +517,9 @@ impl Session<'_> {
     fn try_pair(&mut self, pair: &Pair, steps: u64) -> Result<PairRun> {
         let _pools = reserve(self.lock.as_ref(), &pool_needs(pair))?;
         self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        if self.fresh(pair) {
+            return self.fresh_pair(pair, steps);
+        }
         let mut a = ChaseBuf::build(&pair.a, self.seed)?;
         let mut b = if pair.a.layout == ChaseLayout::Nodes && pair.a.bytes() == pair.b.bytes() {
             ChaseBuf::copy_of(&pair.b, &a)?
@@ -439,6 +539,11 @@ impl Session<'_> {
             }
         }
         drop((a, b));
+        self.pair_run(pair, ta, tb)
+    }
+
+    /// A pair's timings recorded, and their differences per repetition.
+    fn pair_run(&mut self, pair: &Pair, ta: Vec<f64>, tb: Vec<f64>) -> Result<PairRun> {
         let diffs = ta.iter().zip(&tb).map(|(x, y)| x - y).collect();
         self.raw.push(measurement(pair.a.label(), "ns/step", ta)?);
         self.raw.push(measurement(pair.b.label(), "ns/step", tb)?);
@@ -446,6 +551,41 @@ impl Session<'_> {
             pair: pair.clone(),
             diffs,
         })
+    }
+
+    /// Whether `pair` is measured on fresh memory: 4 KB walks of a node chase
+    /// against a buffer of the same size (the pairs a fresh copy can serve), up
+    /// to `FRESH_MAX_BYTES`, when the options ask for it.
+    fn fresh(&self, pair: &Pair) -> bool {
+        self.o.fresh_memory
+            && pair.a.bytes() <= FRESH_MAX_BYTES
+            && pair.a.leaf == 0
+            && pair.a.layout == ChaseLayout::Nodes
+            && pair.b.layout == ChaseLayout::Nodes
+            && pair.a.bytes() == pair.b.bytes()
+    }
+
+    /// [`Self::try_pair`] with every repetition of either side on fresh memory
+    /// in its own child process (`on_fresh_memory`), the two sides alternating
+    /// which goes first: each repetition is a new draw of where the buffer
+    /// lands, as each measured run of a program is.
+    fn fresh_pair(&mut self, pair: &Pair, steps: u64) -> Result<PairRun> {
+        let template = ChaseBuf::build(&pair.a, self.seed)?;
+        let warm = steps / 4;
+        let (mut ta, mut tb) = (Vec::new(), Vec::new());
+        for r in 0..self.o.reps {
+            for k in 0..2 {
+                let (side, out) = if (k + r) % 2 == 0 {
+                    (&pair.a, &mut ta)
+                } else {
+                    (&pair.b, &mut tb)
+                };
+                let v = on_fresh_memory(&template, side, |b| vec![b.run(warm, steps)])?;
+                out.push(v.first().copied().context("no figure from the child")?);
+            }
+        }
+        drop(template);
+        self.pair_run(pair, ta, tb)
     }
 
     /// The walk overlap's ends (`super::overlap_ends`): the chase, the
@@ -457,9 +597,39 @@ impl Session<'_> {
     fn overlap_round(&mut self, pair: &Pair, t: &mut [Vec<f64>; 6]) -> Result<()> {
         let _pools = reserve(self.lock.as_ref(), &pool_needs(pair))?;
         self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let (steps, warm) = (self.o.steps, self.o.steps / 4);
+        if self.fresh(pair) {
+            // Per repetition, each side in a child on fresh memory, its three
+            // timings in an order rotated each time.
+            let template = ChaseBuf::build(&pair.a, self.seed)?;
+            for r in 0..self.o.reps {
+                for k in 0..2 {
+                    let side = (k + r) % 2;
+                    let c = if side == 0 { &pair.a } else { &pair.b };
+                    let v = on_fresh_memory(&template, c, |b| {
+                        let mut v = [0.0; 3];
+                        for j in 0..3 {
+                            let i = (j + r) % 3;
+                            v[i] = match i {
+                                0 => b.run(warm, steps),
+                                1 => b.independent(false, warm, steps),
+                                _ => b.independent(true, warm, steps),
+                            };
+                        }
+                        v.to_vec()
+                    })?;
+                    if v.len() != 3 {
+                        bail!("{} figures from the child, not 3", v.len());
+                    }
+                    for (i, x) in v.into_iter().enumerate() {
+                        t[2 * i + side].push(x);
+                    }
+                }
+            }
+            return Ok(());
+        }
         let mut a = ChaseBuf::build(&pair.a, self.seed)?;
         let mut b = ChaseBuf::copy_of(&pair.b, &a)?;
-        let (steps, warm) = (self.o.steps, self.o.steps / 4);
         for r in 0..self.o.reps {
             for k in 0..6 {
                 let i = (k + r) % 6;
@@ -476,6 +646,40 @@ impl Session<'_> {
         }
         drop((a, b));
         Ok(())
+    }
+
+    /// One round of the walk overlap (`overlap_round`), said on the progress
+    /// line; a later round's failure keeps the rounds before it, a first
+    /// round's failure is the overlap's.
+    fn overlap_step(
+        &mut self,
+        pair: &Pair,
+        t: &mut std::result::Result<[Vec<f64>; 6], String>,
+        done: &mut usize,
+        round: usize,
+    ) {
+        let Ok(times) = t else {
+            return;
+        };
+        (self.progress)(&format!(
+            "walk overlap: the chase and independent loads, {} on 4 KB vs {} pages{}",
+            bytes_text(pair.a.bytes()),
+            pair.b.backing.name(),
+            if self.o.spread_s > 0.0 {
+                format!(" (round {round})")
+            } else {
+                String::new()
+            }
+        ));
+        let before = times.clone();
+        match self.overlap_round(pair, times) {
+            Ok(()) => *done += 1,
+            Err(e) if *done > 0 => {
+                *times = before;
+                (self.progress)(&format!("  walk overlap round {round}: {e:#}"));
+            }
+            Err(e) => *t = Err(format!("{e:#}")),
+        }
     }
 
     /// The ends from every round's timings (their raw figures recorded).
@@ -891,6 +1095,7 @@ pub fn calibrate(
     let mut rounds = 0;
     loop {
         rounds += 1;
+        let mut overlap_done = false;
         for (leaf, plan) in planned.iter_mut().enumerate() {
             let Ok((pairs, notes)) = plan else {
                 continue;
@@ -933,28 +1138,20 @@ pub fn calibrate(
                     )),
                     (Some(Err(_)), _) => {}
                 }
+                // The overlap right after the 4 KB pair of its own footprint, on
+                // memory in the same state as that pair's (measured after the
+                // largest footprints, its chase walked at twice the pair's cost).
+                if let Ok(op) = &overlap_pair {
+                    if leaf == 0 && pair.a.bytes() == op.a.bytes() && !overlap_done {
+                        s.overlap_step(op, &mut overlap_t, &mut overlap_rounds, rounds);
+                        overlap_done = true;
+                    }
+                }
             }
         }
-        if let (Ok(pair), Ok(t)) = (&overlap_pair, &mut overlap_t) {
-            (s.progress)(&format!(
-                "walk overlap: the chase and independent loads, {} on 4 KB vs {} pages{}",
-                bytes_text(pair.a.bytes()),
-                pair.b.backing.name(),
-                if o.spread_s > 0.0 {
-                    format!(" (round {rounds})")
-                } else {
-                    String::new()
-                }
-            ));
-            let before = t.clone();
-            match s.overlap_round(pair, t) {
-                Ok(()) => overlap_rounds += 1,
-                // A later round's failure keeps the rounds before it.
-                Err(e) if overlap_rounds > 0 => {
-                    *t = before;
-                    (s.progress)(&format!("  walk overlap round {rounds}: {e:#}"));
-                }
-                Err(e) => overlap_t = Err(format!("{e:#}")),
+        if !overlap_done {
+            if let Ok(pair) = &overlap_pair {
+                s.overlap_step(pair, &mut overlap_t, &mut overlap_rounds, rounds);
             }
         }
         // A spread means two rounds at least, however long the first took.
@@ -1154,6 +1351,7 @@ pub fn calibrate(
         raw: s.raw,
         overlap: overlap.ok(),
         spread_s: o.spread_s,
+        fresh_memory: o.fresh_memory,
     };
     cal.validate()
         .context("the measured figures are unusable")?;
@@ -1179,6 +1377,88 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         assert!(cpu_ticks().unwrap().2 > 0);
+    }
+
+    #[test]
+    fn a_child_returns_its_figures_or_says_why_not() {
+        assert_eq!(
+            in_child(|| Ok(vec![1.5, -2.0, 0.0])).unwrap(),
+            [1.5, -2.0, 0.0]
+        );
+        assert_eq!(in_child(|| Ok(Vec::new())).unwrap(), Vec::<f64>::new());
+        let e = in_child(|| bail!("mapping 256 MiB: out of memory")).unwrap_err();
+        assert_eq!(format!("{e:#}"), "mapping 256 MiB: out of memory");
+        let e = in_child(|| panic!("boom")).unwrap_err();
+        assert!(format!("{e:#}").contains("panicked"), "{e:#}");
+        // A child that ends without a word (killed, or exiting on its own).
+        // SAFETY: ends the forked child at once.
+        let e = in_child(|| unsafe { libc::_exit(3) }).unwrap_err();
+        assert!(format!("{e:#}").contains("wait status 0x300"), "{e:#}");
+        // What the child maps stays in the child.
+        let e = in_child(|| {
+            let c = Chase {
+                leaf: 0,
+                backing: BufferBacking::Base4k,
+                pages: 16,
+                layout: ChaseLayout::Nodes,
+            };
+            let mut b = ChaseBuf::build(&c, 7)?;
+            Ok(vec![b.run(100, 1000), b.independent(true, 100, 1000)])
+        })
+        .unwrap();
+        assert!(e.len() == 2 && e.iter().all(|v| *v > 0.0), "{e:?}");
+    }
+
+    #[test]
+    fn fresh_memory_serves_the_4k_node_pairs_it_asks_for() {
+        let m = crate::machine::machine(None).unwrap();
+        let mut o = Options::new(true, &m, 64 * GIB);
+        let mut noop = |_: &str| {};
+        let node = |leaf: usize, backing, pages| Chase {
+            leaf,
+            backing,
+            pages,
+            layout: ChaseLayout::Nodes,
+        };
+        let same = Pair {
+            a: node(0, BufferBacking::Base4k, 65_536),
+            b: node(1, BufferBacking::Thp { kb: 2048 }, 128),
+            fallback: None,
+        };
+        let smaller = Pair {
+            b: node(1, BufferBacking::Thp { kb: 2048 }, 64),
+            ..same.clone()
+        };
+        let two_m = Pair {
+            a: node(1, BufferBacking::Thp { kb: 2048 }, 4096),
+            b: node(1, BufferBacking::Thp { kb: 2048 }, 4096),
+            fallback: None,
+        };
+        let large = Pair {
+            a: node(0, BufferBacking::Base4k, 524_288),
+            b: node(1, BufferBacking::Thp { kb: 2048 }, 1024),
+            fallback: None,
+        };
+        let line = Pair {
+            a: Chase {
+                layout: ChaseLayout::LinePerPage,
+                ..same.a.clone()
+            },
+            ..same.clone()
+        };
+        for fresh in [true, false] {
+            o.fresh_memory = fresh;
+            let s = Session {
+                o: &o,
+                lock: None,
+                raw: Vec::new(),
+                progress: &mut noop,
+                seed: 1,
+            };
+            assert_eq!(s.fresh(&same), fresh);
+            assert!(!s.fresh(&smaller) && !s.fresh(&two_m) && !s.fresh(&line));
+            assert!(!s.fresh(&large), "2 GiB: beyond FRESH_MAX_BYTES");
+        }
     }
 
     /// Exercises the multi-size THP path, which runs only where such a size is

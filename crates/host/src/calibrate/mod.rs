@@ -86,6 +86,11 @@ pub struct Calibration {
     /// one round, as in calibrations made before it existed).
     #[serde(default)]
     pub spread_s: f64,
+    /// Whether the 4 KB walks and the overlap were measured on fresh memory,
+    /// one child process per repetition (`Options::fresh_memory`; false in
+    /// calibrations made before it existed, and with `--same-process`).
+    #[serde(default)]
+    pub fresh_memory: bool,
 }
 
 /// The two ends the walk overlap is interpolated between, measured over one
@@ -776,6 +781,14 @@ pub struct Options {
     /// wanders (two states minutes apart under KVM here, docs/calibrate.md) is
     /// then met in each of them.
     pub spread_s: f64,
+    /// Measure the 4 KB walk curve's pairs and the walk overlap on memory like
+    /// a measured program's: every repetition of either side in a child
+    /// process of its own, which maps its buffer first, after the footprint was
+    /// touched and freed as the measured runs' rounds do (docs/calibrate.md,
+    /// "Fresh memory"). Where a 4 KB buffer lands decides its walk cost on a
+    /// KVM guest (50-200 ns at 256 MiB here); one buffer per pair is one draw
+    /// of it, each repetition on a fresh buffer samples it as the runs do.
+    pub fresh_memory: bool,
 }
 
 impl Options {
@@ -811,6 +824,7 @@ impl Options {
             root: unsafe { libc::geteuid() } == 0,
             hypervisor: m.cpu.hypervisor.clone(),
             spread_s: 0.0,
+            fresh_memory: true,
         }
     }
 
@@ -1172,6 +1186,7 @@ mod tests {
             root: true,
             hypervisor: Some("KVM".into()),
             spread_s: 0.0,
+            fresh_memory: true,
         }
     }
 
@@ -1596,6 +1611,7 @@ mod tests {
             raw: Vec::new(),
             overlap: None,
             spread_s: 0.0,
+            fresh_memory: false,
         }
     }
 

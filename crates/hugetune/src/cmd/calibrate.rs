@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Fewer points, steps and passes (about 30 s; for tests and CI)
+    /// Fewer points, steps and passes (1-1.5 min; for tests and CI)
     #[arg(long)]
     quick: bool,
     /// Print the calibration as JSON (the form stored in the database)
@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(short, long = "output", alias = "out", value_name = "FILE")]
     out: Option<PathBuf>,
     /// Print this machine's stored calibration instead of measuring
-    #[arg(long, conflicts_with_all = ["quick", "no_db", "out", "spread"])]
+    #[arg(long, conflicts_with_all = ["quick", "no_db", "out", "spread", "same_process"])]
     show: bool,
     /// Spread the walk curves' repetitions over DURATION (e.g. 5m, 300s):
     /// every footprint measured round after round, figures the medians of all
@@ -31,6 +31,11 @@ pub struct Args {
     /// (docs/calibrate.md, "Spread")
     #[arg(long, value_name = "DURATION", value_parser = super::run::parse_duration)]
     spread: Option<std::time::Duration>,
+    /// Measure the 4 KB walks and the walk overlap in calibrate's own process,
+    /// on one buffer per comparison, instead of on fresh memory in a child
+    /// process per repetition (the default; docs/calibrate.md, "Fresh memory")
+    #[arg(long)]
+    same_process: bool,
 }
 
 const LEAF_TEXT: [&str; 3] = ["4 KB", "2 MB", "1 GB"];
@@ -59,6 +64,7 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     }
     let mut o = calibrate::options(a.quick, &m);
     o.spread_s = a.spread.map_or(0.0, |d| d.as_secs_f64());
+    o.fresh_memory = !a.same_process;
     let c = calibrate::calibrate(&o, calibrate::describe(&m), &mut |msg| {
         eprintln!("calibrate: {msg}")
     })?;
@@ -125,7 +131,7 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
         );
     }
     out += &format!(
-        "measured   {}{}{}\n\n",
+        "measured   {}{}{}{}\n\n",
         c.created,
         if c.quick { " (--quick)" } else { "" },
         if c.spread_s > 0.0 {
@@ -135,6 +141,11 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
             )
         } else {
             String::new()
+        },
+        if c.fresh_memory {
+            ", 4 KB walks on fresh memory (a child process per repetition)"
+        } else {
+            ""
         }
     );
     let figure = |kind: &str, what: &str, x: Option<f64>| {
