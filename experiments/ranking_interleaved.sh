@@ -13,7 +13,8 @@
 # CAL_ARGS: extra arguments of the first calibrate, CAL_ARGS_B of the second (with
 # CAL_ARGS_B and no HUGETUNE_B, the second is this build too): `CAL_ARGS="--spread 4m"
 # CAL_ARGS_B=" "` sets spread calibrations beside plain ones (docs/ranking.md's third
-# window).
+# window); `CAL_ARGS_B="--same-process"` sets calibrations on fresh memory (the
+# default) beside ones in calibrate's own process (docs/ranking.md's fifth window).
 set -eu
 cd "$(dirname "$0")/.."
 H=${HUGETUNE:-target/release/hugetune}
