@@ -1,9 +1,12 @@
 //! The measuring part of calibrate: mapped buffers of each backing, the pointer
 //! chase, CPU pinning, hugetlb pools reserved through `kernel_state`, and the
 //! interleaved session that turns the plans of `super` into figures (the walk
-//! footprints and the overlap in rounds, pooled, when `--spread` asks).
+//! footprints and the overlap in rounds, pooled, when `--spread` asks), with
+//! the 4 KB walks and the overlap on fresh memory in forked children.
 //!
-//! Invariants: every buffer is unmapped on drop; pools change only under the
+//! Invariants: every buffer is unmapped on drop (a child's, by its `_exit`); a
+//! child only measures and reports through its pipe, and is waited for before
+//! its figures are used; pools change only under the
 //! kernel-state lock and are restored, and so is free page reporting, held off
 //! for the whole run as for the runs predictions are checked against; nothing
 //! here decides what a figure means
@@ -350,8 +353,8 @@ fn in_child(f: impl FnOnce() -> Result<Vec<f64>>) -> Result<Vec<f64>> {
 }
 
 /// The largest footprint measured on fresh memory. Beyond it a 4 KB walk's
-/// entries are out of the caches wherever the buffer lands (Intel guest, 2 and
-/// 4 GiB: 200.6 and 184.5 ns fresh, 200.8 and 189.6 ns in one process), and a
+/// entries are out of the caches wherever the buffer lands (AMD EPYC guest, 2
+/// and 4 GiB: 200.6 and 184.5 ns fresh, 200.8 and 189.6 ns in one process), and a
 /// child per repetition would cost minutes (the footprint touched twice per
 /// repetition: 220 s for the 4 GiB pair).
 const FRESH_MAX_BYTES: u64 = 1 << 30;
