@@ -49,12 +49,12 @@ measure() {
 CALS=()
 cal() {
     # shellcheck disable=SC2086 # the arguments split on purpose
-    "$H" --db "$OUT/cal-$1.db" calibrate $CAL_ARGS > "$OUT/cal-$1.txt" 2>&1
+    "$H" --db "$OUT/cal-$1.db" calibrate $CAL_ARGS -o "$OUT/cal-$1.json" > "$OUT/cal-$1.txt" 2>&1
     CALS+=("$1")
     echo "calibration $1 done $(date +%T)"
     if [ -n "$HB" ]; then
         # shellcheck disable=SC2086
-        "$HB" --db "$OUT/cal-$1-b.db" calibrate $CAL_ARGS_B > "$OUT/cal-$1-b.txt" 2>&1
+        "$HB" --db "$OUT/cal-$1-b.db" calibrate $CAL_ARGS_B -o "$OUT/cal-$1-b.json" > "$OUT/cal-$1-b.txt" 2>&1
         CALS+=("$1-b")
         echo "calibration $1-b done $(date +%T)"
     fi

@@ -117,17 +117,31 @@ for line in open(res):
         bc = [x for x in pairs if x[0] == best_c][0]
         rec["pred_speedup_best_complete"] = bc[6]
         rec["meas_speedup_best_complete"] = bc[5]
+    # The best mapping's interval (docs/model.md §4.1): the calibration's
+    # spread with the sampling on top, and the calibration's alone.
+    iv = [i for i in a.get("intervals", []) if i["label"] == best_s]
+    if iv:
+        rec["pred_interval_best"] = [iv[0]["low"], iv[0]["high"]]
+        rec["pred_interval_best_calibration"] = [iv[0]["calibration_low"], iv[0]["calibration_high"]]
     rec["measured"] = os.path.basename(res)
     rec["costs"] = a["cost"]["source"]
     out.write(json.dumps(rec) + "\n"); out.flush()
     summary.append(rec)
-    print(f"{name:28s} sampled {err_s:6.2f} complete {err_c:6.2f} best {best_s} / {best_c} / measured {best_m}  pred {bs[4]:.2f} meas {bs[5]:.2f}", flush=True)
+    within = f" [{iv[0]['low']:.2f}-{iv[0]['high']:.2f}]" if iv else ""
+    print(f"{name:28s} sampled {err_s:6.2f} complete {err_c:6.2f} best {best_s} / {best_c} / measured {best_m}  pred {bs[4]:.2f}{within} meas {bs[5]:.2f}", flush=True)
 if summary:
     ok = sum(1 for r in summary if abs(r["pred_speedup_best"] / r["meas_speedup_best"] - 1) <= 0.15)
     g = lambda k: math.exp(sum(math.log(max(r[k], 0.1)) for r in summary) / len(summary))
     same = sum(1 for r in summary if r["best_sampled"] == r["best_complete"])
+    ivs = [r for r in summary if "pred_interval_best" in r]
+    inside = ""
+    if ivs:
+        n_in = sum(1 for r in ivs if r["pred_interval_best"][0] <= r["meas_speedup_best"] <= r["pred_interval_best"][1])
+        widths = sorted(r["pred_interval_best"][1] / r["pred_interval_best"][0] for r in ivs)
+        inside = (f"; measured within the predicted interval: {n_in} of {len(ivs)} "
+                  f"(high/low median {widths[len(widths) // 2]:.2f})")
     print(f"predicted speedup of the best mapping within 15 % of measured: {ok} of {len(summary)} "
-          f"({100 * ok / len(summary):.0f} %); ranking error (geometric mean) sampled {g('sampled_error'):.2f} %, "
+          f"({100 * ok / len(summary):.0f} %){inside}; ranking error (geometric mean) sampled {g('sampled_error'):.2f} %, "
           f"complete {g('complete_error'):.2f} %; best mapping as the complete profile's: {same} of {len(summary)}; "
           f"costs: {summary[0]['costs']}")
     comp = [r for r in summary if r.get("pred_speedup_best_complete")]

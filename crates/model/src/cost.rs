@@ -52,7 +52,30 @@ pub struct CostModel {
     pub dirty_ratio: f64,
     /// Where the constants come from.
     pub source: String,
+    /// How far each calibrated figure ranged over its repetitions (`None`: the
+    /// defaults, or a calibration without spreads): the prediction intervals'
+    /// calibration part (`rank::prediction_intervals`, docs/model.md §4.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Box<CostSpread>>,
 }
+
+/// Each calibrated figure at its fastest (`[0]`) and slowest (`[1]`)
+/// repetition; a figure measured once, or extrapolated, has both ends at its
+/// value. The walk curves have the median curve's working sets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostSpread {
+    pub l2_hit_ns: [[f64; 3]; 2],
+    pub walk_curve: [[Vec<(f64, f64)>; 3]; 2],
+    pub fault_ns: [Vec<(Backing, f64)>; 2],
+    /// The walks hidden behind each other at the two ends of the independent
+    /// loads' saving per walk (the larger saving, the fewer hidden).
+    pub walk_concurrency: [f64; 2],
+}
+
+/// The groups of figures whose ends `CostModel::corners` combines: one kind
+/// of measurement each (a figure's repetitions come from one kind of run, and
+/// figures of one group move together when the host's state does).
+const SPREAD_GROUPS: usize = 6;
 
 /// The reference machine's chase over 256 MiB on 2 MB pages: 161.9 ns per step
 /// (docs/model.md §4, the walk-cost table).
@@ -108,6 +131,7 @@ impl Default for CostModel {
             independent_ns_per_walk: default_independent_ns_per_walk(),
             dirty_ratio: 0.0,
             source: "defaults measured on an AMD EPYC (Zen 5) KVM guest, see docs/model.md".into(),
+            spread: None,
         }
     }
 }
@@ -187,6 +211,61 @@ impl CostModel {
         interpolate(&self.walk_curve[s.index()], (pages.max(1) * 8) as f64)
     }
 
+    /// This model with each group of figures (L2 hits, 4 KB walks, 2 MB and
+    /// 1 GB walks, 4 KB faults, huge faults, the overlap) at end `ends[g]` of
+    /// its spread (0: the fastest repetitions, 1: the slowest), every figure
+    /// of a group at the same end (a group is one kind of measurement, whose
+    /// figures move together when the host's state does). The result has no
+    /// spread of its own; without a spread, the model as it is.
+    fn at_ends(&self, ends: [usize; SPREAD_GROUPS]) -> CostModel {
+        let mut c = CostModel {
+            spread: None,
+            ..self.clone()
+        };
+        let Some(s) = &self.spread else {
+            return c;
+        };
+        for leaf in 0..3 {
+            c.l2_hit_ns[leaf] = s.l2_hit_ns[ends[0]][leaf];
+            let end = ends[if leaf == 0 { 1 } else { 2 }];
+            // The median curve's points, each at its end where the spread has it.
+            c.walk_curve[leaf] = self.walk_curve[leaf]
+                .iter()
+                .map(|&(x, y)| {
+                    let e = s.walk_curve[end][leaf].iter().find(|p| p.0 == x);
+                    (x, e.map_or(y, |p| p.1))
+                })
+                .collect();
+        }
+        c.fault_ns = self
+            .fault_ns
+            .iter()
+            .map(|&(b, v)| {
+                let end = ends[if b == Backing::Base4k { 3 } else { 4 }];
+                let e = s.fault_ns[end].iter().find(|x| x.0 == b);
+                (b, e.map_or(v, |x| x.1))
+            })
+            .collect();
+        c.walk_concurrency = s.walk_concurrency[ends[5]];
+        c
+    }
+
+    /// The cost models at the corners of the spread: every group at either
+    /// end, every combination (64 models, none with a spread of its own).
+    /// Empty without a spread. A prediction's calibration interval is the
+    /// range of its speedup over them: which end of which group lowers a
+    /// saving depends on the mapping (slow 4 KB walks raise a huge mapping's
+    /// saving, slow 2 MB walks lower it, more hidden walks lower both), so
+    /// every corner is tried rather than two.
+    pub fn corners(&self) -> Vec<CostModel> {
+        if self.spread.is_none() {
+            return vec![];
+        }
+        (0..1usize << SPREAD_GROUPS)
+            .map(|bits| self.at_ends(std::array::from_fn(|g| (bits >> g) & 1)))
+            .collect()
+    }
+
     /// Checks that every constant is finite and non-negative and the curves sorted.
     pub fn validate(&self) -> Result<(), String> {
         let curves = self.walk_curve.iter().flatten().flat_map(|&(x, y)| [x, y]);
@@ -216,6 +295,10 @@ impl CostModel {
                         .into(),
                 );
             }
+        }
+        for c in self.corners() {
+            c.validate()
+                .map_err(|e| format!("the calibration's spread: {e}"))?;
         }
         Ok(())
     }
@@ -252,6 +335,62 @@ mod tests {
             "{f64k} {f1m}"
         );
         assert_eq!(c.fault(Backing::Hugetlb1g), 92_000.0 * 512.0);
+    }
+
+    /// The defaults with every figure given both ends: 4 KB walks and faults
+    /// `f` times cheaper and dearer, the rest likewise by their own factors.
+    fn spread(c: &CostModel) -> CostSpread {
+        let scale = |v: &[(f64, f64)], f: f64| v.iter().map(|&(x, y)| (x, y * f)).collect();
+        let ends = |f: f64| c.walk_curve.clone().map(|v| scale(&v, f));
+        CostSpread {
+            l2_hit_ns: [c.l2_hit_ns.map(|v| v * 0.5), c.l2_hit_ns.map(|v| v * 2.0)],
+            walk_curve: [ends(0.5), ends(2.0)],
+            fault_ns: [0.8, 1.25].map(|f| c.fault_ns.iter().map(|&(b, v)| (b, v * f)).collect()),
+            walk_concurrency: [c.walk_concurrency / 3.0, c.walk_concurrency * 3.0],
+        }
+    }
+
+    #[test]
+    fn the_corners_combine_every_group_at_either_end() {
+        let mut c = CostModel::default();
+        assert!(c.corners().is_empty(), "the defaults have no spread");
+        c.spread = Some(Box::new(spread(&c)));
+        c.validate().unwrap();
+        let corners = c.corners();
+        assert_eq!(corners.len(), 64);
+        assert!(corners
+            .iter()
+            .all(|k| k.spread.is_none() && k.validate().is_ok()));
+        let base = CostModel::default();
+        // Each group takes both of its ends, independently of the others: the
+        // 4 KB walk curve's ends appear with both ends of the 2 MB one, and
+        // the 4 KB fault's with both of the THP fault's.
+        let w = |k: &CostModel| (k.walk(PageSize::P4k, 1 << 18), k.walk(PageSize::P2m, 512));
+        let mut seen: Vec<(f64, f64)> = corners.iter().map(w).collect();
+        seen.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        seen.dedup();
+        let (w4, w2) = w(&base);
+        assert_eq!(
+            seen,
+            vec![
+                (w4 * 0.5, w2 * 0.5),
+                (w4 * 0.5, w2 * 2.0),
+                (w4 * 2.0, w2 * 0.5),
+                (w4 * 2.0, w2 * 2.0)
+            ]
+        );
+        let f = |k: &CostModel| (k.fault(Backing::Base4k), k.fault(Backing::Thp2m));
+        let mut seen: Vec<(f64, f64)> = corners.iter().map(f).collect();
+        seen.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        seen.dedup();
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        assert!(corners
+            .iter()
+            .any(|k| k.walk_concurrency == base.walk_concurrency * 3.0 && k.l2_hit_ns[0] == 1.0));
+        // A spread that is no number is an error of the whole model.
+        let mut bad = c.clone();
+        bad.spread.as_mut().unwrap().walk_concurrency[1] = f64::NAN;
+        assert!(bad.validate().unwrap_err().contains("spread"));
     }
 
     #[test]

@@ -522,20 +522,94 @@ pub fn sampling_errors(
                     .collect()
             };
             let saving_se = se(&pick(&|x| x.saving_ns));
-            let speedup = |saving: f64| {
-                let t = (native_seconds - saving / 1e9).max(native_seconds * 0.01);
-                if native_seconds > 0.0 && t > 0.0 {
-                    native_seconds / t
-                } else {
-                    1.0
-                }
-            };
+            let speedup = |saving: f64| speedup_of(native_seconds, saving);
             PredictionError {
                 saving_se_ns: saving_se,
                 speedup_low: speedup(p.saving_ns - Z90 * saving_se),
                 speedup_high: speedup(p.saving_ns + Z90 * saving_se),
                 walks_se: se(&pick(&|x| x.walks as f64)),
                 faults_se: se(&pick(&|x| x.faults as f64)),
+                label: p.label,
+            }
+        })
+        .collect()
+}
+
+/// The speedup of a run of `native_seconds` that saves `saving_ns`, as
+/// `predictions` computes it (a saving never takes more than 99 % of the run).
+fn speedup_of(native_seconds: f64, saving_ns: f64) -> f64 {
+    let t = (native_seconds - saving_ns / 1e9).max(native_seconds * 0.01);
+    if native_seconds > 0.0 && t > 0.0 {
+        native_seconds / t
+    } else {
+        1.0
+    }
+}
+
+/// How far a prediction's speedup moves with the calibration's spread, and
+/// with the sampling on top of it (docs/model.md §4.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictionInterval {
+    /// The prediction's label.
+    pub label: String,
+    /// The lowest and highest speedup over the cost models at the corners of
+    /// the calibration's spread (`CostModel::corners`), the prediction's own
+    /// speedup included.
+    pub calibration_low: f64,
+    pub calibration_high: f64,
+    /// The same with each corner's saving moved down (up) by the sampling's
+    /// 90 % margin (1.645 standard errors of the saving; 0 for exact counts).
+    pub low: f64,
+    pub high: f64,
+}
+
+/// The interval of every prediction from the calibration's spread (each
+/// figure anywhere between its fastest and its slowest repetition, every
+/// group of figures at either end) and the sampling errors `errors` (by
+/// label, as `sampling_errors` gives them; empty for exact counts). Empty when
+/// the cost model has no spread (the defaults).
+///
+/// On the KVM guests this was built on, the walk cost a calibration measures
+/// moves by up to 1.8× between calibrations minutes apart, and a calibration's
+/// own repetitions range as widely (docs/ranking.md, "A fifth window"): a
+/// point prediction from its medians cannot be better than that. The whole
+/// range is what held the measured speedups (40 of 42 in the sixth window),
+/// where 90 % of draws from within it held 10 of 42 (docs/model.md §4.1).
+pub fn prediction_intervals(
+    result: &AnalysisResult,
+    cost: &CostModel,
+    native_seconds: f64,
+    errors: &[PredictionError],
+) -> Vec<PredictionInterval> {
+    let corners = cost.corners();
+    if corners.is_empty() {
+        return vec![];
+    }
+    let at: Vec<Vec<Prediction>> = corners
+        .iter()
+        .map(|c| predictions(result, c, native_seconds))
+        .collect();
+    predictions(result, cost, native_seconds)
+        .into_iter()
+        .map(|p| {
+            let margin = Z90
+                * errors
+                    .iter()
+                    .find(|e| e.label == p.label)
+                    .map_or(0.0, |e| e.saving_se_ns);
+            let savings: Vec<f64> =
+                std::iter::once(p.saving_ns)
+                    .chain(at.iter().filter_map(|ps| {
+                        ps.iter().find(|x| x.label == p.label).map(|x| x.saving_ns)
+                    }))
+                    .collect();
+            let lo = savings.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = savings.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            PredictionInterval {
+                calibration_low: speedup_of(native_seconds, lo),
+                calibration_high: speedup_of(native_seconds, hi),
+                low: speedup_of(native_seconds, lo - margin),
+                high: speedup_of(native_seconds, hi + margin),
                 label: p.label,
             }
         })

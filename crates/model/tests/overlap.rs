@@ -250,3 +250,101 @@ fn written_walks_are_dirty_and_save_less() {
     cost.dirty_ratio = -0.1;
     assert!(cost.validate().is_err());
 }
+
+/// The prediction intervals (docs/model.md §4.1): without a spread there are
+/// none; a spread of the 4 KB walk cost alone moves each huge mapping's
+/// speedup between what the two ends of that curve predict, a spread of no
+/// width leaves a point, and the sampling's margin widens the interval on
+/// both sides.
+#[test]
+fn intervals_follow_the_calibration_spread_and_the_sampling() {
+    use hugetune_model::cost::CostSpread;
+    use hugetune_model::rank::PredictionError;
+    let (spec, refs, present, opts) = program();
+    let (r, _, _) = analyze_stream(&spec, &zen_like(), &present, &opts, refs.iter().copied());
+    let native = 0.5;
+    let cost = CostModel::default();
+    assert!(rank::prediction_intervals(&r, &cost, native, &[]).is_empty());
+    let point = CostSpread {
+        l2_hit_ns: [cost.l2_hit_ns; 2],
+        walk_curve: [cost.walk_curve.clone(), cost.walk_curve.clone()],
+        fault_ns: [cost.fault_ns.clone(), cost.fault_ns.clone()],
+        walk_concurrency: [cost.walk_concurrency; 2],
+    };
+    let with = |s: &CostSpread| CostModel {
+        spread: Some(Box::new(s.clone())),
+        ..CostModel::default()
+    };
+    let preds = rank::predictions(&r, &cost, native);
+    let best = &preds[0];
+    assert!(!best.base || !best.assignments.is_empty(), "{best:?}");
+    for i in rank::prediction_intervals(&r, &with(&point), native, &[]) {
+        let p = preds.iter().find(|p| p.label == i.label).unwrap();
+        assert_eq!(
+            (i.low, i.calibration_low, i.calibration_high, i.high),
+            (
+                p.predicted_speedup,
+                p.predicted_speedup,
+                p.predicted_speedup,
+                p.predicted_speedup
+            ),
+            "{}",
+            i.label
+        );
+    }
+    // The 4 KB walks between half and twice the median curve.
+    let mut walks = point.clone();
+    let scaled = |f: f64| -> Vec<(f64, f64)> {
+        cost.walk_curve[0]
+            .iter()
+            .map(|&(x, y)| (x, y * f))
+            .collect()
+    };
+    walks.walk_curve[0][0] = scaled(0.5);
+    walks.walk_curve[1][0] = scaled(2.0);
+    let ends: Vec<Vec<rank::Prediction>> = [0.5, 2.0]
+        .iter()
+        .map(|&f| {
+            let mut c = CostModel::default();
+            c.walk_curve[0] = scaled(f);
+            rank::predictions(&r, &c, native)
+        })
+        .collect();
+    let intervals = rank::prediction_intervals(&r, &with(&walks), native, &[]);
+    assert_eq!(intervals.len(), preds.len());
+    let i = intervals.iter().find(|i| i.label == best.label).unwrap();
+    let at = |k: usize| {
+        ends[k]
+            .iter()
+            .find(|p| p.label == best.label)
+            .unwrap()
+            .predicted_speedup
+    };
+    let (lo, hi) = (at(0).min(at(1)), at(0).max(at(1)));
+    assert!(
+        lo < best.predicted_speedup && best.predicted_speedup < hi,
+        "{lo} {} {hi}",
+        best.predicted_speedup
+    );
+    assert!(
+        (i.calibration_low - lo).abs() < 1e-12 && (i.calibration_high - hi).abs() < 1e-12,
+        "{i:?} against {lo}..{hi}"
+    );
+    assert_eq!((i.low, i.high), (i.calibration_low, i.calibration_high));
+    // A sampling error on top: wider on both sides.
+    let e = PredictionError {
+        label: best.label.clone(),
+        saving_se_ns: 0.02 * best.saving_ns,
+        speedup_low: 0.0,
+        speedup_high: 0.0,
+        walks_se: 0.0,
+        faults_se: 0.0,
+    };
+    let j = rank::prediction_intervals(&r, &with(&walks), native, &[e]);
+    let j = j.iter().find(|x| x.label == best.label).unwrap();
+    assert!(j.low < i.low && j.high > i.high, "{j:?} vs {i:?}");
+    assert_eq!(
+        (j.calibration_low, j.calibration_high),
+        (i.calibration_low, i.calibration_high)
+    );
+}

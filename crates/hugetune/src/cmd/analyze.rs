@@ -178,6 +178,17 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
         println!("sampling error (standard errors; 90 % interval of the speedup)");
         println!("{}", error_table(an));
     }
+    if !an.intervals.is_empty() {
+        println!(
+            "interval (speedup with every calibrated figure anywhere between its fastest and slowest repetition{}; docs/model.md §4.1)",
+            if an.errors.is_empty() {
+                ""
+            } else {
+                ", and with the sampling's 90 % on top"
+            }
+        );
+        println!("{}", interval_table(an));
+    }
     println!("costs      {}", an.cost.source);
     let o = hugetune_model::rank::walk_overlap(&an.result, &an.cost, an.meta.native.wall_s);
     if o.ns_per_walk.is_finite() {
@@ -230,6 +241,33 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
             worst.0
         );
     }
+}
+
+/// The intervals from the calibration's spread, one row per prediction in
+/// the predictions' order.
+fn interval_table(an: &stages::Analysis) -> String {
+    use hugetune_render::table;
+    let rows: Vec<Vec<String>> = an
+        .predictions
+        .iter()
+        .filter_map(|p| {
+            let i = an.intervals.iter().find(|i| i.label == p.label)?;
+            let mut row = vec![
+                p.label.clone(),
+                format!("{:.2}x", p.predicted_speedup),
+                format!("{:.2}–{:.2}x", i.calibration_low, i.calibration_high),
+            ];
+            if !an.errors.is_empty() {
+                row.push(format!("{:.2}–{:.2}x", i.low, i.high));
+            }
+            Some(row)
+        })
+        .collect();
+    let mut head = vec!["mapping", "speedup", "calibration"];
+    if !an.errors.is_empty() {
+        head.push("and sampling");
+    }
+    table(&head, &rows)
 }
 
 /// The error bars of a sampled analysis, one row per prediction in the

@@ -11,7 +11,7 @@ use hugetune_format::plan::PlanOptions;
 use hugetune_host::machine;
 use hugetune_model::plan;
 use hugetune_model::plan::{Availability, ProgramTraits};
-use hugetune_model::rank::{Prediction, PredictionError};
+use hugetune_model::rank::{Prediction, PredictionError, PredictionInterval};
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_render::{bytes, secs};
 use hugetune_store::db::NewRun;
@@ -313,15 +313,25 @@ pub fn analysis_refs(
 }
 
 /// The chosen plan's predicted speedup for the command that is measured, with
-/// its 90 % interval from the profile's sampling (docs/model.md §3.1).
+/// its interval: the calibration's spread (docs/model.md §4.1) and the
+/// profile's sampling, 90 % (§3.1), together in `lo`..`hi`, each alone in its
+/// own field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictedSpeedup {
     pub value: f64,
     pub lo: f64,
     pub hi: f64,
-    /// Where the figure comes from: the sampling interval, a complete profile
-    /// (lo = hi = value), and whether it is extrapolated from a training input.
+    /// Where the figure comes from: which intervals `lo`..`hi` holds, a
+    /// complete profile, and whether it is extrapolated from a training input.
     pub basis: String,
+    /// The speedup's range over the calibration's spread alone (`None`: the
+    /// default costs, or no interval for this plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<(f64, f64)>,
+    /// The 90 % interval of the sampling alone (`None`: exact counts, or none
+    /// for this plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<(f64, f64)>,
 }
 
 impl Default for PredictedSpeedup {
@@ -331,6 +341,8 @@ impl Default for PredictedSpeedup {
             lo: 1.0,
             hi: 1.0,
             basis: String::new(),
+            calibration: None,
+            sampling: None,
         }
     }
 }
@@ -351,14 +363,16 @@ pub struct Timings {
     pub total_s: f64,
 }
 
-/// `chosen` as the measured command will see it: the sampling interval where
-/// the profile was sampled (`errors`, by label), a point where the counts are
-/// exact, and said to be an extrapolation where the profile was of another
-/// input (`training`).
+/// `chosen` as the measured command will see it: its interval from the
+/// calibration's spread (`intervals`, by label; none with the default costs)
+/// and from the sampling where the profile was sampled (`errors`, by label;
+/// counts are exact otherwise), said to be an extrapolation where the profile
+/// was of another input (`training`).
 pub fn predicted_speedup(
     chosen: Option<&Prediction>,
     sampled: bool,
     errors: &[PredictionError],
+    intervals: &[PredictionInterval],
     training: Option<&str>,
 ) -> PredictedSpeedup {
     let Some(p) = chosen else {
@@ -368,22 +382,33 @@ pub fn predicted_speedup(
         };
     };
     let value = p.predicted_speedup;
-    let (lo, hi, mut basis) = match errors.iter().find(|e| e.label == p.label) {
-        Some(e) if sampled => (
-            e.speedup_low.min(value),
-            e.speedup_high.max(value),
-            "90 % interval from the profile's sampling".to_string(),
+    let sampling = errors
+        .iter()
+        .find(|e| sampled && e.label == p.label)
+        .map(|e| (e.speedup_low.min(value), e.speedup_high.max(value)));
+    let interval = intervals.iter().find(|i| i.label == p.label);
+    let calibration =
+        interval.map(|i| (i.calibration_low.min(value), i.calibration_high.max(value)));
+    let counts = match (sampled, sampling) {
+        (true, Some(_)) => "the profile's sampling (90 %)",
+        (true, None) => "sampled profile, but no sampling interval for this combined plan",
+        (false, _) => "complete profile: exact counts",
+    };
+    let (lo, hi, mut basis) = match (interval, sampling) {
+        (Some(i), _) => (
+            i.low.min(value),
+            i.high.max(value),
+            format!("interval from the calibration's spread (each figure between its fastest and slowest repetition) and {counts}"),
         ),
-        _ if sampled => (
-            value,
-            value,
-            "sampled profile, but no sampling interval for this combined plan: lo = hi = value"
-                .to_string(),
+        (None, Some((lo, hi))) => (
+            lo,
+            hi,
+            format!("interval from {counts}; default costs, no calibration spread"),
         ),
-        _ => (
+        (None, None) => (
             value,
             value,
-            "complete profile: exact counts, no sampling interval (lo = hi = value)".to_string(),
+            format!("{counts}; no calibration spread (lo = hi = value)"),
         ),
     };
     if let Some(t) = training {
@@ -396,6 +421,8 @@ pub fn predicted_speedup(
         lo,
         hi,
         basis,
+        calibration,
+        sampling,
     }
 }
 
@@ -861,6 +888,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         decision.prediction.as_ref(),
         an.result.sampling.is_some(),
         &an.errors,
+        &an.intervals,
         extrapolated.then_some(training.as_str()),
     );
     if let (Some(f), Some(_)) = (&an.frequency, &decision.prediction) {
@@ -929,7 +957,12 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
 fn predicted_text(p: &PredictedSpeedup) -> String {
     let extrapolated = p.basis.contains("extrapolation");
     let how = if p.hi > p.lo {
-        format!("{:.2}-{:.2}x, 90 % sampling interval", p.lo, p.hi)
+        let what = match (p.calibration, p.sampling) {
+            (Some(_), Some(_)) => "the calibration's spread and 90 % sampling",
+            (Some(_), None) => "the calibration's spread",
+            _ => "90 % sampling interval",
+        };
+        format!("{:.2}-{:.2}x, {what}", p.lo, p.hi)
     } else if p.basis.starts_with(hugetune_model::frequency::BASIS) {
         format!(
             "{}, from lower bounds on walks and faults",
@@ -1143,6 +1176,93 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The predicted speedup for the measured command: the calibration's
+    /// interval with the sampling on top where both exist, each alone where
+    /// only one does, a point for exact counts with the default costs; the
+    /// basis and the verdict's words say which.
+    #[test]
+    fn the_predicted_speedup_carries_the_intervals_it_has() {
+        let p = Prediction {
+            mapping: "heap-large".into(),
+            label: "heap-large:thp".into(),
+            base: false,
+            assignments: vec![],
+            sites: vec![],
+            miss_time_ns: 0.0,
+            saving_ns: 1e8,
+            pmb: 100.0,
+            predicted_seconds: 0.5,
+            predicted_speedup: 1.5,
+            hugetlb_pages: 0,
+            hugetlb_1g_pages: 0,
+            static_pages_1g: (0, 0),
+            thp_pages: 0,
+            walks: 0,
+            faults: 0,
+        };
+        let e = PredictionError {
+            label: p.label.clone(),
+            saving_se_ns: 1e6,
+            speedup_low: 1.45,
+            speedup_high: 1.55,
+            walks_se: 0.0,
+            faults_se: 0.0,
+        };
+        let i = PredictionInterval {
+            label: p.label.clone(),
+            calibration_low: 1.2,
+            calibration_high: 1.9,
+            low: 1.15,
+            high: 2.0,
+        };
+        let both = predicted_speedup(
+            Some(&p),
+            true,
+            std::slice::from_ref(&e),
+            std::slice::from_ref(&i),
+            None,
+        );
+        assert_eq!((both.lo, both.hi), (1.15, 2.0));
+        assert_eq!(both.calibration, Some((1.2, 1.9)));
+        assert_eq!(both.sampling, Some((1.45, 1.55)));
+        assert!(both.basis.contains("calibration's spread") && both.basis.contains("90 %"));
+        assert!(predicted_text(&both)
+            .contains("1.15-2.00x, the calibration's spread and 90 % sampling"));
+        let cal = predicted_speedup(
+            Some(&p),
+            false,
+            &[],
+            std::slice::from_ref(&i),
+            Some("train"),
+        );
+        assert_eq!((cal.lo, cal.hi, cal.sampling), (1.15, 2.0, None));
+        assert!(cal.basis.contains("complete profile") && cal.basis.contains("extrapolation"));
+        assert!(
+            predicted_text(&cal).contains("the calibration's spread;"),
+            "{}",
+            predicted_text(&cal)
+        );
+        let sampled = predicted_speedup(Some(&p), true, &[e], &[], None);
+        assert_eq!(
+            (sampled.lo, sampled.hi, sampled.calibration),
+            (1.45, 1.55, None)
+        );
+        assert!(sampled.basis.contains("default costs"));
+        assert!(predicted_text(&sampled).contains("90 % sampling interval"));
+        let point = predicted_speedup(Some(&p), false, &[], &[], None);
+        assert_eq!((point.lo, point.value, point.hi), (1.5, 1.5, 1.5));
+        assert!(point.basis.starts_with("complete profile"));
+        // Intervals of another mapping are not this one's.
+        let other = PredictionInterval {
+            label: "static:thp".into(),
+            ..i
+        };
+        assert_eq!(
+            predicted_speedup(Some(&p), false, &[], &[other], None).lo,
+            1.5
+        );
+    }
 
     /// The capture starts where the page bound takes a footprint the native
     /// run showed (1 GiB resident: 16 384 of 262 144 pages), at 1 where the

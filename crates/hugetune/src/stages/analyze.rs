@@ -25,7 +25,7 @@ use hugetune_model::cost::CostModel;
 use hugetune_model::mrc::PageSizeMrcs;
 use hugetune_model::page::Backing;
 use hugetune_model::plan::{self, Availability, PlanDecision, Policy, ProgramTraits};
-use hugetune_model::rank::{self, Prediction, PredictionError, Significance};
+use hugetune_model::rank::{self, Prediction, PredictionError, PredictionInterval, Significance};
 use hugetune_model::sampled::{realized_ratio, Sampling, PAGE_SALT, PAGE_SHIFT, REGION_SHIFT};
 use hugetune_model::stream::AnalysisOptions;
 use hugetune_model::stream::{
@@ -59,6 +59,10 @@ pub struct Analysis {
     /// empty when the counts are exact.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<PredictionError>,
+    /// Every prediction's interval from the calibration's spread and the
+    /// sampling (docs/model.md §4.1); empty with the default costs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<PredictionInterval>,
     /// DAMON bundles: the frequency estimate the predictions come from (not a
     /// TLB model; its walks and faults are lower bounds; damon_plan.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,17 +136,23 @@ pub struct SiteSummary {
     pub allocations: u64,
 }
 
-/// Every mapping's prediction and sampling error, per-site mappings named by
-/// their modules (for labels and `site` directives); the errors were computed
-/// under the model's labels, so they are relabelled alike.
+/// Every mapping's prediction, sampling error and interval, per-site mappings
+/// named by their modules (for labels and `site` directives); the errors and
+/// intervals were computed under the model's labels, so they are relabelled
+/// alike.
 pub(super) fn named_predictions(
     result: &AnalysisResult,
     cost: &CostModel,
     native_s: f64,
     modules: &[String],
-) -> (Vec<Prediction>, Vec<PredictionError>) {
+) -> (
+    Vec<Prediction>,
+    Vec<PredictionError>,
+    Vec<PredictionInterval>,
+) {
     let mut predictions = rank::predictions(result, cost, native_s);
     let mut errors = rank::sampling_errors(result, cost, native_s);
+    let mut intervals = rank::prediction_intervals(result, cost, native_s, &errors);
     for p in predictions.iter_mut().filter(|p| !p.sites.is_empty()) {
         for s in &mut p.sites {
             s.module = modules
@@ -152,15 +162,17 @@ pub(super) fn named_predictions(
         }
         p.label = rank::site_label(&p.sites);
     }
-    for e in &mut errors {
+    let named = |label: &mut String| {
         if let Some(p) = predictions
             .iter()
-            .find(|p| !p.sites.is_empty() && e.label == unnamed_site_label(p))
+            .find(|p| !p.sites.is_empty() && *label == unnamed_site_label(p))
         {
-            e.label = p.label.clone();
+            *label = p.label.clone();
         }
-    }
-    (predictions, errors)
+    };
+    errors.iter_mut().for_each(|e| named(&mut e.label));
+    intervals.iter_mut().for_each(|i| named(&mut i.label));
+    (predictions, errors, intervals)
 }
 
 pub(super) fn sites(cat: &Categorizer, modules: &[String]) -> Vec<SiteSummary> {
@@ -662,7 +674,8 @@ pub fn analyze_sampled(
         meta.native.wall_s = t;
     }
     let native_s = meta.native.wall_s;
-    let (predictions, errors) = named_predictions(&result, cost, native_s, &inputs.modules);
+    let (predictions, errors, intervals) =
+        named_predictions(&result, cost, native_s, &inputs.modules);
     let significance = rank::significance(&result, native_s);
     let pool = heap_large_pool(&log, inputs.threshold);
     Ok(Analysis {
@@ -683,6 +696,7 @@ pub fn analyze_sampled(
             .map(|(n, v)| (n.to_string(), v))
             .collect(),
         errors,
+        intervals,
     })
 }
 
@@ -796,6 +810,7 @@ pub fn store_analysis_from(
         "sampling": a.result.sampling,
         "cores": a.result.cores,
         "errors": a.errors,
+        "intervals": a.intervals,
         "pool_heap_large": a.pool,
     });
     let directives: Vec<NewDirective> = a
@@ -881,7 +896,91 @@ pub fn cost_from_calibration(c: &Calibration) -> CostModel {
         m.dirty_ratio = o.dirty_ratio;
     }
     m.source = format!("hugetune calibrate, {} ({})", c.created, c.machine);
+    m.spread = cost_spread(c, &m).map(Box::new);
     m
+}
+
+/// A walk concurrency that leaves no translation cost to see: the far end of
+/// the overlap's spread where a repetition of the independent loads saved
+/// nothing on 2 MB pages.
+const ALL_HIDDEN: f64 = 1e9;
+
+/// The ends of every figure of `c` over its repetitions, on the cost model
+/// `m` made from it (docs/model.md §4.1). A figure without repetitions (one
+/// extrapolated from a smaller page size takes that size's ends; one not
+/// measured, a default) has both ends at its value. `None` when no figure has
+/// a spread (calibrations stored before figures carried one).
+fn cost_spread(c: &Calibration, m: &CostModel) -> Option<hugetune_model::cost::CostSpread> {
+    const LEAF: [&str; 3] = ["4k", "2m", "1g"];
+    // The figure of this kind for leaf `i`, else for the nearest smaller leaf
+    // (what an extrapolated figure copies).
+    let ends = |kind: &str, leaf: usize, pt: Option<f64>| -> Option<[f64; 2]> {
+        (0..=leaf).rev().find_map(|i| {
+            c.figures
+                .iter()
+                .filter(|f| f.kind == kind && f.what == LEAF[i] && f.pt_bytes == pt)
+                .find_map(|f| f.ns)
+                .map(|r| [r.min.max(0.0), r.max.max(0.0)])
+        })
+    };
+    let mut any = false;
+    let mut pick = |e: Option<[f64; 2]>, v: f64, end: usize| match e {
+        Some(e) if e[0] <= v && v <= e[1] => {
+            any |= e[0] < e[1];
+            e[end]
+        }
+        _ => v,
+    };
+    let mut l2_hit_ns = [[0.0; 3]; 2];
+    let mut walk_curve: [[Vec<(f64, f64)>; 3]; 2] = Default::default();
+    let mut fault_ns: [Vec<(Backing, f64)>; 2] = Default::default();
+    for end in 0..2 {
+        for leaf in 0..3 {
+            l2_hit_ns[end][leaf] = pick(ends("l2-hit", leaf, None), m.l2_hit_ns[leaf], end);
+            walk_curve[end][leaf] = m.walk_curve[leaf]
+                .iter()
+                .map(|&(x, y)| (x, pick(ends("walk", leaf, Some(x)), y, end)))
+                .collect();
+        }
+        fault_ns[end] = m
+            .fault_ns
+            .iter()
+            .map(|&(b, v)| {
+                let e = c
+                    .figures
+                    .iter()
+                    .filter(|f| f.kind == "fault" && f.what == b.name())
+                    .find_map(|f| f.ns)
+                    .map(|r| [r.min.max(0.0), r.max]);
+                (b, pick(e, v, end))
+            })
+            .collect();
+    }
+    // More hidden walks where the loads saved less: O scales as the inverse of
+    // their saving per walk (`OverlapEnds`). A repetition that saved nothing
+    // says the walks may hide entirely: that end hides them all.
+    let walk_concurrency = match &c.overlap {
+        Some(o) if o.independent_walk.median > 0.0 => {
+            let r = o.independent_walk;
+            let at = |saved: f64| (m.walk_concurrency * r.median / saved).clamp(1.0, ALL_HIDDEN);
+            any |= r.min < r.max;
+            [
+                at(r.max.max(r.median)),
+                if r.min > 0.0 {
+                    at(r.min.min(r.median))
+                } else {
+                    ALL_HIDDEN
+                },
+            ]
+        }
+        _ => [m.walk_concurrency; 2],
+    };
+    any.then_some(hugetune_model::cost::CostSpread {
+        l2_hit_ns,
+        walk_curve,
+        fault_ns,
+        walk_concurrency,
+    })
 }
 
 pub fn stored_calibration(db: &Db, machine: &Machine) -> Result<Option<Calibration>> {
@@ -1088,6 +1187,81 @@ pub fn learn_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cost model's spread comes from the calibration's figures: each
+    /// curve point, L2-hit and fault cost at its fastest and slowest
+    /// repetition (never below 0), an extrapolated leaf at the ends of the
+    /// one it copies, the overlap's concurrency at the loads' two savings;
+    /// figures without repetitions, and calibrations without any, give none.
+    #[test]
+    fn the_cost_spread_is_each_figure_between_its_repetitions() {
+        let rep = |median: f64, min: f64, max: f64| serde_json::json!({"median": median, "min": min, "max": max, "reps": 9});
+        let fig = |kind: &str, what: &str, pt: Option<f64>, ns: Option<serde_json::Value>| {
+            serde_json::json!({"kind": kind, "what": what, "pt_bytes": pt, "ns": ns,
+                "cold_ns": null, "source": "test"})
+        };
+        let mut cal = serde_json::json!({
+            "l2_hit_ns": [6.0, 28.0, 28.0],
+            "walk_curve": [[[131072.0, 33.0], [524288.0, 128.0]], [[32768.0, 110.0]], [[32768.0, 110.0]]],
+            "fault_ns": [["4k", 3700.0], ["thp-2m", 254000.0]],
+            "sources": [], "machine": "test", "created": "2026-12-07T00:00:00Z",
+            "figures": [
+                fig("l2-hit", "4k", None, Some(rep(6.0, 5.7, 6.2))),
+                fig("l2-hit", "2m", None, Some(rep(28.0, 26.0, 34.0))),
+                fig("l2-hit", "1g", None, None),
+                fig("walk", "4k", Some(131072.0), Some(rep(33.0, -6.0, 52.0))),
+                fig("walk", "4k", Some(524288.0), Some(rep(128.0, 40.0, 152.0))),
+                fig("walk", "2m", Some(32768.0), Some(rep(110.0, 44.0, 157.0))),
+                fig("walk", "1g", None, None),
+                fig("fault", "4k", None, Some(rep(3700.0, 3500.0, 3900.0))),
+                fig("fault", "thp-2m", None, Some(rep(254000.0, 225000.0, 276000.0))),
+            ],
+            "overlap": {"memory_ns": 208.7, "walk_concurrency": 19.6,
+                "independent_ns_per_walk": 30.4, "dependent_walk": rep(190.0, 154.0, 318.0),
+                "independent_walk": rep(9.0, 4.5, 36.0), "pt_bytes": 524288.0}
+        });
+        let c: Calibration = serde_json::from_value(cal.clone()).unwrap();
+        let m = cost_from_calibration(&c);
+        m.validate().unwrap();
+        let s = m.spread.as_deref().expect("a spread");
+        assert_eq!(s.l2_hit_ns, [[5.7, 26.0, 26.0], [6.2, 34.0, 34.0]]);
+        assert_eq!(s.walk_curve[0][0], vec![(131072.0, 0.0), (524288.0, 40.0)]);
+        assert_eq!(
+            s.walk_curve[1][0],
+            vec![(131072.0, 52.0), (524288.0, 152.0)]
+        );
+        assert_eq!(s.walk_curve[0][2], vec![(32768.0, 44.0)]);
+        assert_eq!(s.walk_curve[1][1], vec![(32768.0, 157.0)]);
+        let fault = |end: usize, b: Backing| s.fault_ns[end].iter().find(|x| x.0 == b).unwrap().1;
+        assert_eq!(fault(0, Backing::Base4k), 3500.0);
+        assert_eq!(fault(1, Backing::Thp2m), 276000.0);
+        // A default the calibration did not measure: both ends at its value.
+        assert_eq!(fault(0, Backing::Hugetlb2m), fault(1, Backing::Hugetlb2m));
+        // O = 19.6 at the loads' median saving of 9 ns; 4× that saving hides
+        // 4× fewer, half of it twice as many.
+        assert!(
+            (s.walk_concurrency[0] - 4.9).abs() < 1e-9,
+            "{:?}",
+            s.walk_concurrency
+        );
+        assert!(
+            (s.walk_concurrency[1] - 39.2).abs() < 1e-9,
+            "{:?}",
+            s.walk_concurrency
+        );
+        // A repetition that saved nothing: the far end hides every walk.
+        cal["overlap"]["independent_walk"] = rep(9.0, -1.0, 9.0);
+        let c: Calibration = serde_json::from_value(cal.clone()).unwrap();
+        let m = cost_from_calibration(&c);
+        m.validate().unwrap();
+        let w = m.spread.unwrap().walk_concurrency;
+        assert!((w[0] - 19.6).abs() < 1e-9 && w[1] == ALL_HIDDEN, "{w:?}");
+        // No figure with repetitions: no spread.
+        cal["figures"] = serde_json::json!([]);
+        cal["overlap"] = serde_json::Value::Null;
+        let c: Calibration = serde_json::from_value(cal).unwrap();
+        assert!(cost_from_calibration(&c).spread.is_none());
+    }
 
     /// The bundle's affinity decides the CPUs (counted once each); without
     /// one, this machine's, and the placement says so.

@@ -292,6 +292,7 @@ pub fn analyze_damon(
         program: view.program,
         mrc: vec![],
         errors: vec![],
+        intervals: vec![],
         frequency: Some(f),
     })
 }

@@ -194,7 +194,7 @@ pub fn analyze(
         cores: None,
     };
     let native_s = b.meta.native.wall_s;
-    let (predictions, errors) =
+    let (predictions, errors, intervals) =
         super::analyze::named_predictions(&result, cost, native_s, &inputs.modules);
     let significance = rank::significance(&result, native_s);
     Ok(Analysis {
@@ -210,6 +210,7 @@ pub fn analyze(
         program: inputs.traits(),
         mrc: mrc.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         errors,
+        intervals,
         frequency: None,
     })
 }
