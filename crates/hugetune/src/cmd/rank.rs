@@ -80,6 +80,15 @@ fn null_is_infinite<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Er
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }
 
+/// An interval whose ends may be unbounded (`null` in JSON, as serde_json
+/// writes an infinite f64), read back as infinite ends.
+fn interval_nulls_are_infinite<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<(f64, f64)>, D::Error> {
+    let v = Option::<(Option<f64>, Option<f64>)>::deserialize(d)?;
+    Ok(v.map(|(lo, hi)| (lo.unwrap_or(f64::INFINITY), hi.unwrap_or(f64::INFINITY))))
+}
+
 /// "1.23x", or "∞" for an unbounded speedup.
 fn speedup_text(s: f64) -> String {
     if s.is_finite() {
@@ -99,6 +108,15 @@ pub struct RankedMapping {
     /// writes it as null).
     #[serde(deserialize_with = "null_is_infinite")]
     pub predicted_speedup: f64,
+    /// The prediction's interval (docs/model.md §4.1) as speedups over the
+    /// measured all-small median, like `predicted_speedup`; absent without a
+    /// calibration's spread (the default costs) and in older results.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "interval_nulls_are_infinite"
+    )]
+    pub predicted_interval: Option<(f64, f64)>,
     pub measured_median_s: f64,
     pub measured_min_s: f64,
     pub measured_max_s: f64,
@@ -399,17 +417,19 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     let best_predicted = set.iter().map(|p| p.saving_ns).fold(0.0, f64::max);
     let mut mappings = Vec::new();
     for (i, p) in set.iter().enumerate() {
-        let pred_s = base - p.saving_ns / 1e9;
         let mapping = an.result.mappings.iter().find(|r| r.name == p.mapping);
+        let interval = an.intervals.iter().find(|x| x.label == p.label).map(|x| {
+            (
+                rebased_speedup(x.low, an.meta.native.wall_s, base),
+                rebased_speedup(x.high, an.meta.native.wall_s, base),
+            )
+        });
         mappings.push(RankedMapping {
             label: p.label.clone(),
             predicted_saving_ms: p.saving_ns / 1e6,
             predicted_pmb: pmb(p.saving_ns, best_predicted),
-            predicted_speedup: if pred_s > 0.0 {
-                base / pred_s
-            } else {
-                f64::INFINITY
-            },
+            predicted_speedup: speedup_over(base, p.saving_ns / 1e9),
+            predicted_interval: interval,
             measured_median_s: med[i],
             measured_min_s: times[i].iter().copied().fold(f64::INFINITY, f64::min),
             measured_max_s: times[i].iter().copied().fold(0.0, f64::max),
@@ -458,6 +478,44 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     })
 }
 
+/// The speedup of saving `saving_s` seconds of a `base`-second run; infinite
+/// where the saving is the whole run or more.
+fn speedup_over(base: f64, saving_s: f64) -> f64 {
+    let rest = base - saving_s;
+    if rest > 0.0 {
+        base / rest
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// A speedup the analysis predicted over its own native time `native_s`, taken
+/// over `base` (the measured all-small median) as `predicted_speedup` is: the
+/// same saving in seconds, over the other baseline.
+fn rebased_speedup(speedup: f64, native_s: f64, base: f64) -> f64 {
+    if speedup.is_nan() || speedup <= 0.0 || !native_s.is_finite() {
+        return speedup;
+    }
+    speedup_over(base, native_s * (1.0 - 1.0 / speedup))
+}
+
+/// How many mappings' measured speedups lie within their predicted interval,
+/// of those that have one; all-small, the baseline both are taken over, is
+/// 1.00x on both sides by construction and not counted.
+fn inside_intervals(r: &RankReport) -> (usize, usize) {
+    let with: Vec<_> = r
+        .mappings
+        .iter()
+        .filter(|m| m.label != "all-small")
+        .filter_map(|m| m.predicted_interval.map(|i| (i, m.measured_speedup)))
+        .collect();
+    let inside = with
+        .iter()
+        .filter(|((lo, hi), s)| lo <= s && s <= hi)
+        .count();
+    (inside, with.len())
+}
+
 fn render(r: &RankReport) -> String {
     let rows: Vec<Vec<String>> = r
         .mappings
@@ -475,7 +533,15 @@ fn render(r: &RankReport) -> String {
                 format!("{:.1}", m.predicted_saving_ms),
                 format!("{:.0}%", m.predicted_pmb),
                 format!("{:.0}%{ci}", m.measured_pmb),
-                speedup_text(m.predicted_speedup),
+                match m.predicted_interval {
+                    Some((lo, hi)) => format!(
+                        "{} ({}-{})",
+                        speedup_text(m.predicted_speedup),
+                        speedup_text(lo),
+                        speedup_text(hi)
+                    ),
+                    None => speedup_text(m.predicted_speedup),
+                },
                 format!("{:.2}x", m.measured_speedup),
                 format!(
                     "{:.3} s [{:.3}, {:.3}]",
@@ -494,8 +560,12 @@ fn render(r: &RankReport) -> String {
         .as_ref()
         .map(|u| format!(", 95 % CI {:.1}..{:.1}%", u.error_ci.0, u.error_ci.1))
         .unwrap_or_default();
+    let inside = match inside_intervals(r) {
+        (_, 0) => String::new(),
+        (k, n) => format!("; measured speedup within the predicted interval on {k} of {n}"),
+    };
     format!(
-        "{}\n{}\nranking error {:.1}%{error_ci} (mean |predicted PMB - measured PMB| over {} mappings, {} runs each); best predicted mapping {} the best measured\n",
+        "{}\n{}\nranking error {:.1}%{error_ci} (mean |predicted PMB - measured PMB| over {} mappings, {} runs each); best predicted mapping {} the best measured{inside}\n",
         r.name,
         table(
             &[
@@ -503,7 +573,7 @@ fn render(r: &RankReport) -> String {
                 "predicted saving ms",
                 "PMB pred",
                 "PMB meas [95 % CI]",
-                "speedup pred",
+                "speedup pred (interval)",
                 "speedup meas",
                 "median [min, max]",
                 "huge",
@@ -552,6 +622,7 @@ mod tests {
             predicted_saving_ms: 2400.0,
             predicted_pmb: 100.0,
             predicted_speedup: f64::INFINITY,
+            predicted_interval: None,
             measured_median_s: 1.4,
             measured_min_s: 1.3,
             measured_max_s: 1.5,
@@ -563,6 +634,7 @@ mod tests {
         };
         let j = serde_json::to_string(&m).unwrap();
         assert!(j.contains("\"predicted_speedup\":null"), "{j}");
+        assert!(!j.contains("predicted_interval"), "{j}");
         let back: RankedMapping = serde_json::from_str(&j).unwrap();
         assert!(back.predicted_speedup.is_infinite());
         assert_eq!(speedup_text(back.predicted_speedup), "∞");
@@ -572,6 +644,80 @@ mod tests {
         )
         .unwrap();
         assert_eq!(finite.predicted_speedup, 1.5);
+    }
+
+    /// An interval the analysis gave over its own native time is the same
+    /// saving over the measured baseline; the report counts the mappings
+    /// whose measured speedup lies inside theirs.
+    #[test]
+    fn intervals_are_taken_over_the_measured_baseline() {
+        // 2x over a 1 s native run saves 0.5 s: over a 2 s baseline, 1.33x.
+        assert!((rebased_speedup(2.0, 1.0, 2.0) - 4.0 / 3.0).abs() < 1e-12);
+        // The same baseline: unchanged.
+        assert!((rebased_speedup(1.7, 1.5, 1.5) - 1.7).abs() < 1e-12);
+        // A saving of the whole measured run or more: unbounded.
+        assert!(rebased_speedup(3.0, 3.0, 1.0).is_infinite());
+        // Slower (a speedup below 1) stays slower.
+        assert!(rebased_speedup(0.8, 1.0, 2.0) < 1.0);
+        let row = |label: &str, interval, measured| RankedMapping {
+            label: label.into(),
+            predicted_saving_ms: 0.0,
+            predicted_pmb: 0.0,
+            predicted_speedup: 1.0,
+            predicted_interval: interval,
+            measured_median_s: 1.0,
+            measured_min_s: 1.0,
+            measured_max_s: 1.0,
+            measured_pmb: 0.0,
+            measured_speedup: measured,
+            huge_bytes: 0,
+            walks: 0,
+            sim_walks: None,
+        };
+        let mut r = RankReport {
+            name: "w".into(),
+            command: vec![],
+            runs: 3,
+            refs: 0,
+            significance_passes: true,
+            tlb_misses_per_s: 0.0,
+            faults_per_s: 0.0,
+            mappings: vec![
+                row("all-small", Some((1.0, 1.0)), 1.0),
+                row("a", Some((1.2, 1.6)), 1.5),
+                row("b", Some((1.2, 1.6)), 1.7),
+                row("c", None, 9.0),
+            ],
+            ranking_error: 0.0,
+            uncertainty: None,
+            cpu: None,
+            best_agrees: true,
+            geometry: String::new(),
+            cost_source: String::new(),
+        };
+        // all-small (1.00x inside 1.00x-1.00x by construction) does not count;
+        // a mapping without an interval neither.
+        assert_eq!(inside_intervals(&r), (1, 2));
+        let text = render(&r);
+        assert!(text.contains("1.00x (1.20x-1.60x)"), "{text}");
+        assert!(
+            text.contains("within the predicted interval on 1 of 2"),
+            "{text}"
+        );
+        let j = serde_json::to_string(&r.mappings[1]).unwrap();
+        assert!(j.contains("\"predicted_interval\":[1.2,1.6]"), "{j}");
+        // An unbounded high end (the saving the whole run) round-trips.
+        let mut open = r.mappings[1].clone();
+        open.predicted_interval = Some((1.2, f64::INFINITY));
+        let j = serde_json::to_string(&open).unwrap();
+        assert!(j.contains("\"predicted_interval\":[1.2,null]"), "{j}");
+        let back: RankedMapping = serde_json::from_str(&j).unwrap();
+        assert_eq!(back.predicted_interval, Some((1.2, f64::INFINITY)));
+        // Without intervals (the default costs) the report says nothing of them.
+        r.mappings
+            .iter_mut()
+            .for_each(|m| m.predicted_interval = None);
+        assert!(!render(&r).contains("interval on"));
     }
 
     #[test]
