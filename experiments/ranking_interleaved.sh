@@ -15,6 +15,10 @@
 # CAL_ARGS_B=" "` sets spread calibrations beside plain ones (docs/ranking.md's third
 # window); `CAL_ARGS_B="--same-process"` sets calibrations on fresh memory (the
 # default) beside ones in calibrate's own process (docs/ranking.md's fifth window).
+# TWICE=1 measures both groups a second time after the last calibration
+# (measured-2.jsonl), to see how far the measured speedups themselves repeat, and
+# ends with experiments/interleaved_paired.py: each measurement against the
+# calibration taken just before it (G1: A, G2: B, the second: C) and the twins.
 set -eu
 cd "$(dirname "$0")/.."
 H=${HUGETUNE:-target/release/hugetune}
@@ -40,11 +44,12 @@ for name, cmd in ranking.workloads():
         os.rename(b + ".tmp", b)
 PY
 rm -rf experiments/__pycache__
+MEASURED_AS=measured
 measure() {
     local only=()
     for n in "$@"; do only+=(--only "$n"); done
     python3 experiments/ranking.py --bundles "$BUNDLES" --no-simulate --mthp none --runs 5 --max-runs 5 \
-        --results "$OUT/measured.jsonl" --md "$OUT/measured.md" "${only[@]}"
+        --results "$OUT/$MEASURED_AS.jsonl" --md "$OUT/$MEASURED_AS.md" "${only[@]}"
 }
 CALS=()
 cal() {
@@ -64,7 +69,24 @@ measure $G1
 cal B
 measure $G2
 cal C
+if [ -n "${TWICE:-}" ]; then
+    # Every workload measured again, the same way, into measured-2.jsonl: how
+    # far a measured speedup repeats minutes later bounds how close any
+    # prediction can come (docs/ranking.md, "A seventh window").
+    MEASURED_AS=measured-2
+    measure $G1
+    measure $G2
+    echo "second measurement done $(date +%T)"
+fi
 for c in "${CALS[@]}"; do
     MEASURED="$OUT/measured.jsonl" DB="$OUT/cal-$c.db" RESULTS="$OUT/predicted-$c.jsonl" \
         python3 experiments/ranking_sampled.py | tail -1 | sed "s/^/$c: /"
 done
+if [ -n "${TWICE:-}" ]; then
+    # The second measurement came right after C: its predictions with C, then
+    # every measurement set against the calibration nearest to it in time.
+    MEASURED="$OUT/measured-2.jsonl" DB="$OUT/cal-C.db" RESULTS="$OUT/predicted-C-second.jsonl" \
+        python3 experiments/ranking_sampled.py | tail -1 | sed "s/^/C, second measurement: /"
+    python3 experiments/interleaved_paired.py "$OUT" | tail -2
+fi
+rm -rf experiments/__pycache__
