@@ -143,6 +143,24 @@ fn quick_calibration_is_complete_and_sane() {
             "no source line for {kind}: {sources:?}"
         );
     }
+    // A fault's figure is its first touch and its unmap (a program pays both
+    // within its run); the source gives the unmap's share, part of the whole.
+    let f4k = sources
+        .iter()
+        .filter_map(|s| s.as_str())
+        .find(|s| s.starts_with("fault 4k"))
+        .unwrap();
+    assert!(f4k.contains("first touch and unmap of"), "{f4k}");
+    let unmap_us: f64 = f4k
+        .split("the unmap ")
+        .nth(1)
+        .and_then(|t| t.split(" µs").next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no unmap figure in {f4k}"));
+    assert!(
+        unmap_us > 0.0 && unmap_us * 1e3 < base,
+        "unmap {unmap_us} µs against the whole fault's {base} ns"
+    );
     // The walk overlap's ends: measured (a chase hides nothing behind itself,
     // so the loads' overlap is at least 1) or said why not.
     match &c["overlap"] {

@@ -24,7 +24,8 @@ pub struct CostModel {
     /// in bytes, ns) points sorted by working set; interpolated on a log scale,
     /// flat beyond.
     pub walk_curve: [Vec<(f64, f64)>; 3],
-    /// Time of a first-touch fault per backing. Backings not listed are
+    /// Time of a fault per backing: its first touch and (calibrations since
+    /// stop 41) the unmap of what it mapped, both within a run. Backings not listed are
     /// interpolated by folio size between the listed ones of the same mechanism
     /// (mTHP between 4 KB and THP 2 MB; hugetlb 1 GB scaled from 2 MB by size).
     pub fault_ns: Vec<(Backing, f64)>,
@@ -120,7 +121,9 @@ impl Default for CostModel {
             ],
             // First touch of 1 GiB, memory already backed by the host: 2.0 us per
             // 4 KB fault, 201 us per THP fault (allocation + zeroing), 92 us per
-            // hugetlb fault (zeroing). Memory the host took back costs far more once.
+            // hugetlb fault (zeroing); first touch alone, without the unmap a
+            // calibration adds (docs/model.md §4). Memory the host took back
+            // costs far more once.
             fault_ns: vec![
                 (Backing::Base4k, 2_000.0),
                 (Backing::Thp2m, 201_000.0),

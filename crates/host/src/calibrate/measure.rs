@@ -121,6 +121,10 @@ impl Drop for Region {
     }
 }
 
+/// One backing's fault passes: the plan, the cold pass, the warm passes (touch
+/// and unmap) and the warm passes' unmap alone, ns per fault.
+type FaultPasses = (FaultPlan, Option<f64>, Vec<f64>, Vec<f64>);
+
 /// A chase ready to run: the cycle built in its own mapping.
 struct ChaseBuf {
     region: Region,
@@ -726,8 +730,11 @@ impl Session<'_> {
         )
     }
 
-    /// One pass of a fault configuration: ns per fault.
-    fn touch(&self, p: &FaultPlan) -> Result<f64> {
+    /// One pass of `p`: the first touch of every fault unit and the unmap of
+    /// the mapping, each in ns per fault. A program pays both within its run
+    /// (at `munmap`, `free` or exit), per page (docs/model.md §4, "A fault's
+    /// cost is its page's life").
+    fn touch(&self, p: &FaultPlan) -> Result<(f64, f64)> {
         let unit = p.backing.fault_bytes();
         let faults = (p.bytes / unit).max(1);
         match p.backing {
@@ -757,6 +764,9 @@ impl Session<'_> {
                     unsafe { std::ptr::write_volatile(r.base.add((2 * i * unit) as usize), 1u8) };
                 }
                 let ns = t.elapsed().as_nanos() as f64;
+                let t = Instant::now();
+                drop(r);
+                let unmap = t.elapsed().as_nanos() as f64;
                 if let (Some(b), Some(a)) = (before, crate::procfs::read_u64(&stats)) {
                     if a - b.min(a) < faults {
                         bail!(
@@ -767,7 +777,7 @@ impl Session<'_> {
                         );
                     }
                 }
-                Ok(ns / faults as f64)
+                Ok((ns / faults as f64, unmap / faults as f64))
             }
             _ => {
                 let r = Region::map(faults * unit, p.backing)?;
@@ -778,7 +788,10 @@ impl Session<'_> {
                 }
                 let ns = t.elapsed().as_nanos() as f64;
                 r.verify(faults * unit)?;
-                Ok(ns / faults as f64)
+                let t = Instant::now();
+                drop(r);
+                let unmap = t.elapsed().as_nanos() as f64;
+                Ok((ns / faults as f64, unmap / faults as f64))
             }
         }
     }
@@ -791,7 +804,7 @@ impl Session<'_> {
         // fewer pages, fewer are touched, and none leaves the backing out.
         let mut pools = Vec::new();
         let mut failed: Vec<(BufferBacking, String)> = Vec::new();
-        let mut active: Vec<(FaultPlan, Option<f64>, Vec<f64>)> = Vec::new();
+        let mut active: Vec<FaultPasses> = Vec::new();
         for mut p in plans {
             if let Some(kb) = p.backing.pool_kb() {
                 let want = p.bytes / (kb << 10);
@@ -818,10 +831,10 @@ impl Session<'_> {
                     }
                 }
             }
-            active.push((p, None, Vec::new()));
+            active.push((p, None, Vec::new(), Vec::new()));
         }
         (self.progress)(&format!(
-            "faults: first touch of {} ({} passes)",
+            "faults: first touch and unmap of {} ({} passes)",
             active
                 .iter()
                 .map(|(p, ..)| p.backing.name())
@@ -833,13 +846,16 @@ impl Session<'_> {
             let n = active.len();
             for k in 0..n {
                 let i = (k + pass) % n;
-                let (p, cold, warm) = &mut active[i];
+                let (p, cold, warm, unmaps) = &mut active[i];
                 if p.bytes == 0 {
                     continue;
                 }
                 match self.touch(p) {
-                    Ok(v) if pass == 0 => *cold = Some(v),
-                    Ok(v) => warm.push(v),
+                    Ok((t, u)) if pass == 0 => *cold = Some(t + u),
+                    Ok((t, u)) => {
+                        warm.push(t + u);
+                        unmaps.push(u);
+                    }
                     Err(e) => {
                         failed.push((p.backing, format!("{e:#}")));
                         p.bytes = 0;
@@ -848,7 +864,7 @@ impl Session<'_> {
             }
         }
         drop(pools);
-        for (p, cold, warm) in active {
+        for (p, cold, warm, unmaps) in active {
             if p.bytes == 0 {
                 continue;
             }
@@ -896,10 +912,11 @@ impl Session<'_> {
                 ns: Some(s),
                 cold_ns: cold,
                 source: format!(
-                    "first touch of {} ({how}, {faults} fault{}), median of {} warm passes interleaved with the other backings{host}",
+                    "first touch and unmap of {} ({how}, {faults} fault{}), median of {} warm passes interleaved with the other backings; the unmap {:.3} µs of it{host}",
                     bytes_text(p.bytes),
                     if faults == 1 { "" } else { "s" },
-                    s.reps
+                    s.reps,
+                    hugetune_model::stats::median(&unmaps) / 1e3
                 ),
             });
             fault_ns.push((name, s.median));
@@ -1533,9 +1550,12 @@ mod tests {
                 backing: BufferBacking::Thp { kb },
                 bytes: 16 * MIB,
             };
-            let ns = s.touch(&p).unwrap();
-            eprintln!("thp-{}: {ns:.0} ns per fault", kb_text(kb));
-            assert!(ns > 0.0);
+            let (ns, unmap) = s.touch(&p).unwrap();
+            eprintln!(
+                "thp-{}: {ns:.0} ns per fault, {unmap:.0} ns to unmap",
+                kb_text(kb)
+            );
+            assert!(ns > 0.0 && unmap > 0.0);
         }
     }
 }

@@ -10,8 +10,9 @@
 //!   beyond TLB reach, with pages of that size against the next larger size; the
 //!   difference per step, less the L2-hit difference, divided by the share of steps
 //!   that miss the last-level TLB. Under a hypervisor these are nested (2-D) walks.
-//! - **Fault cost** per backing: first touch of a fresh mapping, ns per fault, after
-//!   a cold pass (memory the host took back is slow once).
+//! - **Fault cost** per backing: first touch and unmap of a fresh mapping, ns per
+//!   fault (a program pays both within its run), after a cold pass (memory the
+//!   host took back is slow once).
 //! - **Walk overlap** (docs/model.md §4, "Overlap"): over one footprint on 4 KB and
 //!   on 2 MB pages, the chase (one walk at a time) and independent random loads
 //!   (as many at once as the core allows); their savings per walk give how many

@@ -239,7 +239,8 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
             ],
         })
         .collect();
-    out += "page fault (first touch of a fresh mapping, warm memory; cold = first pass)\n";
+    out +=
+        "page fault (first touch and unmap of a fresh mapping, warm memory; cold = first pass)\n";
     out += &table(&["backing", "cost", "spread", "cold"], &rows);
     out += "\n\nsources\n";
     for s in &c.sources {
