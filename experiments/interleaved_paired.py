@@ -13,24 +13,15 @@ then the summaries: best mapping's predicted speedup within 15 % of measured, th
 measured speedup inside the predicted interval, and the twin repeatability (the best
 measured mapping of the first measurement: its speedup in the second, within 15 %).
 """
-import json
 import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ranking import load  # noqa: E402 (the results files' reader, by workload name)
+
 G1 = os.environ.get("G1", "randmem-0-heap-large randmem-40-heap-large randmem-80-heap-large "
                     "randmem-20-static chase-heap-large gups-heap-large stream-heap-large").split()
-
-
-def load(path):
-    out = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                d = json.loads(line)
-                out[d["name"]] = d
-    return out
 
 
 def main():
