@@ -143,13 +143,17 @@ fn quick_calibration_is_complete_and_sane() {
             "no source line for {kind}: {sources:?}"
         );
     }
+    // The source line of one figure, by its kind and what.
+    let source = |prefix: &str| {
+        sources
+            .iter()
+            .filter_map(|s| s.as_str())
+            .find(|s| s.starts_with(prefix))
+            .unwrap()
+    };
     // A fault's figure is its first touch and its unmap (a program pays both
     // within its run); the source gives the unmap's share, part of the whole.
-    let f4k = sources
-        .iter()
-        .filter_map(|s| s.as_str())
-        .find(|s| s.starts_with("fault 4k"))
-        .unwrap();
+    let f4k = source("fault 4k");
     assert!(f4k.contains("first touch and unmap of"), "{f4k}");
     let unmap_us: f64 = f4k
         .split("the unmap ")
@@ -187,11 +191,7 @@ fn quick_calibration_is_complete_and_sane() {
     // The 4 KB walks and the overlap on fresh memory, a child process per
     // repetition (the default; `--same-process` turns it off).
     assert_eq!(c["fresh_memory"], Value::Bool(true));
-    let walk4k = sources
-        .iter()
-        .filter_map(|s| s.as_str())
-        .find(|s| s.starts_with("walk 4k"))
-        .unwrap();
+    let walk4k = source("walk 4k");
     assert!(walk4k.contains(" rounds over "), "{walk4k}");
     for f in c["figures"].as_array().unwrap() {
         if f["kind"] == "walk" && f["what"] == "4k" && !f["ns"].is_null() {
