@@ -215,24 +215,6 @@ fn quick_calibration_is_complete_and_sane() {
     assert_eq!(resting_state(), before);
 }
 
-/// Stores `cal` by hand as the calibration of the machine the tool looks up
-/// (this host's id, as `stages::machine_id` registers it).
-fn store_calibration(db: &std::path::Path, cal: &Value) {
-    let m = hugetune_host::machine::machine(None).unwrap();
-    let store = hugetune_store::db::Db::open(db).unwrap();
-    let fp = hugetune_store::identity::host_id();
-    let mid = store
-        .upsert_machine(
-            &fp,
-            &m.hostname,
-            &m.cpu.brand,
-            &m.kernel,
-            &serde_json::json!({}),
-        )
-        .unwrap();
-    store.insert_calibration(mid, cal).unwrap();
-}
-
 /// A calibration whose figures carry their repetitions' spread gives every
 /// prediction of `analyze` an interval (docs/model.md §4.1) that holds its
 /// speedup, and the huge mappings a wide one where the 4 KB walk cost ranges
@@ -267,24 +249,8 @@ fn a_calibrations_spread_gives_each_prediction_an_interval() {
         "heap-large",
     ]);
     assert_eq!(code, 0, "record failed: {err}");
-    let rep = |median: f64, min: f64, max: f64| serde_json::json!({"median": median, "min": min, "max": max, "reps": 9});
-    let fig = |kind: &str, what: &str, pt: Option<f64>, ns: Value| {
-        serde_json::json!({"kind": kind, "what": what, "pt_bytes": pt, "ns": ns,
-            "cold_ns": null, "source": "by hand"})
-    };
-    let mut cal = serde_json::json!({
-        "l2_hit_ns": [2.0, 15.0, 15.0],
-        "walk_curve": [[[16384.0, 20.0], [65536.0, 60.0], [2097152.0, 120.0]], [[4096.0, 15.0]], [[4096.0, 15.0]]],
-        "fault_ns": [["4k", 2000.0], ["thp-2m", 90000.0], ["hugetlb-2m", 90000.0]],
-        "sources": ["by hand"], "machine": "test", "created": "2026-12-07T00:00:00Z",
-        "figures": [
-            fig("walk", "4k", Some(16384.0), rep(20.0, 10.0, 30.0)),
-            fig("walk", "4k", Some(65536.0), rep(60.0, 30.0, 90.0)),
-            fig("walk", "4k", Some(2097152.0), rep(120.0, 60.0, 180.0)),
-            fig("fault", "4k", None, rep(2000.0, 1800.0, 2600.0)),
-        ]
-    });
-    store_calibration(&db, &cal);
+    let mut cal = common::spread_calibration();
+    common::store_calibration(&db, &cal);
     let analyze = |json: bool| {
         let mut args = vec!["analyze", "--no-db", bundle.to_str().unwrap()];
         if json {
@@ -331,7 +297,7 @@ fn a_calibrations_spread_gives_each_prediction_an_interval() {
     // Without spreads: no intervals, and the table is not printed.
     cal["figures"] = serde_json::json!([]);
     cal["created"] = "2026-12-07T01:00:00Z".into();
-    store_calibration(&db, &cal);
+    common::store_calibration(&db, &cal);
     let v: Value = serde_json::from_str(&analyze(true)).unwrap();
     assert!(v.get("intervals").is_none(), "{}", v["intervals"]);
     assert!(!analyze(false).contains("interval (speedup"));
@@ -364,7 +330,7 @@ fn a_stored_calibration_reads_back_and_a_corrupt_one_is_an_error() {
         "machine": "test",
         "created": "2025-01-01T00:00:00Z"
     });
-    store_calibration(&db, &cal);
+    common::store_calibration(&db, &cal);
     let (code, out, err) = run(&["calibrate", "--show", "--json"]);
     assert_eq!(code, 0, "{err}");
     let back: Value = serde_json::from_str(&out).unwrap();
@@ -378,7 +344,7 @@ fn a_stored_calibration_reads_back_and_a_corrupt_one_is_an_error() {
         "walk_curve": [[[131072.0, 7.0]], [[131072.0, 7.0]], [[131072.0, 7.0]]],
         "fault_ns": [], "sources": [], "machine": "x", "created": "x"
     });
-    store_calibration(&db, &bad);
+    common::store_calibration(&db, &bad);
     let (code, _, err) = run(&["calibrate", "--show"]);
     assert_eq!(code, 1);
     assert!(

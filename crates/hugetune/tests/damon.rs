@@ -285,6 +285,46 @@ fn a_damon_bundle_from_the_fake_sysfs_yields_a_plan() {
     };
     assert!(row("heap-large").ends_with("back"), "{out}");
     assert!(row("heap-small").ends_with("leave"), "{out}");
+    // The default costs have no spread: no interval.
+    assert!(!out.contains("interval (speedup"), "{out}");
+
+    // With a calibration whose figures spread, every prediction gets the
+    // calibration's interval over the lower-bound counts, and says so.
+    let cal_db = d.path().join("cal.db");
+    common::store_calibration(&cal_db, &common::spread_calibration());
+    let (code, out, err) = ht(root, &cal_db, &["analyze", bundle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("over the lower-bound counts: the speedup may lie above it"),
+        "{out}"
+    );
+    let (code, out, err) = ht(
+        root,
+        &cal_db,
+        &["analyze", "--json", bundle.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let preds = v["predictions"].as_array().unwrap();
+    let intervals = v["intervals"].as_array().expect("intervals");
+    assert_eq!(intervals.len(), preds.len(), "{v}");
+    let huge = preds
+        .iter()
+        .find(|p| p["label"].as_str().unwrap().starts_with("heap-large:"))
+        .unwrap_or_else(|| panic!("no heap-large mapping: {v}"));
+    let i = intervals
+        .iter()
+        .find(|i| i["label"] == huge["label"])
+        .unwrap();
+    let x = huge["predicted_speedup"].as_f64().unwrap();
+    let f = |k: &str| i[k].as_f64().unwrap();
+    // No sampling on top: the outer ends are the calibration's; the 4 KB
+    // faults that heap-large saves move with their figure.
+    assert_eq!(
+        (f("low"), f("high")),
+        (f("calibration_low"), f("calibration_high"))
+    );
+    assert!(f("low") < x && x < f("high"), "{huge} {i}");
 
     let v = plan_json(root, &db, &cmd);
     let cats = categories(&v["decision"]["assignments"]);
@@ -508,6 +548,8 @@ fn optimize_refs_damon_end_to_end() {
     // only in the initialization, when a loaded machine slows the kdamond.
     let cmd = randmem(60);
     let b = d.path().join("o.htb");
+    // A calibration with spread: the predicted speedup gets an interval.
+    common::store_calibration(&db, &common::spread_calibration());
     let k = FakeKdamond::start(root, has_array, array_hot);
     let (code, out, err) = ht(
         root,
@@ -544,6 +586,18 @@ fn optimize_refs_damon_end_to_end() {
             .unwrap()
             .starts_with("frequency estimate, not a TLB model"),
         "{v}"
+    );
+    // The calibration's interval over the lower bounds, no sampling interval.
+    let ps = &v["predicted_speedup"];
+    let g = |k: &str| ps[k].as_f64().unwrap();
+    assert!(g("lo") < g("value") && g("value") < g("hi"), "{ps}");
+    assert!(
+        ps.get("calibration").is_some() && ps.get("sampling").is_none(),
+        "{ps}"
+    );
+    assert!(
+        ps["basis"].as_str().unwrap().contains("may lie above it"),
+        "{ps}"
     );
     assert_eq!(v["validation"]["baseline_s"].as_array().unwrap().len(), 2);
     // Walks are lower bounds from the frequencies: some with 4 KB pages.

@@ -99,6 +99,12 @@ pub fn print_analysis(an: &stages::Analysis, verbose: bool) {
             f.basis
         );
         println!("{}", super::predictions_table(&an.predictions));
+        if !an.intervals.is_empty() {
+            println!(
+                "interval (speedup with every calibrated figure anywhere between its fastest and slowest repetition, over the lower-bound counts: the speedup may lie above it; docs/model.md §4.1)"
+            );
+            println!("{}", interval_table(an));
+        }
         println!("costs      {}", an.cost.source);
         return;
     }

@@ -363,14 +363,28 @@ pub struct Timings {
     pub total_s: f64,
 }
 
+/// Where a profile's counts come from, which says what their interval is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counts {
+    /// A complete reference stream: exact counts.
+    Exact,
+    /// A sampled stream (spatial or time): counts with a sampling error.
+    Sampled,
+    /// DAMON region access frequencies: lower bounds on walks and faults
+    /// (frequency.rs), no sampling error of their own.
+    Frequency,
+}
+
 /// `chosen` as the measured command will see it: its interval from the
 /// calibration's spread (`intervals`, by label; none with the default costs)
 /// and from the sampling where the profile was sampled (`errors`, by label;
 /// counts are exact otherwise), said to be an extrapolation where the profile
-/// was of another input (`training`).
+/// was of another input (`training`). A frequency estimate's interval is the
+/// calibration's spread over its lower-bound counts, and says so: the speedup
+/// may lie above it.
 pub fn predicted_speedup(
     chosen: Option<&Prediction>,
-    sampled: bool,
+    counts: Counts,
     errors: &[PredictionError],
     intervals: &[PredictionInterval],
     training: Option<&str>,
@@ -384,32 +398,53 @@ pub fn predicted_speedup(
     let value = p.predicted_speedup;
     let sampling = errors
         .iter()
-        .find(|e| sampled && e.label == p.label)
+        .find(|e| counts == Counts::Sampled && e.label == p.label)
         .map(|e| (e.speedup_low.min(value), e.speedup_high.max(value)));
     let interval = intervals.iter().find(|i| i.label == p.label);
     let calibration =
         interval.map(|i| (i.calibration_low.min(value), i.calibration_high.max(value)));
-    let counts = match (sampled, sampling) {
-        (true, Some(_)) => "the profile's sampling (90 %)",
-        (true, None) => "sampled profile, but no sampling interval for this combined plan",
-        (false, _) => "complete profile: exact counts",
-    };
-    let (lo, hi, mut basis) = match (interval, sampling) {
-        (Some(i), _) => (
-            i.low.min(value),
-            i.high.max(value),
-            format!("interval from the calibration's spread (each figure between its fastest and slowest repetition) and {counts}"),
-        ),
-        (None, Some((lo, hi))) => (
-            lo,
-            hi,
-            format!("interval from {counts}; default costs, no calibration spread"),
-        ),
-        (None, None) => (
-            value,
-            value,
-            format!("{counts}; no calibration spread (lo = hi = value)"),
-        ),
+    let (lo, hi, mut basis) = if counts == Counts::Frequency {
+        let head = format!(
+            "{}: DAMON region access frequencies, walks and faults lower bounds",
+            hugetune_model::frequency::BASIS
+        );
+        match calibration {
+            Some((lo, hi)) => (
+                lo,
+                hi,
+                format!("{head}; interval from the calibration's spread (each figure between its fastest and slowest repetition) over those bounds: the speedup may lie above it"),
+            ),
+            None => (
+                value,
+                value,
+                format!("{head}; no calibration spread (lo = hi = value)"),
+            ),
+        }
+    } else {
+        let counts = match (counts, sampling) {
+            (Counts::Sampled, Some(_)) => "the profile's sampling (90 %)",
+            (Counts::Sampled, None) => {
+                "sampled profile, but no sampling interval for this combined plan"
+            }
+            _ => "complete profile: exact counts",
+        };
+        match (interval, sampling) {
+            (Some(i), _) => (
+                i.low.min(value),
+                i.high.max(value),
+                format!("interval from the calibration's spread (each figure between its fastest and slowest repetition) and {counts}"),
+            ),
+            (None, Some((lo, hi))) => (
+                lo,
+                hi,
+                format!("interval from {counts}; default costs, no calibration spread"),
+            ),
+            (None, None) => (
+                value,
+                value,
+                format!("{counts}; no calibration spread (lo = hi = value)"),
+            ),
+        }
     };
     if let Some(t) = training {
         basis += &format!(
@@ -884,24 +919,20 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             .as_ref()
             .is_some_and(|d| Some(d) != o.driver.as_ref());
     let training = stages::display_cmd(&cmds.profile_command);
-    let mut predicted_speedup = predicted_speedup(
+    let counts = if an.frequency.is_some() {
+        Counts::Frequency
+    } else if an.result.sampling.is_some() {
+        Counts::Sampled
+    } else {
+        Counts::Exact
+    };
+    let predicted_speedup = predicted_speedup(
         decision.prediction.as_ref(),
-        an.result.sampling.is_some(),
+        counts,
         &an.errors,
         &an.intervals,
         extrapolated.then_some(training.as_str()),
     );
-    if let (Some(f), Some(_)) = (&an.frequency, &decision.prediction) {
-        predicted_speedup.basis = format!(
-            "{}: DAMON region access frequencies, walks and faults lower bounds, no interval{}",
-            f.basis,
-            if extrapolated {
-                format!("; extrapolation from the profiled input `{training}`")
-            } else {
-                String::new()
-            }
-        );
-    }
     timings.total_s = start.elapsed().as_secs_f64();
     Ok(Report {
         frequency: an.frequency.clone(),
@@ -956,14 +987,22 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
 /// "predicted 1.80x (1.60-2.00x)", or why there is no interval.
 fn predicted_text(p: &PredictedSpeedup) -> String {
     let extrapolated = p.basis.contains("extrapolation");
-    let how = if p.hi > p.lo {
+    let frequency = p.basis.starts_with(hugetune_model::frequency::BASIS);
+    let how = if p.hi > p.lo && frequency {
+        format!(
+            "{:.2}-{:.2}x, the calibration's spread over lower bounds on walks and faults: {}",
+            p.lo,
+            p.hi,
+            hugetune_model::frequency::BASIS
+        )
+    } else if p.hi > p.lo {
         let what = match (p.calibration, p.sampling) {
             (Some(_), Some(_)) => "the calibration's spread and 90 % sampling",
             (Some(_), None) => "the calibration's spread",
             _ => "90 % sampling interval",
         };
         format!("{:.2}-{:.2}x, {what}", p.lo, p.hi)
-    } else if p.basis.starts_with(hugetune_model::frequency::BASIS) {
+    } else if frequency {
         format!(
             "{}, from lower bounds on walks and faults",
             hugetune_model::frequency::BASIS
@@ -1218,7 +1257,7 @@ mod tests {
         };
         let both = predicted_speedup(
             Some(&p),
-            true,
+            Counts::Sampled,
             std::slice::from_ref(&e),
             std::slice::from_ref(&i),
             None,
@@ -1231,7 +1270,7 @@ mod tests {
             .contains("1.15-2.00x, the calibration's spread and 90 % sampling"));
         let cal = predicted_speedup(
             Some(&p),
-            false,
+            Counts::Exact,
             &[],
             std::slice::from_ref(&i),
             Some("train"),
@@ -1243,23 +1282,54 @@ mod tests {
             "{}",
             predicted_text(&cal)
         );
-        let sampled = predicted_speedup(Some(&p), true, &[e], &[], None);
+        let sampled = predicted_speedup(
+            Some(&p),
+            Counts::Sampled,
+            std::slice::from_ref(&e),
+            &[],
+            None,
+        );
         assert_eq!(
             (sampled.lo, sampled.hi, sampled.calibration),
             (1.45, 1.55, None)
         );
         assert!(sampled.basis.contains("default costs"));
         assert!(predicted_text(&sampled).contains("90 % sampling interval"));
-        let point = predicted_speedup(Some(&p), false, &[], &[], None);
+        let point = predicted_speedup(Some(&p), Counts::Exact, &[], &[], None);
         assert_eq!((point.lo, point.value, point.hi), (1.5, 1.5, 1.5));
         assert!(point.basis.starts_with("complete profile"));
+        // A frequency estimate: the calibration's spread alone (DAMON has no
+        // sampling error), said to be over lower bounds; a sampling error
+        // given by mistake is not used.
+        let freq = predicted_speedup(
+            Some(&p),
+            Counts::Frequency,
+            std::slice::from_ref(&e),
+            std::slice::from_ref(&i),
+            None,
+        );
+        assert_eq!(
+            (freq.lo, freq.hi, freq.sampling),
+            (1.2, 1.9, None),
+            "{freq:?}"
+        );
+        assert!(freq.basis.starts_with(hugetune_model::frequency::BASIS));
+        assert!(freq.basis.contains("may lie above"), "{}", freq.basis);
+        assert!(predicted_text(&freq)
+            .contains("1.20-1.90x, the calibration's spread over lower bounds"));
+        let bare = predicted_speedup(Some(&p), Counts::Frequency, &[], &[], Some("train"));
+        assert_eq!((bare.lo, bare.hi), (1.5, 1.5));
+        assert!(
+            bare.basis.contains("no calibration spread") && bare.basis.contains("extrapolation")
+        );
+        assert!(predicted_text(&bare).contains("from lower bounds on walks and faults"));
         // Intervals of another mapping are not this one's.
         let other = PredictionInterval {
             label: "static:thp".into(),
             ..i
         };
         assert_eq!(
-            predicted_speedup(Some(&p), false, &[], &[other], None).lo,
+            predicted_speedup(Some(&p), Counts::Exact, &[], &[other], None).lo,
             1.5
         );
     }

@@ -277,6 +277,9 @@ pub fn analyze_damon(
         view.alloc_stats,
     );
     let predictions = rank::predictions(&result, cost, seconds);
+    // The calibration's spread over the lower-bound counts (docs/model.md
+    // §4.1; no sampling error: DAMON's counts are bounds, not samples).
+    let intervals = rank::prediction_intervals(&result, cost, seconds, &[]);
     let mut significance = rank::significance(&result, seconds);
     significance.source = format!("damon: {} (lower bounds)", frequency::BASIS);
     Ok(Analysis {
@@ -292,7 +295,7 @@ pub fn analyze_damon(
         program: view.program,
         mrc: vec![],
         errors: vec![],
-        intervals: vec![],
+        intervals,
         frequency: Some(f),
     })
 }

@@ -610,3 +610,44 @@ pub fn static_c(dir: &Path, name: &str, src: &str, flags: &[&str]) -> Option<Pat
     }
     Some(exe)
 }
+
+/// Stores `cal` by hand as the calibration of the machine the tool looks up
+/// (this host's id, as `stages::machine_id` registers it).
+pub fn store_calibration(db: &Path, cal: &Value) {
+    let m = hugetune_host::machine::machine(None).unwrap();
+    let store = hugetune_store::db::Db::open(db).unwrap();
+    let fp = hugetune_store::identity::host_id();
+    let mid = store
+        .upsert_machine(
+            &fp,
+            &m.hostname,
+            &m.cpu.brand,
+            &m.kernel,
+            &serde_json::json!({}),
+        )
+        .unwrap();
+    store.insert_calibration(mid, cal).unwrap();
+}
+
+/// A calibration stored by hand whose figures carry their repetitions' spread
+/// (median, fastest, slowest of 9): 4 KB walks ranging 3× between repetitions
+/// and the 4 KB fault from 1.8 to 2.6 µs (docs/model.md §4.1).
+pub fn spread_calibration() -> Value {
+    let rep = |median: f64, min: f64, max: f64| serde_json::json!({"median": median, "min": min, "max": max, "reps": 9});
+    let fig = |kind: &str, what: &str, pt: Option<f64>, ns: Value| {
+        serde_json::json!({"kind": kind, "what": what, "pt_bytes": pt, "ns": ns,
+            "cold_ns": null, "source": "by hand"})
+    };
+    serde_json::json!({
+        "l2_hit_ns": [2.0, 15.0, 15.0],
+        "walk_curve": [[[16384.0, 20.0], [65536.0, 60.0], [2097152.0, 120.0]], [[4096.0, 15.0]], [[4096.0, 15.0]]],
+        "fault_ns": [["4k", 2000.0], ["thp-2m", 90000.0], ["hugetlb-2m", 90000.0]],
+        "sources": ["by hand"], "machine": "test", "created": "2026-12-07T00:00:00Z",
+        "figures": [
+            fig("walk", "4k", Some(16384.0), rep(20.0, 10.0, 30.0)),
+            fig("walk", "4k", Some(65536.0), rep(60.0, 30.0, 90.0)),
+            fig("walk", "4k", Some(2097152.0), rep(120.0, 60.0, 180.0)),
+            fig("fault", "4k", None, rep(2000.0, 1800.0, 2600.0)),
+        ]
+    })
+}
