@@ -649,6 +649,66 @@ pub fn hold_page_reporting(lock: &KernelStateLock) -> Result<Option<SysfsChange>
     Ok(None)
 }
 
+/// Whether this kernel hands free 2 MB blocks back to its host soon enough
+/// that a program started right after another one faults on memory the host
+/// took back (docs/model.md §4, "Host state"): a virtio balloon that offers
+/// free page reporting (feature bit 5, `VIRTIO_BALLOON_F_REPORTING`), blocks of
+/// 2 MB reported (`page_reporting_order` at most 9, its default), and no
+/// minimum free time of 10 s or more (`min_free_ms`, where the kernel has it;
+/// `hold_page_reporting` sets a minute). `Some(why)`, said for people.
+pub fn free_page_reporting() -> Option<String> {
+    let dir = Path::new(PAGE_REPORTING);
+    if !dir.exists() {
+        return None;
+    }
+    let features = std::fs::read_dir("/sys/bus/virtio/devices")
+        .ok()?
+        .flatten()
+        .find(|d| {
+            std::fs::read_to_string(d.path().join("device")).is_ok_and(|v| v.trim() == "0x0005")
+        })
+        .and_then(|d| std::fs::read_to_string(d.path().join("features")).ok());
+    let num = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(dir.join(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    reporting_from(
+        features.as_deref(),
+        num("page_reporting_order"),
+        num("min_free_ms"),
+    )
+}
+
+/// [`free_page_reporting`] from what it read: the balloon's feature bits
+/// (`None`: no balloon), the reporting order and the minimum free time.
+pub fn reporting_from(
+    balloon_features: Option<&str>,
+    order: Option<u64>,
+    min_free_ms: Option<u64>,
+) -> Option<String> {
+    // Feature bits as sysfs prints them: one character per bit, bit 0 first.
+    const F_REPORTING: usize = 5;
+    if balloon_features?.trim().as_bytes().get(F_REPORTING) != Some(&b'1') {
+        return None;
+    }
+    let order = order.unwrap_or(9);
+    if order > 9 {
+        return None;
+    }
+    match min_free_ms {
+        Some(ms) if ms >= 10_000 => None,
+        Some(ms) => Some(format!(
+            "virtio-balloon free page reporting of blocks of order {order} and up, after {ms} ms free"
+        )),
+        None => Some(format!(
+            "virtio-balloon free page reporting of blocks of order {order} and up"
+        )),
+    }
+}
+
 /// Reads a pool's persistent size under the lock: the resting value, not a
 /// test's temporary one. Surplus pages are not counted: pages still in use when
 /// a pool is shrunk stay as surplus until their process has freed them (an
@@ -675,6 +735,35 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
+
+    /// Reporting counts only with the balloon's reporting feature, 2 MB
+    /// blocks reported, and no long minimum free time (a held one: none).
+    #[test]
+    fn free_page_reporting_from_the_balloon_and_its_parameters() {
+        let on = "0110010100000000000000000000000010";
+        let off = "0110000100000000000000000000000010";
+        assert!(
+            reporting_from(Some(on), Some(9), Some(0)).is_some_and(|s| s.contains("after 0 ms"))
+        );
+        assert!(reporting_from(Some(on), None, None).is_some());
+        assert_eq!(
+            reporting_from(Some(off), Some(9), Some(0)),
+            None,
+            "feature off"
+        );
+        assert_eq!(reporting_from(None, Some(9), Some(0)), None, "no balloon");
+        assert_eq!(
+            reporting_from(Some(on), Some(10), Some(0)),
+            None,
+            "only 4 MB blocks"
+        );
+        assert_eq!(reporting_from(Some(on), Some(9), Some(60000)), None, "held");
+        assert_eq!(
+            reporting_from(Some("01"), Some(9), Some(0)),
+            None,
+            "short bits"
+        );
+    }
 
     #[test]
     fn thp_guard_refuses_unknown_modes_without_locking() {

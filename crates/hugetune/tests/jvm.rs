@@ -206,6 +206,22 @@ fn optimize_plans_the_jvm_heap_and_run_reports_it() {
         "libjvm.so seen in the profile"
     );
     assert!(err.contains("the JVM's heap →"), "{err}");
+    // The switch's own prediction (the heap on THP, mapping `jvm`), not "no plan".
+    let ps = &r["predicted_speedup"];
+    assert!(
+        !ps["basis"].as_str().unwrap().starts_with("no plan"),
+        "{ps}"
+    );
+    assert!(ps["value"].as_f64().unwrap() > 1.0, "{ps}");
+    assert!(
+        r["predicted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["label"] == "jvm:thp" && p["base"] == false),
+        "{}",
+        r["predicted"]
+    );
     let v = &r["validation"];
     assert_eq!(
         v["exit_codes_match"], true,

@@ -82,7 +82,7 @@ impl Mapping {
             _ => self
                 .huge
                 .iter()
-                .map(|&(c, b)| format!("{}{}", c.name(), size(b)))
+                .map(|&(c, b)| format!("{}{}", category_name(c), size(b)))
                 .collect::<Vec<_>>()
                 .join("+"),
         }
@@ -90,7 +90,14 @@ impl Mapping {
 
     /// A base mapping (seed 001): all small, one category large, or all large.
     pub fn is_base(&self) -> bool {
-        self.sites.is_empty() && (self.huge.len() <= 1 || self.all_present)
+        self.sites.is_empty() && (self.huge.len() <= 1 || self.all_present) && !self.is_jvm_heap()
+    }
+
+    /// The JVM's heap on huge pages through the JVM's own switch
+    /// (`AnalysisOptions::jvm`): category `other` on 2 MB THP. Predicted, never
+    /// applied as a directive (stages/jvm.rs plans it).
+    pub fn is_jvm_heap(&self) -> bool {
+        self.huge.iter().any(|&(c, _)| c == Category::Other)
     }
 
     /// Everything on 4 KB pages.
@@ -173,8 +180,18 @@ impl Mapping {
         gigantic: bool,
         mthp: &[u8],
         sites: &[Site],
+        jvm: bool,
     ) -> Vec<Mapping> {
         let mut v = Self::subsets(present, None);
+        if jvm {
+            // HotSpot's -XX:+UseTransparentHugePages: the memory the JVM maps
+            // itself (its heap: category other) on 2 MB THP (stages/jvm.rs).
+            v.push(Mapping {
+                huge: vec![(Category::Other, Backing::Thp2m)],
+                all_present: false,
+                sites: vec![],
+            });
+        }
         if gigantic
             && (present.contains(&Category::HeapLarge) || present.contains(&Category::Static))
         {
@@ -573,7 +590,20 @@ pub(crate) fn resolve(
             }
         }
         Category::HeapSmall => (res, 0, addr),
-        Category::Stack | Category::Other => small,
+        // Only the JVM's mapping puts `other` on huge pages: the JVM advises
+        // the heap it reserved 2 MB-aligned, so every 2 MB region of it is a
+        // THP folio (docs/runtimes.md, "Predicted").
+        Category::Other => (res, 0, addr),
+        Category::Stack => small,
+    }
+}
+
+/// A category's name in mapping names and labels: `other` on huge pages is
+/// the JVM's heap ([`Mapping::is_jvm_heap`]), named `jvm` as its plan is.
+pub fn category_name(c: Category) -> &'static str {
+    match c {
+        Category::Other => "jvm",
+        c => c.name(),
     }
 }
 
@@ -1607,6 +1637,7 @@ mod tests {
             true,
             &[16],
             &[site],
+            false,
         );
         let cn: Vec<String> = c.iter().map(|m| m.name()).collect();
         assert_eq!(
@@ -1639,7 +1670,7 @@ mod tests {
         assert_eq!(all64.self_advice(), Backing::Thp(16));
         assert_eq!(c[3].self_advice(), Backing::Thp2m);
         // Sizes outside 16 KB .. 1 MB are no mTHP candidates.
-        let one = Mapping::candidates(&[Category::HeapSmall], false, &[12, 21, 20], &[]);
+        let one = Mapping::candidates(&[Category::HeapSmall], false, &[12, 21, 20], &[], false);
         let on: Vec<String> = one.iter().map(|m| m.name()).collect();
         assert_eq!(on, vec!["all-small", "heap-small", "heap-small:1m"]);
         assert!(!c.last().unwrap().is_base() && !c.last().unwrap().is_all_small());
@@ -1875,7 +1906,7 @@ mod site_tests {
         let mut an = Analyzer::new(
             g.clone(),
             vec![],
-            Mapping::candidates(&[Category::HeapLarge], false, &[], &sites),
+            Mapping::candidates(&[Category::HeapLarge], false, &[], &sites, false),
         );
         let mut x = 5u64;
         // The cold block: one line per 2 MB, where a huge page costs more to fault
@@ -1993,12 +2024,12 @@ mod site_tests {
         assert_eq!(at(&mut cat, 0x8000_0000), Backing::Hugetlb2m);
         assert_eq!(at(&mut cat, 0x8060_0000), Backing::Base4k, "the tail");
 
-        let names: Vec<String> = Mapping::candidates(&[Category::Static], true, &[], &[])
+        let names: Vec<String> = Mapping::candidates(&[Category::Static], true, &[], &[], false)
             .iter()
             .map(Mapping::name)
             .collect();
         assert_eq!(names, vec!["all-small", "static", "static:1g"]);
-        let none: Vec<String> = Mapping::candidates(&[Category::Static], false, &[], &[])
+        let none: Vec<String> = Mapping::candidates(&[Category::Static], false, &[], &[], false)
             .iter()
             .map(Mapping::name)
             .collect();
@@ -2097,7 +2128,7 @@ mod site_tests {
                 },
             });
         }
-        let ms = Mapping::candidates(&[Category::HeapSmall], false, &[16], &[]);
+        let ms = Mapping::candidates(&[Category::HeapSmall], false, &[16], &[], false);
         assert_eq!(ms[2].name(), "heap-small:64k");
         let g = TlbGeometry {
             levels: vec![TlbLevel::new(
@@ -2154,7 +2185,7 @@ mod site_tests {
         let mut an = Analyzer::new(
             g.clone(),
             vec![],
-            Mapping::candidates(&[Category::HeapSmall], false, &[], &[]),
+            Mapping::candidates(&[Category::HeapSmall], false, &[], &[], false),
         );
         let mut x = 7u64;
         for _ in 0..200_000 {

@@ -118,6 +118,11 @@ pub struct PlanDecision {
     /// `thp-2m` or `hugetlb-2m`); set by hugetune's JVM planner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jvm: Option<Backing>,
+    /// The model's prediction for the JVM's heap on THP (mapping `jvm`,
+    /// `Prediction::is_jvm_heap`) when `jvm` is planned: what the switch is
+    /// predicted to save, apart from `prediction`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jvm_prediction: Option<Prediction>,
     /// The shared pool weighed against per-allocation pages for the plan's
     /// hugetlb-2m blocks ([`choose_pool`]); `chosen`: the plan writes
     /// `pool hugetlb-2m N`.
@@ -222,6 +227,36 @@ impl PlanDecision {
     /// `pool hugetlb-2m N` when the plan takes the pool.
     pub fn pool_2m(&self) -> Option<u64> {
         self.pool.as_ref().filter(|w| w.chosen).map(|w| w.pages)
+    }
+
+    /// What the applied plan is predicted to save: the planner's prediction;
+    /// the JVM heap's (`jvm_prediction`) where only the JVM's switch is
+    /// planned; both savings added where both are (two mappings predicted
+    /// apart, labelled as the plan is: `heap-small:thp+jvm:thp-2m`).
+    pub fn applied_prediction(&self) -> Option<Prediction> {
+        let jvm = self.jvm.and(self.jvm_prediction.as_ref());
+        match (&self.prediction, jvm) {
+            (p, None) => p.clone(),
+            (None, Some(j)) => Some(j.clone()),
+            (Some(p), Some(j)) => {
+                // speedup = native / predicted seconds, exactly (the saving
+                // may have been capped at 99 % of the run).
+                let native = p.predicted_seconds * p.predicted_speedup;
+                let saving = p.saving_ns + j.saving_ns;
+                let seconds = (native - saving / 1e9).max(native * 0.01);
+                let mut c = p.clone();
+                c.label = self.label();
+                c.mapping = format!("{}+jvm", p.mapping);
+                c.assignments.extend(j.assignments.iter().copied());
+                c.base = false;
+                c.miss_time_ns = p.miss_time_ns - j.saving_ns;
+                c.saving_ns = saving;
+                c.predicted_seconds = seconds;
+                c.predicted_speedup = if seconds > 0.0 { native / seconds } else { 1.0 };
+                c.thp_pages += j.thp_pages;
+                Some(c)
+            }
+        }
     }
 
     /// The applied mapping's label (a directive's `mapping`); empty when nothing is applied.
@@ -478,7 +513,22 @@ pub fn choose_with(
     native_seconds: f64,
     policy: &Policy,
 ) -> PlanDecision {
-    let mut d = choose_core(preds, sig, avail, program, native_seconds, policy);
+    // The JVM's heap is planned by its own switch (stages/jvm.rs), never as a
+    // directive: its prediction stays out, and the others' PMBs are over the
+    // best of the rest.
+    let own: Vec<Prediction> = if preds.iter().any(Prediction::is_jvm_heap) {
+        let rest: Vec<Prediction> = preds.iter().filter(|p| !p.is_jvm_heap()).cloned().collect();
+        let best = rest.iter().map(|p| p.saving_ns).fold(0.0f64, f64::max);
+        rest.into_iter()
+            .map(|mut p| {
+                p.pmb = crate::rank::pmb(p.saving_ns, best);
+                p
+            })
+            .collect()
+    } else {
+        preds.to_vec()
+    };
+    let mut d = choose_core(&own, sig, avail, program, native_seconds, policy);
     d.thp_controls = thp_controls(&plan_backings(&d.assignments, &d.sites), avail);
     if !d.thp_controls.is_empty() {
         let list: Vec<String> = d.thp_controls.iter().map(ThpControl::text).collect();
@@ -519,6 +569,7 @@ fn choose_core(
         prediction: None,
         reasons,
         jvm: None,
+        jvm_prediction: None,
         pool: None,
         thp_controls: vec![],
     };
@@ -688,6 +739,7 @@ fn choose_core(
             prediction: Some(k),
             reasons,
             jvm: None,
+            jvm_prediction: None,
             pool: None,
             thp_controls: vec![],
         };
@@ -714,6 +766,7 @@ fn choose_core(
         prediction: Some(best.clone()),
         reasons,
         jvm: None,
+        jvm_prediction: None,
         pool: None,
         thp_controls: vec![],
     }
@@ -1134,6 +1187,65 @@ pub(crate) mod tests {
             walks: 0,
             faults: 0,
         }
+    }
+
+    /// The applied plan's prediction: the planner's, the JVM heap's alone,
+    /// or both savings added under the plan's label; the JVM's only while its
+    /// switch is planned.
+    #[test]
+    fn the_applied_prediction_adds_the_jvm_heaps() {
+        let with = |saving_ms: f64, label: &str, a| {
+            let mut p = pred(label, a, saving_ms, 0);
+            // A 2 s run.
+            p.predicted_seconds = 2.0 - saving_ms / 1e3;
+            p.predicted_speedup = 2.0 / p.predicted_seconds;
+            p
+        };
+        let own = with(
+            100.0,
+            "heap-small:thp",
+            vec![(Category::HeapSmall, Backing::Thp2m)],
+        );
+        let jvm = with(900.0, "jvm:thp", vec![(Category::Other, Backing::Thp2m)]);
+        let mut d = PlanDecision {
+            assignments: own.assignments.clone(),
+            sites: vec![],
+            prediction: Some(own.clone()),
+            reasons: vec![],
+            jvm: None,
+            jvm_prediction: Some(jvm.clone()),
+            pool: None,
+            thp_controls: vec![],
+        };
+        assert_eq!(
+            d.applied_prediction(),
+            Some(own.clone()),
+            "no switch planned"
+        );
+        d.jvm = Some(Backing::Thp2m);
+        let both = d.applied_prediction().unwrap();
+        assert_eq!(both.label, "heap-small:thp+jvm:thp-2m");
+        assert!((both.saving_ns - 1e9).abs() < 1.0, "{both:?}");
+        assert!((both.predicted_seconds - 1.0).abs() < 1e-9, "{both:?}");
+        assert!((both.predicted_speedup - 2.0).abs() < 1e-9, "{both:?}");
+        assert!(both.is_jvm_heap() && !both.base);
+        d.prediction = None;
+        assert_eq!(d.applied_prediction(), Some(jvm));
+        // Their intervals add as the savings do: 0.1 s + 0.9 s of a 2 s run
+        // at the points, each end the ends' savings added.
+        let i = |label: &str, lo: f64, hi: f64| crate::rank::PredictionInterval {
+            label: label.into(),
+            calibration_low: lo,
+            calibration_high: hi,
+            low: lo,
+            high: hi,
+        };
+        let a = i("heap-small:thp", 2.0 / 1.95, 2.0 / 1.85);
+        let b = i("jvm:thp", 2.0 / 1.3, 2.0 / 1.0);
+        let both = crate::rank::added_interval("heap-small:thp+jvm:thp-2m", 2.0, &a, &b);
+        assert!((both.low - 2.0 / 1.25).abs() < 1e-9, "{both:?}");
+        assert!((both.high - 2.0 / 0.85).abs() < 1e-9, "{both:?}");
+        assert_eq!(both.label, "heap-small:thp+jvm:thp-2m");
     }
 
     pub(crate) fn sig(passes: bool) -> Significance {

@@ -103,6 +103,13 @@ impl Prediction {
     pub fn is_all_small(&self) -> bool {
         self.assignments.is_empty() && self.sites.is_empty()
     }
+
+    /// The JVM's heap through the JVM's own switch (category `other` on THP,
+    /// [`crate::analysis::Mapping::is_jvm_heap`]): predicted, never a
+    /// directive's mapping.
+    pub fn is_jvm_heap(&self) -> bool {
+        self.assignments.iter().any(|&(c, _)| c == Category::Other)
+    }
 }
 
 /// The natural huge backing of a category: the runtime library owns heap-large
@@ -616,6 +623,34 @@ pub fn prediction_intervals(
         .collect()
 }
 
+/// The interval of two mappings' savings added (`label`: the plan that
+/// applies both, e.g. the JVM heap's and the rest of the plan's,
+/// `plan::PlanDecision::applied_prediction`), over a run of `native_seconds`:
+/// each end the two ends' savings added, so both at their low end at once and
+/// both at their high end, wider than any one corner would give.
+pub fn added_interval(
+    label: &str,
+    native_seconds: f64,
+    a: &PredictionInterval,
+    b: &PredictionInterval,
+) -> PredictionInterval {
+    let saving = |x: f64| {
+        if x > 0.0 {
+            (native_seconds - native_seconds / x) * 1e9
+        } else {
+            0.0
+        }
+    };
+    let add = |x: f64, y: f64| speedup_of(native_seconds, saving(x) + saving(y));
+    PredictionInterval {
+        label: label.to_string(),
+        calibration_low: add(a.calibration_low, b.calibration_low),
+        calibration_high: add(a.calibration_high, b.calibration_high),
+        low: add(a.low, b.low),
+        high: add(a.high, b.high),
+    }
+}
+
 /// Percentage of maximal benefit (seed 001 §4): a benefit as a share of the best
 /// one, 0..100; mappings that lose count as 0.
 pub fn pmb(benefit: f64, best: f64) -> f64 {
@@ -739,7 +774,7 @@ pub fn label(assignments: &[(Category, Backing)]) -> String {
                 Backing::Hugetlb2m => "hugetlb".into(),
                 b => b.name(),
             };
-            format!("{c}:{short}")
+            format!("{}:{short}", crate::analysis::category_name(*c))
         })
         .collect::<Vec<_>>()
         .join(" ")

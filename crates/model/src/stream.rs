@@ -206,6 +206,11 @@ pub struct AnalysisOptions {
     /// Where `cpus` came from, for people (`affinity 0-1`).
     #[serde(default)]
     pub cpus_source: String,
+    /// The program is a JVM (`ProgramTraits::jvm`): its heap, category
+    /// `other`, is also evaluated on 2 MB THP, as the JVM's own switch puts it
+    /// (mapping `jvm`, [`Mapping::is_jvm_heap`]).
+    #[serde(default)]
+    pub jvm: bool,
 }
 
 /// References categorized at a time before the analysis threads take them.
@@ -290,7 +295,7 @@ pub fn analyze_stream_sampled(
 ) -> (AnalysisResult, StreamSummary, Categorizer) {
     let mut d = StreamDriver::new(spec);
     d.cat.track_sites(&opts.sites);
-    let mappings = Mapping::candidates(present, opts.gigantic, &opts.mthp, &opts.sites);
+    let mappings = Mapping::candidates(present, opts.gigantic, &opts.mthp, &opts.sites, opts.jvm);
     let segments = spec.space.static_segments.clone();
     let a = match sampling {
         None => Analyzer::with_simulation(geometry.clone(), segments, mappings, opts.simulate),

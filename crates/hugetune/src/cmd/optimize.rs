@@ -446,6 +446,9 @@ pub fn predicted_speedup(
             ),
         }
     };
+    if p.label.contains("+jvm:") {
+        basis += "; the JVM heap's saving (its own switch) added to the rest of the plan's, each predicted apart";
+    }
     if let Some(t) = training {
         basis += &format!(
             "; extrapolation: predicted on the profiled input `{t}`, not on the measured command"
@@ -650,7 +653,10 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         n
     });
     let t = Instant::now();
-    let cost = stages::cost_model_at(&ctx.db_path, &machine)?;
+    // The validation's runs do not hold free page reporting off: where the
+    // host takes freed memory back, their faults are the cold ones.
+    let reporting = hugetune_host::kernel_state::free_page_reporting();
+    let cost = stages::cost_model_for_runs(&ctx.db_path, &machine, reporting.as_deref())?;
     let an: Analysis = stages::analyze_sampled(
         &bundle,
         &machine.tlb.geometry,
@@ -846,6 +852,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         &mut decision,
         &program,
         &an.significance,
+        &an.predictions,
         &availability,
         &policy.lost,
     );
@@ -905,7 +912,8 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         measured_speedup: 1.0,
         measured_median_s: validation.baseline_median_s,
     }];
-    if let Some(p) = &decision.prediction {
+    let applied = decision.applied_prediction();
+    if let Some(p) = &applied {
         compared.push(Compared {
             mapping: p.label.clone(),
             predicted_speedup: p.predicted_speedup,
@@ -926,11 +934,29 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
     } else {
         Counts::Exact
     };
+    // A plan with the JVM's switch and categories of its own: the two
+    // intervals added, as the savings are.
+    let mut intervals = an.intervals.clone();
+    if let (Some(p), Some(j)) = (
+        &decision.prediction,
+        decision.jvm.and(decision.jvm_prediction.as_ref()),
+    ) {
+        let of = |l: &str| an.intervals.iter().find(|i| i.label == l);
+        if let (Some(a), Some(b)) = (of(&p.label), of(&j.label)) {
+            let native = p.predicted_seconds * p.predicted_speedup;
+            intervals.push(hugetune_model::rank::added_interval(
+                &decision.label(),
+                native,
+                a,
+                b,
+            ));
+        }
+    }
     let predicted_speedup = predicted_speedup(
-        decision.prediction.as_ref(),
+        applied.as_ref(),
         counts,
         &an.errors,
-        &an.intervals,
+        &intervals,
         extrapolated.then_some(training.as_str()),
     );
     timings.total_s = start.elapsed().as_secs_f64();
@@ -954,7 +980,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
             pool: decision.pool.clone(),
             thp_controls: decision.thp_controls.clone(),
         },
-        chosen_prediction: decision.prediction.clone(),
+        chosen_prediction: applied.clone(),
         predicted: preds,
         significance: an.significance.clone(),
         baseline_s: validation.baseline_s.clone(),

@@ -550,6 +550,7 @@ pub fn analyze_sampled(
         sites: top,
         cpus,
         cpus_source,
+        jvm: inputs.traits().jvm,
         ..opts.clone()
     };
     if let Some(e) = stream_error.take() {
@@ -900,6 +901,96 @@ pub fn cost_from_calibration(c: &Calibration) -> CostModel {
     m
 }
 
+/// `m` (made from `c`) with the faults of memory the host may have taken
+/// back: where free page reporting hands freed 2 MB blocks to the host between
+/// runs (`kernel_state::free_page_reporting`), some of a run's 4 KB and THP
+/// faults land on memory the host must back again, at calibrate's cold figure
+/// (its first pass of each fault measurement), the others on warm memory. How
+/// many varies from run to run (two validations of the same Go program an hour
+/// apart measured 1.11x and 1.43x, docs/model.md §4, "Host state"), so each
+/// such figure is the mean of its warm and cold ones, and its spread runs from
+/// the warm figure's fastest repetition to the cold figure: the interval holds
+/// none to all of them cold. hugetlb pages stay warm: the pool holds them
+/// between runs. `None` when `c` has no cold figure for any such backing (a
+/// calibration stored before it measured them).
+pub fn cold_fault_costs(c: &Calibration, m: &CostModel) -> Option<CostModel> {
+    let mut out = m.clone();
+    let mut moved = Vec::new();
+    for f in c.figures.iter().filter(|f| f.kind == "fault") {
+        let (Some(cold), Ok(b)) = (f.cold_ns, f.what.parse::<Backing>()) else {
+            continue;
+        };
+        let warm = out.fault(b);
+        if b.uses_pool() || !cold.is_finite() || cold <= warm {
+            continue;
+        }
+        let mean = (warm + cold) / 2.0;
+        out.fault_ns.retain(|(x, _)| *x != b);
+        out.fault_ns.push((b, mean));
+        if let Some(sp) = out.spread.as_deref_mut() {
+            for (_, v) in sp.fault_ns[1].iter_mut().filter(|(x, _)| *x == b) {
+                *v = v.max(cold);
+            }
+        }
+        moved.push(format!(
+            "{b} {} warm, {} cold",
+            fault_text(warm),
+            fault_text(cold)
+        ));
+    }
+    if moved.is_empty() {
+        return None;
+    }
+    out.source = format!(
+        "{}; faults on memory the host may have taken back: between warm and cold ({})",
+        m.source,
+        moved.join("; ")
+    );
+    Some(out)
+}
+
+fn fault_text(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} µs", ns / 1e3)
+    }
+}
+
+/// The cost model for runs on this machine as they happen now: this machine's
+/// (`cost_model_at`), with `cold_fault_costs` where free page reporting is on
+/// (`reporting`: what `kernel_state::free_page_reporting` said) and the
+/// calibration has the cold figures; says which in a note.
+pub fn cost_model_for_runs(
+    path: &Path,
+    machine: &Machine,
+    reporting: Option<&str>,
+) -> Result<CostModel> {
+    let cost = cost_model_at(path, machine)?;
+    let Some(why) = reporting else {
+        return Ok(cost);
+    };
+    let cal = if Db::exists(path) {
+        stored_calibration(&Db::open(path)?, machine)?
+    } else {
+        None
+    };
+    match cal.as_ref().and_then(|c| cold_fault_costs(c, &cost)) {
+        Some(cold) => {
+            note(format!(
+                "this VM hands free memory back to its host ({why}): a share of the runs' 4 KB and THP faults land on memory it took back, which varies from run to run; each is priced halfway between calibrate's warm and cold figures, and the interval spans all warm to all cold (hugetlb pool pages stay warm; docs/model.md §4, \"Host state\")"
+            ));
+            Ok(cold)
+        }
+        None => {
+            note(format!(
+                "this VM hands free memory back to its host ({why}): its runs' 4 KB and THP faults may cost several times the figures used (no calibration with cold fault figures: `hugetune calibrate`)"
+            ));
+            Ok(cost)
+        }
+    }
+}
+
 /// A walk concurrency that leaves no translation cost to see: the far end of
 /// the overlap's spread where a repetition of the independent loads saved
 /// nothing on 2 MB pages.
@@ -1046,7 +1137,14 @@ impl Stored {
             self.native_s,
             &self.policy(min_gain),
         );
-        super::jvm::plan(&mut d, &self.program, &self.significance, avail, &self.lost);
+        super::jvm::plan(
+            &mut d,
+            &self.program,
+            &self.significance,
+            &self.predictions,
+            avail,
+            &self.lost,
+        );
         // The shared pool against per-allocation pages, from the profile's own
         // allocations: only for the input it saw (another input's blocks say
         // nothing of this one's; optimize sizes one from a record-mode run).
@@ -1187,6 +1285,63 @@ pub fn learn_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the host takes freed memory back, 4 KB and THP faults cost the
+    /// mean of their warm and cold figures, their spread reaching the cold
+    /// one; hugetlb stays warm (the pool holds its pages); a calibration
+    /// without cold figures gives no such model.
+    #[test]
+    fn cold_faults_for_memory_the_host_took_back() {
+        let rep = |median: f64, min: f64, max: f64| serde_json::json!({"median": median, "min": min, "max": max, "reps": 9});
+        let fault = |what: &str, ns: f64, cold: Option<f64>| {
+            serde_json::json!({"kind": "fault", "what": what, "pt_bytes": null,
+                "ns": rep(ns, ns * 0.9, ns * 1.1), "cold_ns": cold, "source": "test"})
+        };
+        let mut cal = serde_json::json!({
+            "l2_hit_ns": [6.0, 28.0, 28.0],
+            "walk_curve": [[[131072.0, 33.0]], [[32768.0, 110.0]], [[32768.0, 110.0]]],
+            "fault_ns": [["4k", 4000.0], ["thp-2m", 400000.0], ["hugetlb-2m", 300000.0]],
+            "sources": [], "machine": "test", "created": "2026-12-07T00:00:00Z",
+            "figures": [
+                fault("4k", 4000.0, Some(5000.0)),
+                fault("thp-2m", 400000.0, Some(4000000.0)),
+                fault("hugetlb-2m", 300000.0, Some(3000000.0)),
+            ]
+        });
+        let c: Calibration = serde_json::from_value(cal.clone()).unwrap();
+        let warm = cost_from_calibration(&c);
+        let cold = cold_fault_costs(&c, &warm).expect("cold figures");
+        assert_eq!(cold.fault(Backing::Base4k), 4500.0);
+        assert_eq!(cold.fault(Backing::Thp2m), 2200000.0);
+        assert_eq!(
+            cold.fault(Backing::Hugetlb2m),
+            300000.0,
+            "the pool's pages stay warm"
+        );
+        assert!(
+            cold.source
+                .contains("4k 4.00 µs warm, 5.00 µs cold; thp-2m 400.00 µs warm, 4.00 ms cold"),
+            "{}",
+            cold.source
+        );
+        let s = cold.spread.as_deref().unwrap();
+        let end = |e: usize, b: Backing| s.fault_ns[e].iter().find(|x| x.0 == b).unwrap().1;
+        assert_eq!(
+            end(0, Backing::Thp2m),
+            360000.0,
+            "all warm: the warm figure's fastest"
+        );
+        assert_eq!(end(1, Backing::Thp2m), 4000000.0, "all cold");
+        assert_eq!(end(1, Backing::Base4k), 5000.0);
+        assert_eq!(end(1, Backing::Hugetlb2m), 330000.0);
+        cold.validate().unwrap();
+        // No cold figure (an older calibration): none.
+        for f in cal["figures"].as_array_mut().unwrap() {
+            f["cold_ns"] = serde_json::Value::Null;
+        }
+        let c: Calibration = serde_json::from_value(cal).unwrap();
+        assert!(cold_fault_costs(&c, &cost_from_calibration(&c)).is_none());
+    }
 
     /// The cost model's spread comes from the calibration's figures: each
     /// curve point, L2-hit and fault cost at its fastest and slowest

@@ -812,6 +812,7 @@ mod tests {
             prediction: Some(p),
             reasons: vec![],
             jvm: None,
+            jvm_prediction: None,
             pool: None,
             thp_controls: vec![],
         };

@@ -27,7 +27,7 @@ use hugetune_format::summary::Summary;
 use hugetune_model::category::Category;
 use hugetune_model::page::Backing;
 use hugetune_model::plan::{Availability, PlanDecision, ProgramTraits, ThpMode};
-use hugetune_model::rank::Significance;
+use hugetune_model::rank::{Prediction, Significance};
 use std::ffi::OsString;
 use std::path::Path;
 
@@ -55,6 +55,7 @@ pub fn plan(
     d: &mut PlanDecision,
     program: &ProgramTraits,
     sig: &Significance,
+    predictions: &[Prediction],
     avail: &Availability,
     lost: &[String],
 ) {
@@ -108,11 +109,20 @@ pub fn plan(
         ));
         return;
     }
+    d.jvm_prediction = predictions.iter().find(|p| p.is_jvm_heap()).cloned();
+    let predicted = match &d.jvm_prediction {
+        Some(p) => format!(
+            "; predicted to save {:.1} ms ({:.2}x) with the heap on THP",
+            p.saving_ns / 1e6,
+            p.predicted_speedup
+        ),
+        None => String::new(),
+    };
     d.reasons.push(format!(
         "the program is a JVM (libjvm.so loaded): {:.0} % of the modelled page walks are in memory \
          it maps itself (its heap, category other): plan `jvm thp-2m`, the JVM's own switch \
          (-XX:+UseTransparentHugePages; -XX:+UseLargePages where the command gives -Xmx and the \
-         free hugetlb pool holds that heap)",
+         free hugetlb pool holds that heap){predicted}",
         share * 100.0
     ));
 }
@@ -586,15 +596,66 @@ mod tests {
         };
         let a = avail(0, ThpMode::Madvise);
         let hot = sig(vec![(Category::Other, 95), (Category::HeapSmall, 5)], true);
+        // The model's predictions: the heap on THP saves most, heap-small on
+        // THP a little; the planner never takes the heap's as a directive.
+        let pred = |c: Category, saving_ms: f64| {
+            let assignments = vec![(c, Backing::Thp2m)];
+            Prediction {
+                mapping: hugetune_model::analysis::category_name(c).into(),
+                label: hugetune_model::rank::label(&assignments),
+                base: c != Category::Other,
+                assignments,
+                sites: vec![],
+                miss_time_ns: 0.0,
+                saving_ns: saving_ms * 1e6,
+                pmb: 0.0,
+                predicted_seconds: 1.0 - saving_ms / 1e3,
+                predicted_speedup: 1.0 / (1.0 - saving_ms / 1e3),
+                hugetlb_pages: 0,
+                hugetlb_1g_pages: 0,
+                static_pages_1g: (0, 0),
+                thp_pages: 1,
+                walks: 0,
+                faults: 0,
+            }
+        };
+        let preds = [
+            pred(Category::Other, 400.0),
+            pred(Category::HeapSmall, 30.0),
+        ];
+        assert_eq!(preds[0].label, "jvm:thp");
+        let mut d =
+            hugetune_model::plan::choose_with(&preds, &hot, &a, &jvm, 1.0, &Default::default());
+        assert_eq!(
+            d.prediction.as_ref().map(|p| p.label.as_str()),
+            Some("heap-small:thp"),
+            "{:?}",
+            d.reasons
+        );
+        assert_eq!(d.prediction.as_ref().unwrap().pmb, 100.0, "over the rest");
+        plan(&mut d, &jvm, &hot, &preds, &a, &[]);
+        assert_eq!(d.jvm, Some(Backing::Thp2m), "{:?}", d.reasons);
+        assert_eq!(d.label(), "heap-small:thp+jvm:thp-2m");
+        assert_eq!(d.jvm_prediction.as_ref(), Some(&preds[0]));
+        assert!(
+            d.reasons
+                .last()
+                .unwrap()
+                .contains("predicted to save 400.0 ms (1.67x)"),
+            "{:?}",
+            d.reasons
+        );
         let mut d =
             hugetune_model::plan::choose_with(&[], &hot, &a, &jvm, 1.0, &Default::default());
-        plan(&mut d, &jvm, &hot, &a, &[]);
+        plan(&mut d, &jvm, &hot, &[], &a, &[]);
         assert_eq!(d.jvm, Some(Backing::Thp2m), "{:?}", d.reasons);
         assert_eq!(d.label(), "jvm:thp-2m");
+        assert_eq!(d.jvm_prediction, None);
         // The switch lost a validation: not planned again, and said why.
         let mut d =
             hugetune_model::plan::choose_with(&[], &hot, &a, &jvm, 1.0, &Default::default());
-        plan(&mut d, &jvm, &hot, &a, &["jvm:thp-2m".to_string()]);
+        plan(&mut d, &jvm, &hot, &preds, &a, &["jvm:thp-2m".to_string()]);
+        assert_eq!(d.jvm_prediction, None, "no switch, no prediction of it");
         assert_eq!(d.jvm, None);
         assert!(
             d.reasons
@@ -614,7 +675,7 @@ mod tests {
         ] {
             let mut d =
                 hugetune_model::plan::choose_with(&[], &s, &a, &p, 1.0, &Default::default());
-            plan(&mut d, &p, &s, &a, &[]);
+            plan(&mut d, &p, &s, &preds, &a, &[]);
             assert_eq!(d.jvm, None, "{:?}", d.reasons);
         }
     }

@@ -140,9 +140,10 @@ pub fn analyze(
         .collect();
     let opts = AnalysisOptions {
         sites: top.clone(),
+        jvm: inputs.traits().jvm,
         ..opts.clone()
     };
-    let mappings = Mapping::candidates(&present, opts.gigantic, &opts.mthp, &opts.sites);
+    let mappings = Mapping::candidates(&present, opts.gigantic, &opts.mthp, &opts.sites, opts.jvm);
     let segments = inputs.space.static_segments.clone();
     let results = timesampled::analyze(&TimeSampledInput {
         geometry,

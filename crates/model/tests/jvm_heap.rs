@@ -1,0 +1,82 @@
+//! The JVM's heap (memory the JVM maps itself: category `other`) evaluated on
+//! 2 MB THP, as HotSpot's `-XX:+UseTransparentHugePages` puts it
+//! (`AnalysisOptions::jvm`, mapping `jvm`; docs/runtimes.md, "Predicted"):
+//! only for a JVM, never a base mapping, and what it saves is the walks and
+//! faults of `other` on 2 MB pages.
+
+use hugetune_model::category::Category;
+use hugetune_model::cost::CostModel;
+use hugetune_model::page::Backing;
+use hugetune_model::page::PageSize::{P1g, P2m, P4k};
+use hugetune_model::rank;
+use hugetune_model::stats::Rng;
+use hugetune_model::stream::{analyze_stream, present_categories, AnalysisOptions, StreamSpec};
+use hugetune_model::tlb::{TlbArray, TlbGeometry, TlbLevel};
+
+fn zen_like() -> TlbGeometry {
+    TlbGeometry {
+        levels: vec![
+            TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
+            TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 2048, 0)], None),
+        ],
+        source: "test".into(),
+    }
+}
+
+/// A JVM-like program: no allocation the model sees, random loads over a 64
+/// MiB range it mapped itself (a heap committed in place: `other`).
+fn program() -> (StreamSpec, Vec<u64>, Vec<Category>) {
+    let markers = 0x9000_0000u64;
+    let spec = StreamSpec {
+        space: Default::default(),
+        events: vec![],
+        threshold: 128 << 10,
+        markers: (markers, 1 << 20),
+    };
+    let heap = 0x7e00_0000_0000u64;
+    let mut r = Rng(7);
+    let mut refs = vec![markers + 1];
+    refs.extend((0..400_000).map(|_| heap + r.below((64 << 20) / 64) * 64));
+    let (present, _, _) = present_categories(&spec, refs.iter().copied());
+    (spec, refs, present)
+}
+
+#[test]
+fn a_jvms_heap_is_predicted_on_thp_and_only_for_a_jvm() {
+    let (spec, refs, present) = program();
+    assert_eq!(present, vec![Category::Other]);
+    let g = zen_like();
+    let opts = |jvm| AnalysisOptions {
+        threads: 1,
+        jvm,
+        ..Default::default()
+    };
+    let (plain, _, _) = analyze_stream(&spec, &g, &present, &opts(false), refs.iter().copied());
+    assert!(
+        plain.mappings.iter().all(|m| !m.mapping.is_jvm_heap()),
+        "not a JVM: no jvm mapping"
+    );
+    let (r, _, _) = analyze_stream(&spec, &g, &present, &opts(true), refs.iter().copied());
+    let m = r
+        .mappings
+        .iter()
+        .find(|m| m.mapping.is_jvm_heap())
+        .expect("a JVM: the jvm mapping");
+    assert_eq!(m.name, "jvm");
+    assert!(!m.base, "never a base mapping: rank does not measure it");
+    let small = r.all_small().total();
+    let huge = m.cell(Category::Other, Backing::Thp2m);
+    // 64 MiB: 16 384 pages of 4 KB, past the 2 048-entry L2 TLB; 32 of 2 MB.
+    assert!(small.walks > 300_000, "{small:?}");
+    assert!(huge.walks < small.walks / 100, "{huge:?} against {small:?}");
+    assert_eq!(huge.faults, 32, "one fault per 2 MB region touched");
+    let cost = CostModel::default();
+    let preds = rank::predictions(&r, &cost, 1.0);
+    let p = preds.iter().find(|p| p.is_jvm_heap()).unwrap();
+    assert_eq!(p.label, "jvm:thp");
+    assert!(p.saving_ns > 0.0 && p.predicted_speedup > 1.0, "{p:?}");
+    assert!(preds
+        .iter()
+        .filter(|p| !p.is_jvm_heap())
+        .all(|p| p.saving_ns.abs() < 1e-6));
+}
