@@ -4,24 +4,14 @@
 //! only for a JVM, never a base mapping, and what it saves is the walks and
 //! faults of `other` on 2 MB pages.
 
+mod common;
+use common::zen_like;
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
 use hugetune_model::page::Backing;
-use hugetune_model::page::PageSize::{P1g, P2m, P4k};
 use hugetune_model::rank;
 use hugetune_model::stats::Rng;
 use hugetune_model::stream::{analyze_stream, present_categories, AnalysisOptions, StreamSpec};
-use hugetune_model::tlb::{TlbArray, TlbGeometry, TlbLevel};
-
-fn zen_like() -> TlbGeometry {
-    TlbGeometry {
-        levels: vec![
-            TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
-            TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 2048, 0)], None),
-        ],
-        source: "test".into(),
-    }
-}
 
 /// A JVM-like program: no allocation the model sees, random loads over a 64
 /// MiB range it mapped itself (a heap committed in place: `other`).

@@ -3,22 +3,12 @@
 //! random loads' (`walk_concurrency`), decides how many walks hide behind each
 //! other, and every walk's cost is divided by it; faults are not.
 
+mod common;
+use common::zen_like;
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
-use hugetune_model::page::PageSize::{P1g, P2m, P4k};
 use hugetune_model::rank::{self, walk_overlap};
 use hugetune_model::stream::{analyze_stream, present_categories, AnalysisOptions, StreamSpec};
-use hugetune_model::tlb::{TlbArray, TlbGeometry, TlbLevel};
-
-fn zen_like() -> TlbGeometry {
-    TlbGeometry {
-        levels: vec![
-            TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
-            TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 2048, 0)], None),
-        ],
-        source: "test".into(),
-    }
-}
 
 /// The synthetic program both tests analyse: its spec and references, the
 /// categories present, one analysis thread.

@@ -5,17 +5,17 @@
 //! their error bars, with the same best mapping; property tests of the
 //! estimator (exact at rate 1, curves monotone, thresholds that fall).
 
+mod common;
+use common::zen_like;
 use hugetune_model::category::Category;
 use hugetune_model::cost::CostModel;
 use hugetune_model::mrc::{mae, synth, tlb_capacities, MissRatioCurve, PageSizeMrcs};
-use hugetune_model::page::PageSize::*;
 use hugetune_model::rank;
 use hugetune_model::sampled::{realized_ratio, Sampling};
 use hugetune_model::stream::{
     analyze_stream, analyze_stream_sampled, present_categories, AnalysisOptions, StreamItem,
     StreamSampling, StreamSpec,
 };
-use hugetune_model::tlb::{TlbArray, TlbGeometry, TlbLevel};
 use proptest::prelude::*;
 
 /// Addresses of a trace of 4 KB page keys (a line within the page varies).
@@ -125,16 +125,6 @@ fn page_size_curves_are_within_sampling_error() {
 /// The synthetic program of `stream::synth` with a 96 MiB block.
 fn program(n: usize, seed: u64) -> (StreamSpec, Vec<u64>) {
     hugetune_model::stream::synth::program(n, 96 << 20, seed)
-}
-
-fn zen_like() -> TlbGeometry {
-    TlbGeometry {
-        levels: vec![
-            TlbLevel::new("L1", vec![TlbArray::new(&[P4k, P2m, P1g], 64, 0)], None),
-            TlbLevel::new("L2", vec![TlbArray::new(&[P4k, P2m], 2048, 0)], None),
-        ],
-        source: "test".into(),
-    }
 }
 
 /// What the capture counts: the 2 MB regions referenced, all and sampled.
