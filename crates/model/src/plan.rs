@@ -1237,8 +1237,9 @@ pub(crate) mod tests {
             label: label.into(),
             calibration_low: lo,
             calibration_high: hi,
-            low: lo,
-            high: hi,
+            // The sampling's margins on top are not added.
+            low: lo * 0.5,
+            high: hi * 2.0,
         };
         let a = i("heap-small:thp", 2.0 / 1.95, 2.0 / 1.85);
         let b = i("jvm:thp", 2.0 / 1.3, 2.0 / 1.0);

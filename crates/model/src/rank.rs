@@ -626,8 +626,11 @@ pub fn prediction_intervals(
 /// The interval of two mappings' savings added (`label`: the plan that
 /// applies both, e.g. the JVM heap's and the rest of the plan's,
 /// `plan::PlanDecision::applied_prediction`), over a run of `native_seconds`:
-/// each end the two ends' savings added, so both at their low end at once and
-/// both at their high end, wider than any one corner would give.
+/// each end the two calibration ends' savings added, so both at their low end
+/// at once and both at their high end, wider than any one corner would give.
+/// The sampling's margins are not added (`low`, `high` are the calibration's
+/// ends): two margins of one sample are not independent, and their sum at a
+/// low sampling rate reached 17.8x on a 1.3x prediction.
 pub fn added_interval(
     label: &str,
     native_seconds: f64,
@@ -646,8 +649,8 @@ pub fn added_interval(
         label: label.to_string(),
         calibration_low: add(a.calibration_low, b.calibration_low),
         calibration_high: add(a.calibration_high, b.calibration_high),
-        low: add(a.low, b.low),
-        high: add(a.high, b.high),
+        low: add(a.calibration_low, b.calibration_low),
+        high: add(a.calibration_high, b.calibration_high),
     }
 }
 
