@@ -67,6 +67,18 @@ pub fn secs(s: f64) -> String {
     }
 }
 
+/// Nanoseconds with a unit that suits the size: 85.3 → "85.3 ns",
+/// 4400 → "4.4 µs", 4150000 → "4.15 ms".
+pub fn ns(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2} ms", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} µs", v / 1e3)
+    } else {
+        format!("{v:.1} ns")
+    }
+}
+
 /// Large counts with SI suffixes: 1234567 → "1.23 M".
 pub fn count(n: f64) -> String {
     let a = n.abs();
@@ -94,6 +106,9 @@ mod tests {
         assert_eq!(secs(4.567), "4.57 s");
         assert_eq!(count(1_234_567.0), "1.23 M");
         assert_eq!(count(12.0), "12");
+        assert_eq!(ns(85.34), "85.3 ns");
+        assert_eq!(ns(4400.0), "4.4 µs");
+        assert_eq!(ns(4_150_000.0), "4.15 ms");
     }
 
     #[test]

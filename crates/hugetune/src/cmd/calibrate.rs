@@ -105,19 +105,12 @@ pub fn run(ctx: &Ctx, a: Args) -> Result<i32> {
     Ok(0)
 }
 
-/// ns with a unit that suits the size.
-fn ns_text(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{:.2} ms", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} µs", v / 1e3)
-    } else {
-        format!("{v:.1} ns")
-    }
-}
-
 fn range_text(s: &calibrate::Repeated) -> String {
-    format!("{}–{}", ns_text(s.min), ns_text(s.max))
+    format!(
+        "{}–{}",
+        hugetune_render::ns(s.min),
+        hugetune_render::ns(s.max)
+    )
 }
 
 /// The calibration as tables: L2 hits, walk curves, faults, then the sources.
@@ -158,7 +151,7 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
             let f = figure("l2-hit", LEAF[i], None);
             vec![
                 LEAF_TEXT[i].to_string(),
-                ns_text(c.l2_hit_ns[i]),
+                hugetune_render::ns(c.l2_hit_ns[i]),
                 f.and_then(|f| f.ns.as_ref())
                     .map_or("extrapolated".into(), range_text),
             ]
@@ -174,7 +167,7 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
             rows.push(vec![
                 LEAF_TEXT[i].to_string(),
                 hugetune_render::bytes(x as u64),
-                ns_text(y),
+                hugetune_render::ns(y),
                 f.and_then(|f| f.ns.as_ref())
                     .map_or("extrapolated".into(), range_text),
             ]);
@@ -191,12 +184,12 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
             &[
                 vec![
                     "chase: saving per walk on 2 MB pages".into(),
-                    ns_text(o.dependent_walk.median),
+                    hugetune_render::ns(o.dependent_walk.median),
                     range_text(&o.dependent_walk),
                 ],
                 vec![
                     "independent loads: saving per walk".into(),
-                    ns_text(o.independent_walk.median),
+                    hugetune_render::ns(o.independent_walk.median),
                     range_text(&o.independent_walk),
                 ],
                 vec![
@@ -206,12 +199,12 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
                 ],
                 vec![
                     "independent loads: time per walk".into(),
-                    ns_text(o.independent_ns_per_walk),
+                    hugetune_render::ns(o.independent_ns_per_walk),
                     "-".into(),
                 ],
                 vec![
                     "the access a walk precedes".into(),
-                    ns_text(o.memory_ns),
+                    hugetune_render::ns(o.memory_ns),
                     "-".into(),
                 ],
             ],
@@ -227,9 +220,9 @@ pub fn render(c: &Calibration, verbose: bool) -> String {
         .map(|f| match &f.ns {
             Some(s) => vec![
                 format!("{:w$}", f.what),
-                ns_text(s.median),
+                hugetune_render::ns(s.median),
                 range_text(s),
-                f.cold_ns.map_or("-".into(), ns_text),
+                f.cold_ns.map_or("-".into(), hugetune_render::ns),
             ],
             None => vec![
                 format!("{:w$}", f.what),

@@ -859,19 +859,32 @@ pub fn machine_id(db: &Db, m: &Machine) -> Result<i64> {
 /// defaults measured on the reference machine. Figures the calibration lacks (a
 /// size it could not measure) keep their defaults.
 pub fn cost_model(db: &Db, machine: &Machine) -> Result<CostModel> {
-    let Some(c) = stored_calibration(db, machine)? else {
-        note("no calibration of this machine in the database: using the default costs (run `hugetune calibrate`)");
-        return Ok(CostModel::default());
-    };
-    Ok(cost_from_calibration(&c))
+    Ok(cost_from_stored(stored_calibration(db, machine)?.as_ref()))
+}
+
+/// The cost model of a stored calibration, or the defaults with a note.
+fn cost_from_stored(c: Option<&Calibration>) -> CostModel {
+    match c {
+        Some(c) => cost_from_calibration(c),
+        None => {
+            note("no calibration of this machine in the database: using the default costs (run `hugetune calibrate`)");
+            CostModel::default()
+        }
+    }
 }
 
 /// `cost_model` from the database at `path`, without creating one that does not exist.
 pub fn cost_model_at(path: &Path, machine: &Machine) -> Result<CostModel> {
+    Ok(costs_at(path, machine)?.0)
+}
+
+/// `cost_model_at` and the calibration it was made from, from one read.
+fn costs_at(path: &Path, machine: &Machine) -> Result<(CostModel, Option<Calibration>)> {
     if !Db::exists(path) {
-        return Ok(CostModel::default());
+        return Ok((CostModel::default(), None));
     }
-    cost_model(&Db::open(path)?, machine)
+    let cal = stored_calibration(&Db::open(path)?, machine)?;
+    Ok((cost_from_stored(cal.as_ref()), cal))
 }
 
 pub fn cost_from_calibration(c: &Calibration) -> CostModel {
@@ -934,8 +947,8 @@ pub fn cold_fault_costs(c: &Calibration, m: &CostModel) -> Option<CostModel> {
         }
         moved.push(format!(
             "{b} {} warm, {} cold",
-            fault_text(warm),
-            fault_text(cold)
+            hugetune_render::ns(warm),
+            hugetune_render::ns(cold)
         ));
     }
     if moved.is_empty() {
@@ -949,14 +962,6 @@ pub fn cold_fault_costs(c: &Calibration, m: &CostModel) -> Option<CostModel> {
     Some(out)
 }
 
-fn fault_text(ns: f64) -> String {
-    if ns >= 1e6 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.2} µs", ns / 1e3)
-    }
-}
-
 /// The cost model for runs on this machine as they happen now: this machine's
 /// (`cost_model_at`), with `cold_fault_costs` where free page reporting is on
 /// (`reporting`: what `kernel_state::free_page_reporting` said) and the
@@ -966,14 +971,9 @@ pub fn cost_model_for_runs(
     machine: &Machine,
     reporting: Option<&str>,
 ) -> Result<CostModel> {
-    let cost = cost_model_at(path, machine)?;
+    let (cost, cal) = costs_at(path, machine)?;
     let Some(why) = reporting else {
         return Ok(cost);
-    };
-    let cal = if Db::exists(path) {
-        stored_calibration(&Db::open(path)?, machine)?
-    } else {
-        None
     };
     match cal.as_ref().and_then(|c| cold_fault_costs(c, &cost)) {
         Some(cold) => {
@@ -1320,7 +1320,7 @@ mod tests {
         );
         assert!(
             cold.source
-                .contains("4k 4.00 µs warm, 5.00 µs cold; thp-2m 400.00 µs warm, 4.00 ms cold"),
+                .contains("4k 4.0 µs warm, 5.0 µs cold; thp-2m 400.0 µs warm, 4.00 ms cold"),
             "{}",
             cold.source
         );
