@@ -2157,6 +2157,14 @@ mod tests {
             .starts_with("Intel Skylake client"));
         assert_eq!(name(intel, 6, 0x6a), Some("Intel Ice Lake-SP"));
         assert_eq!(name(intel, 6, 0x6c), Some("Intel Ice Lake-SP"));
+        for m in [0x7d, 0x7e, 0xa7] {
+            assert!(
+                name(intel, 6, m)
+                    .unwrap()
+                    .starts_with("Intel Sunny Cove client"),
+                "{m:#x}"
+            );
+        }
         for m in [0x8f, 0xcf] {
             assert!(name(intel, 6, m)
                 .unwrap()

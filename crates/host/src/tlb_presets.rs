@@ -288,6 +288,17 @@ pub const PRESETS: &[PresetDef] = &[
         levels: ice_lake_sp,
     },
     PresetDef {
+        name: "Intel Sunny Cove client (Ice Lake client, Rocket Lake)",
+        source: "the Sunny Cove core of Ice Lake-SP (its figures, unverified for the \
+                 client parts); Rocket Lake's Cypress Cove is Sunny Cove backported to \
+                 14 nm (AnandTech, Rocket Lake review); models: Linux intel-family.h \
+                 (ICELAKE_L 0x7E, ICELAKE 0x7D, ROCKETLAKE 0xA7)",
+        vendor: "GenuineIntel",
+        family: 6,
+        models: &[(0x7d, 0x7e), (0xa7, 0xa7)],
+        levels: ice_lake_sp,
+    },
+    PresetDef {
         name: "Intel Sapphire Rapids / Emerald Rapids (Golden Cove)",
         source: "96 x 4K load DTLB: cpunews (Alder Lake analysis; leaf 0x18 says 64 = 16 \
                  sets x 4 ways, so 6-way is inferred); 32 x 2M 4-way, 8 x 1G fully assoc. \
