@@ -465,6 +465,63 @@ pub fn describe_launch(zstd_json: &[u8]) -> Result<String> {
     Ok(line)
 }
 
+/// The program's processes that ran alongside the analysed one, from a
+/// launch section (docs/model.md §4, "Processes side by side"): those of the
+/// same executable whose streams grew at the same time as its for at least
+/// half of the shorter one's span (spans widened by half a second at the
+/// start: a progress file is first written a quarter second in and polled
+/// every quarter second), the largest by pages first, at most `cpus` in all
+/// (0: no limit). `None` when it ran alone or the section predates the spans.
+pub fn alongside(
+    zstd_json: &[u8],
+    cpus: usize,
+) -> Result<Option<hugetune_model::analysis::Alongside>> {
+    let v: serde_json::Value = serde_json::from_slice(
+        &zstd::decode_all(zstd_json).context("the launch section is not zstd")?,
+    )
+    .context("the launch section is not JSON")?;
+    let program = v["program"].as_str().unwrap_or("");
+    let ranks = v["ranks"].as_array().cloned().unwrap_or_default();
+    let span = |r: &serde_json::Value| -> Option<(f64, f64)> {
+        let a = r["active_s"].as_array()?;
+        let (s, e) = (a.first()?.as_f64()?, a.get(1)?.as_f64()?);
+        (s.is_finite() && e.is_finite() && e >= s).then_some((s - 0.5, e))
+    };
+    let pages = |r: &serde_json::Value| r["pages"].as_u64().unwrap_or(0);
+    let Some(me) = ranks
+        .iter()
+        .find(|r| r["analysed"] == true && r["path"] == program)
+    else {
+        return Ok(None);
+    };
+    let (Some((s0, e0)), mine) = (span(me), pages(me)) else {
+        return Ok(None);
+    };
+    if mine == 0 {
+        return Ok(None);
+    }
+    let mut others: Vec<u64> = ranks
+        .iter()
+        .filter(|r| r["path"] == program && r["analysed"] != true)
+        .filter_map(|r| {
+            let (s, e) = span(r)?;
+            let both = (e.min(e0) - s.max(s0)).max(0.0);
+            (both >= 0.5 * (e - s).min(e0 - s0) && pages(r) > 0).then_some(pages(r))
+        })
+        .collect();
+    others.sort_unstable_by(|a, b| b.cmp(a));
+    if cpus > 0 {
+        others.truncate(cpus - 1);
+    }
+    if others.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(hugetune_model::analysis::Alongside {
+        processes: 1 + others.len() as u64,
+        page_tables: (mine + others.iter().sum::<u64>()) as f64 / mine as f64,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,5 +630,83 @@ mod tests {
         )
         .unwrap();
         assert_eq!((f.programs.len(), f.execs), (1, 1));
+    }
+
+    #[test]
+    fn ranks_alongside_are_those_whose_streams_grew_at_once() {
+        let section = |ranks: serde_json::Value| {
+            let v = serde_json::json!({"program": "/a", "ranks": ranks});
+            zstd::encode_all(&serde_json::to_vec(&v).unwrap()[..], 3).unwrap()
+        };
+        let rank = |path: &str, pages: u64, span: Option<[f64; 2]>, analysed: bool| {
+            let mut r =
+                serde_json::json!({"pid": 1, "path": path, "pages": pages, "analysed": analysed});
+            if let Some(s) = span {
+                r["active_s"] = serde_json::json!(s);
+            }
+            r
+        };
+        let me = rank("/a", 1000, Some([1.0, 9.0]), true);
+        // Two ranks side by side, the other slightly smaller.
+        let a = alongside(
+            &section(serde_json::json!([
+                me,
+                rank("/a", 900, Some([1.25, 9.5]), false)
+            ])),
+            2,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(a.processes, 2);
+        assert!((a.page_tables - 1.9).abs() < 1e-9, "{a:?}");
+        // One after the other (`bash -c "./a; ./a"`): alone.
+        let seq = section(serde_json::json!([
+            me,
+            rank("/a", 1000, Some([9.5, 18.0]), false)
+        ]));
+        assert_eq!(alongside(&seq, 2).unwrap(), None);
+        // A short rank inside the analysed one's span counts (half of the
+        // shorter span), another program's process does not, nor a rank
+        // without a span (a section written before spans were kept).
+        let mixed = section(serde_json::json!([
+            me,
+            rank("/a", 500, Some([4.0, 4.5]), false),
+            rank("/b", 5000, Some([1.0, 9.0]), false),
+            rank("/a", 700, None, false),
+        ]));
+        let m = alongside(&mixed, 8).unwrap().unwrap();
+        assert_eq!(m.processes, 2);
+        assert!((m.page_tables - 1.5).abs() < 1e-9, "{m:?}");
+        // More ranks than CPUs: the largest share the caches at once.
+        let many = section(serde_json::json!([
+            me,
+            rank("/a", 1000, Some([1.0, 9.0]), false),
+            rank("/a", 2000, Some([1.0, 9.0]), false),
+            rank("/a", 3000, Some([1.0, 9.0]), false),
+        ]));
+        let m = alongside(&many, 2).unwrap().unwrap();
+        assert_eq!((m.processes, m.page_tables), (2, 4.0));
+        let m = alongside(&many, 0).unwrap().unwrap();
+        assert_eq!((m.processes, m.page_tables), (4, 7.0));
+        // The analysed rank without a span or pages, or not there at all: alone.
+        let no_span = section(serde_json::json!([
+            rank("/a", 1000, None, true),
+            rank("/a", 1000, Some([1.0, 9.0]), false)
+        ]));
+        assert_eq!(alongside(&no_span, 2).unwrap(), None);
+        let no_pages = section(serde_json::json!([
+            rank("/a", 0, Some([1.0, 9.0]), true),
+            rank("/a", 1000, Some([1.0, 9.0]), false)
+        ]));
+        assert_eq!(alongside(&no_pages, 2).unwrap(), None);
+        assert_eq!(alongside(&section(serde_json::json!([])), 2).unwrap(), None);
+        // Hostile input: an error that names the section, never a panic.
+        let e = alongside(b"not zstd", 2).unwrap_err().to_string();
+        assert!(e.contains("launch section"), "{e}");
+        let bad_span = section(serde_json::json!([
+            rank("/a", 1000, Some([9.0, 1.0]), true),
+            rank("/a", 1000, Some([1.0, 9.0]), false)
+        ]));
+        assert_eq!(alongside(&bad_span, 2).unwrap(), None);
     }
 }

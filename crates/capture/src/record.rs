@@ -656,6 +656,34 @@ struct Rank {
     pages: u64,
     largest_block: u64,
     analysed: bool,
+    /// Seconds since the launcher started during which its stream grew, at
+    /// the progress files' resolution (a quarter second): which ranks ran at
+    /// once (`launcher::alongside`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active_s: Option<[f64; 2]>,
+}
+
+/// When a rank's stream grew: the first and last poll at which its progress
+/// file showed more references than before.
+#[derive(Default)]
+struct Active {
+    seen: u64,
+    first: Option<f64>,
+    last: Option<f64>,
+}
+
+impl Active {
+    fn saw(&mut self, refs_seen: u64, t: f64) {
+        if refs_seen > self.seen {
+            self.seen = refs_seen;
+            self.first.get_or_insert(t);
+            self.last = Some(t);
+        }
+    }
+
+    fn span(&self) -> Option<[f64; 2]> {
+        Some([self.first?, self.last?])
+    }
 }
 
 /// A launcher's command (docs/launchers.md): the launcher runs natively with
@@ -733,20 +761,33 @@ fn record_followed(
         }
     }
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
-    // Progress: the ranks' progress files summed.
+    // Progress: the ranks' progress files summed; when each one's grew.
+    let started = std::time::Instant::now();
+    let active: std::cell::RefCell<std::collections::HashMap<u32, Active>> = Default::default();
     let read = || {
         let mut sum = qemu::Progress::default();
         let mut any = false;
+        let t = started.elapsed().as_secs_f64();
         for e in std::fs::read_dir(dir).ok()?.flatten() {
-            if e.file_name()
+            let name = e.file_name();
+            let Some(pid) = name
                 .to_string_lossy()
-                .starts_with("qemu-progress.")
-            {
-                if let Some(p) = qemu::read_progress(&e.path()) {
-                    sum.refs_seen += p.refs_seen;
-                    sum.refs_written += p.refs_written;
-                    sum.pages += p.pages;
-                    any = true;
+                .strip_prefix("qemu-progress.")
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            if let Some(p) = qemu::read_progress(&e.path()) {
+                sum.refs_seen += p.refs_seen;
+                sum.refs_written += p.refs_written;
+                sum.pages += p.pages;
+                any = true;
+                if let Ok(pid) = pid.parse() {
+                    active
+                        .borrow_mut()
+                        .entry(pid)
+                        .or_default()
+                        .saw(p.refs_seen, t);
                 }
             }
         }
@@ -759,6 +800,9 @@ fn record_followed(
         read,
         &mut |p, t| progress(p.refs_seen, p.refs_written, p.pages, t),
     )?;
+    // What grew after the last poll ended with the launcher.
+    let _ = read();
+    let active = active.into_inner();
     let events = launcher::read_follow_log(&follow_log)?;
     let followed = launcher::check_followed(&events, &what)?;
     if !status.success() {
@@ -795,6 +839,7 @@ fn record_followed(
             pages: scan.pages,
             largest_block: log.iter().map(|(_, l)| largest_block(l)).max().unwrap_or(0),
             analysed: false,
+            active_s: active.get(&p.pid).and_then(Active::span),
         });
     }
     // The program: the executable with the most references over its ranks;

@@ -231,6 +231,37 @@ fn mpirun_ranks_are_recorded_and_applied() {
         assert!(r["refs_seen"].as_u64().unwrap() > 300_000, "{launch}");
         assert!(r["largest_block"].as_u64().unwrap() >= 32 << 20, "{launch}");
     }
+    // The ranks ran at once: their streams grew over spans that overlap, and
+    // the analysis costs the walks at both ranks' page tables (each touched
+    // its own 32 MiB: about twice the analysed one's).
+    let spans: Vec<(f64, f64)> = ranks
+        .iter()
+        .map(|r| {
+            let a = r["active_s"].as_array().expect("a span per rank");
+            (a[0].as_f64().unwrap(), a[1].as_f64().unwrap())
+        })
+        .collect();
+    for &(s, e) in &spans {
+        assert!(0.0 <= s && s <= e, "{launch}");
+    }
+    assert!(
+        spans[0].0 <= spans[1].1 && spans[1].0 <= spans[0].1,
+        "{launch}"
+    );
+    let (code, an, err) = hugetune(
+        &db,
+        &["analyze", "--json", "--no-db", bundle.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let an: Value = serde_json::from_str(&an).unwrap();
+    let along = &an["result"]["alongside"];
+    assert_eq!(along["processes"], 2, "{along}");
+    let f = along["page_tables"].as_f64().unwrap();
+    assert!((1.5..2.5).contains(&f), "{along}");
+    assert!(
+        err.contains("2 processes of the program ran at once"),
+        "{err}"
+    );
     // The plan backed both ranks: two summaries per optimized run (mpirun
     // and its helpers hold none), each with huge bytes.
     let r: Value = serde_json::from_str(&out).unwrap();

@@ -1188,6 +1188,24 @@ pub struct AnalysisResult {
     /// for every reference (a single-threaded stream, or analyses before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cores: Option<CoreSummary>,
+    /// The program's other processes that ran alongside this one (MPI
+    /// ranks); `None`: it ran alone, or the bundle does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alongside: Option<Alongside>,
+}
+
+/// Processes of one program that ran at once, each with page tables of its
+/// own (MPI ranks; docs/model.md §4, "Processes side by side"). Each has its
+/// core's TLBs, but the caches a walk reads are shared, so a walk costs what it
+/// costs at their page tables together: the analysed process's page-table
+/// working set is multiplied by `page_tables`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alongside {
+    /// Processes that ran at once, the analysed one included (at most the
+    /// CPUs the run could use).
+    pub processes: u64,
+    /// Their pages together over the analysed one's (at least 1).
+    pub page_tables: f64,
 }
 
 /// The threads of a stream and the cores their references were given to
@@ -1316,6 +1334,16 @@ impl AnalysisResult {
             .find(|m| m.mapping.is_all_small())
             .expect("all-small is always analysed")
     }
+    /// What the page-table working set of a walk is multiplied by
+    /// ([`Alongside::page_tables`]); 1 for a process that ran alone.
+    pub fn page_table_factor(&self) -> f64 {
+        self.alongside
+            .as_ref()
+            .map(|a| a.page_tables)
+            .filter(|f| f.is_finite() && *f > 1.0)
+            .unwrap_or(1.0)
+    }
+
     /// How many cores ran at once on average ([`CoreSummary::concurrency`]);
     /// 1 with one TLB.
     pub fn concurrency(&self) -> f64 {
@@ -1376,6 +1404,7 @@ pub fn analyze(input: AnalysisInput<'_>) -> AnalysisResult {
         geometry: input.geometry,
         sampling: None,
         cores: None,
+        alongside: None,
     }
 }
 
@@ -1938,6 +1967,7 @@ mod site_tests {
             geometry: g,
             sampling: None,
             cores: None,
+            alongside: None,
         };
         let preds = predictions(&result, &CostModel::default(), 1.0);
         let find = |f: &dyn Fn(&crate::rank::Prediction) -> bool| {
@@ -2207,6 +2237,7 @@ mod site_tests {
             geometry: g,
             sampling: None,
             cores: None,
+            alongside: None,
         };
         let preds = predictions(&result, &CostModel::default(), 1.0);
         let get = |b: Backing| {

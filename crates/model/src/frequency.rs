@@ -475,6 +475,7 @@ pub fn analysis_result(
         geometry: geometry.clone(),
         sampling: None,
         cores: None,
+        alongside: None,
     }
 }
 

@@ -218,7 +218,7 @@ pub fn walk_overlap(result: &AnalysisResult, cost: &CostModel, native_seconds: f
         assignments: vec![],
         site_backing: None,
     };
-    let t = miss_parts(result.all_small(), cost, &none);
+    let t = miss_parts(result.all_small(), cost, &none, result.page_table_factor());
     let dirty_share = if t.walks > 0 {
         (t.dirty_walks as f64 / t.walks as f64).clamp(0.0, 1.0)
     } else {
@@ -281,9 +281,12 @@ struct MissParts {
     fault_ns: f64,
 }
 
-fn miss_parts(m: &MappingResult, cost: &CostModel, v: &Variant) -> MissParts {
+/// `share`: what the mapping's page-table working set is multiplied by, the
+/// page tables of processes that ran alongside ([`AnalysisResult::page_table_factor`]).
+fn miss_parts(m: &MappingResult, cost: &CostModel, v: &Variant, share: f64) -> MissParts {
     let entries = leaf_entries(m);
-    let walk_ns = PageSize::ALL.map(|s| cost.walk(s, entries[s.index()]));
+    let walk_ns =
+        PageSize::ALL.map(|s| cost.walk(s, (entries[s.index()] as f64 * share).round() as u64));
     let mut p = MissParts {
         walks: 0,
         dirty_walks: 0,
@@ -318,8 +321,8 @@ fn leaf_entries(m: &MappingResult) -> [u64; 3] {
 
 /// Eq. 2 with the translation time (walks and L2 hits) divided by `overlap`
 /// (docs/model.md §4, "Overlap"); faults are not.
-fn miss_time(m: &MappingResult, cost: &CostModel, v: &Variant, overlap: f64) -> f64 {
-    let p = miss_parts(m, cost, v);
+fn miss_time(m: &MappingResult, cost: &CostModel, v: &Variant, overlap: f64, share: f64) -> f64 {
+    let p = miss_parts(m, cost, v, share);
     p.translation_ns / overlap + p.fault_ns
 }
 
@@ -371,11 +374,12 @@ pub fn predictions(
     // Per-core TLBs: the cores' miss times add up to CPU time; cores that ran
     // at once overlap theirs (docs/model.md §3, "Wall-clock time").
     let k = result.concurrency();
-    let base_time = miss_time(result.all_small(), cost, &none, overlap) / k;
+    let share = result.page_table_factor();
+    let base_time = miss_time(result.all_small(), cost, &none, overlap, share) / k;
     let mut out = Vec::new();
     for m in &result.mappings {
         for v in variants(m) {
-            let mt = miss_time(m, cost, &v, overlap) / k;
+            let mt = miss_time(m, cost, &v, overlap, share) / k;
             let assignments = v.assignments.clone();
             let saving = base_time - mt;
             let (mut hugetlb, mut hugetlb_1g, mut thp) = (0, 0, 0);

@@ -14,7 +14,9 @@
 //! mapping's view. A complete stream can be sampled the same way by the
 //! analysis itself (`analyze --rate`).
 
-use crate::analysis::{AnalysisResult, Analyzer, CoreSummary, Mapping, RefUnits, SamplingSummary};
+use crate::analysis::{
+    Alongside, AnalysisResult, Analyzer, CoreSummary, Mapping, RefUnits, SamplingSummary,
+};
 use crate::categorize::{AddressSpace, AllocEvent, AllocOp, Categorizer, Site};
 use crate::category::{Category, PerCategory};
 use crate::sampled::{group_of, page_unit, Sampling};
@@ -211,6 +213,10 @@ pub struct AnalysisOptions {
     /// (mapping `jvm`, [`Mapping::is_jvm_heap`]).
     #[serde(default)]
     pub jvm: bool,
+    /// The program's processes that ran alongside the analysed one (from a
+    /// followed launch), carried into the result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alongside: Option<Alongside>,
 }
 
 /// References categorized at a time before the analysis threads take them.
@@ -447,6 +453,7 @@ pub fn analyze_stream_sampled(
             groups: groups.len() as u64,
         }),
         cores,
+        alongside: opts.alongside.clone(),
     };
     (result, d.summary, d.cat)
 }

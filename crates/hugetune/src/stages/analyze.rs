@@ -395,9 +395,11 @@ pub fn analyze_sampled(
     if b.refs.is_none() {
         return super::analyze_damon(path, b, geometry, cost);
     }
+    let mut launch = None;
     for x in &b.extra {
         if x.name == "launch" {
             note(hugetune_capture::launcher::describe_launch(&x.data)?);
+            launch = Some(&x.data);
             continue;
         }
         note(format!(
@@ -546,11 +548,22 @@ pub fn analyze_sampled(
     } else {
         run_cpus(b.meta.affinity.as_deref())
     };
+    let alongside = match launch {
+        Some(l) => hugetune_capture::launcher::alongside(l, cpus)?,
+        None => None,
+    };
+    if let Some(a) = &alongside {
+        note(format!(
+            "{} processes of the program ran at once, each with page tables of its own: the caches a walk reads hold them all ({:.2}x this one's), so walks are costed at that size (docs/model.md §4, \"Processes side by side\")",
+            a.processes, a.page_tables
+        ));
+    }
     let opts = &AnalysisOptions {
         sites: top,
         cpus,
         cpus_source,
         jvm: inputs.traits().jvm,
+        alongside,
         ..opts.clone()
     };
     if let Some(e) = stream_error.take() {

@@ -193,6 +193,7 @@ pub fn analyze(
             groups: 0,
         }),
         cores: None,
+        alongside: None,
     };
     let native_s = b.meta.native.wall_s;
     let (predictions, errors, intervals) =
