@@ -285,8 +285,14 @@ struct MissParts {
 /// page tables of processes that ran alongside ([`AnalysisResult::page_table_factor`]).
 fn miss_parts(m: &MappingResult, cost: &CostModel, v: &Variant, share: f64) -> MissParts {
     let entries = leaf_entries(m);
-    let walk_ns =
-        PageSize::ALL.map(|s| cost.walk(s, (entries[s.index()] as f64 * share).round() as u64));
+    // Capped far beyond any page table (8 PB of entries) so that a hostile
+    // factor cannot overflow the curve's byte count.
+    let walk_ns = PageSize::ALL.map(|s| {
+        cost.walk(
+            s,
+            (entries[s.index()] as f64 * share).min(1e15).round() as u64,
+        )
+    });
     let mut p = MissParts {
         walks: 0,
         dirty_walks: 0,

@@ -94,6 +94,17 @@ fn a_factor_below_one_or_not_a_number_is_none() {
         };
         assert_eq!(r.page_table_factor(), 1.0, "{f}");
     }
+    // A factor no machine has (a hostile bundle's pages): costed at the
+    // curve's far end, no overflow.
+    let huge = hugetune_model::analysis::AnalysisResult {
+        alongside: Some(Alongside {
+            processes: 2,
+            page_tables: 1e300,
+        }),
+        ..analysed(None)
+    };
+    let far = rank::predictions(&huge, &rising(), 100.0);
+    assert!(far.iter().all(|p| p.saving_ns.is_finite()), "{far:?}");
 }
 
 #[test]
