@@ -1764,6 +1764,7 @@ mod tests {
             "spr" => include_str!("../tests/fixtures/cpuid/intel_sapphire_rapids_w7_2475x.txt"),
             "icx" => include_str!("../tests/fixtures/cpuid/intel_ice_lake_sp_gold6336y.txt"),
             "icx-hyperv" => include_str!("../tests/fixtures/cpuid/intel_ice_lake_d_hyperv.txt"),
+            "rkl-kvm" => include_str!("../tests/fixtures/cpuid/intel_rocket_lake_kvm_here.txt"),
             _ => panic!("no fixture {name}"),
         };
         let dump = CpuidDump::parse(text).unwrap();
@@ -2248,6 +2249,14 @@ mod tests {
         let r = report("zen3-qemu");
         assert_eq!(r.choice, Some(TlbChoice::Preset));
         assert_eq!(r.geometry.last().entries(P4k), 2048);
+        // KVM on Rocket Lake: leaf 2 points at leaf 0x18, which describes no
+        // data TLB; the Sunny Cove client preset (before it: the generic
+        // Skylake default, a 1536-entry STLB).
+        let r = report("rkl-kvm");
+        assert_eq!(r.choice, Some(TlbChoice::Preset));
+        assert!(r.cpuid.is_none());
+        assert_eq!(r.geometry.last().entries(P4k), 2048);
+        assert_eq!(r.geometry.levels[0].entries(P1g), 8);
         // Hyper-V hides leaf 0x18: the preset, because cpuid is silent.
         let r = report("icx-hyperv");
         assert_eq!(r.choice, Some(TlbChoice::Preset));
