@@ -674,8 +674,12 @@ fn ctrl_c_restores_the_kernel_settings_and_stops_the_server() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
+    // The suite's scratch directory goes here, where no other test's does.
+    let tmp = d.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
     let before = resting();
     let mut child = common::signalable()
+        .env("TMPDIR", &tmp)
         .arg("--db")
         .arg(d.path().join("h.db"))
         .args([
@@ -716,6 +720,14 @@ fn ctrl_c_restores_the_kernel_settings_and_stops_the_server() {
         "left running: {:?}",
         suite_processes("characterize")
     );
+    // Nor its scratch directory: exiting on the signal drops nothing, the
+    // restorers remove it.
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }
 
 #[test]

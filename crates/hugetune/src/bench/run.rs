@@ -307,6 +307,9 @@ pub struct Bench {
     pub suite: String,
     /// Bytes of memory touched and freed before each timed run (warm memory).
     pub warm: bool,
+    /// Removes `dir` when hugetune is interrupted (it exits without dropping
+    /// it); on a normal drop `dir` has removed itself first.
+    _scratch: hugetune_host::kernel_state::Restore,
 }
 
 impl Bench {
@@ -316,6 +319,10 @@ impl Bench {
             .prefix(&format!("hugetune-bench-{suite}."))
             .tempdir()
             .context("creating a scratch directory")?;
+        let path = dir.path().to_path_buf();
+        let _scratch = hugetune_host::kernel_state::on_restore(move || {
+            let _ = std::fs::remove_dir_all(&path);
+        });
         Ok(Bench {
             art,
             dir,
@@ -323,6 +330,7 @@ impl Bench {
             tlb_counters,
             suite: suite.into(),
             warm: true,
+            _scratch,
         })
     }
 
