@@ -51,7 +51,7 @@ fn best(v: &Value) -> (String, f64, f64) {
 /// its error bar (3 standard errors) or 15 % of the complete one. 15 %, not
 /// 10 %: a 32 MiB kernel's sample comes from 16 regions of 2 MB, and which ones
 /// depends on where the run's heap lands, so recordings of randmem fall in two
-/// groups, about 16.6 and 18.5 ms against 16.1 ms complete (eleven runs on the
+/// groups, about 16.6 and 18.5 ms against 16.1 ms complete (nine runs with figures on the
 /// Intel guest of stop 43; 18.4 ± 0.69 ms failed the 10 % bound once): the error
 /// bar of so few regions understates that spread.
 fn agrees(what: &str, complete: &Value, sampled: &Value) {
