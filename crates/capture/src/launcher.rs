@@ -405,14 +405,18 @@ pub fn check_followed(events: &[FollowEvent], what: &str) -> Result<Followed> {
     })
 }
 
-/// One line about a bundle's `launch` section (formats.md §7): what was
-/// followed, every process of the program with its references, and which
-/// one the model analyses.
-pub fn describe_launch(zstd_json: &[u8]) -> Result<String> {
-    let v: serde_json::Value = serde_json::from_slice(
-        &zstd::decode_all(zstd_json).context("the launch section is not zstd")?,
-    )
-    .context("the launch section is not JSON")?;
+/// A bundle's `launch` section (formats.md §7), decoded once for
+/// [`describe_launch`] and [`alongside`]. Its fields are read leniently (a
+/// missing or mistyped one reads as absent); only bytes that are not zstd or
+/// not JSON are an error.
+pub fn launch_section(zstd_json: &[u8]) -> Result<serde_json::Value> {
+    serde_json::from_slice(&zstd::decode_all(zstd_json).context("the launch section is not zstd")?)
+        .context("the launch section is not JSON")
+}
+
+/// One line about a launch section: what was followed, every process of the
+/// program with its references, and which one the model analyses.
+pub fn describe_launch(v: &serde_json::Value) -> String {
     let ranks = v["ranks"].as_array().cloned().unwrap_or_default();
     let program = v["program"].as_str().unwrap_or("?");
     let mine: Vec<&serde_json::Value> = ranks.iter().filter(|r| r["path"] == program).collect();
@@ -462,7 +466,7 @@ pub fn describe_launch(zstd_json: &[u8]) -> Result<String> {
             "; {others} other program process(es) ran too and are not analysed"
         ));
     }
-    Ok(line)
+    line
 }
 
 /// The program's processes that ran alongside the analysed one, from a
@@ -473,13 +477,9 @@ pub fn describe_launch(zstd_json: &[u8]) -> Result<String> {
 /// every quarter second), the largest by pages first, at most `cpus` in all
 /// (0: no limit). `None` when it ran alone or the section predates the spans.
 pub fn alongside(
-    zstd_json: &[u8],
+    v: &serde_json::Value,
     cpus: usize,
-) -> Result<Option<hugetune_model::analysis::Alongside>> {
-    let v: serde_json::Value = serde_json::from_slice(
-        &zstd::decode_all(zstd_json).context("the launch section is not zstd")?,
-    )
-    .context("the launch section is not JSON")?;
+) -> Option<hugetune_model::analysis::Alongside> {
     let program = v["program"].as_str().unwrap_or("");
     let ranks = v["ranks"].as_array().cloned().unwrap_or_default();
     let span = |r: &serde_json::Value| -> Option<(f64, f64)> {
@@ -488,17 +488,12 @@ pub fn alongside(
         (s.is_finite() && e.is_finite() && e >= s).then_some((s - 0.5, e))
     };
     let pages = |r: &serde_json::Value| r["pages"].as_u64().unwrap_or(0);
-    let Some(me) = ranks
+    let me = ranks
         .iter()
-        .find(|r| r["analysed"] == true && r["path"] == program)
-    else {
-        return Ok(None);
-    };
-    let (Some((s0, e0)), mine) = (span(me), pages(me)) else {
-        return Ok(None);
-    };
+        .find(|r| r["analysed"] == true && r["path"] == program)?;
+    let ((s0, e0), mine) = (span(me)?, pages(me));
     if mine == 0 {
-        return Ok(None);
+        return None;
     }
     let mut others: Vec<u64> = ranks
         .iter()
@@ -514,12 +509,12 @@ pub fn alongside(
         others.truncate(cpus - 1);
     }
     if others.is_empty() {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(hugetune_model::analysis::Alongside {
+    Some(hugetune_model::analysis::Alongside {
         processes: 1 + others.len() as u64,
         page_tables: (mine + others.iter().sum::<u64>()) as f64 / mine as f64,
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -636,7 +631,8 @@ mod tests {
     fn ranks_alongside_are_those_whose_streams_grew_at_once() {
         let section = |ranks: serde_json::Value| {
             let v = serde_json::json!({"program": "/a", "ranks": ranks});
-            zstd::encode_all(&serde_json::to_vec(&v).unwrap()[..], 3).unwrap()
+            launch_section(&zstd::encode_all(&serde_json::to_vec(&v).unwrap()[..], 3).unwrap())
+                .unwrap()
         };
         let rank = |path: &str, pages: u64, span: Option<[f64; 2]>, analysed: bool| {
             let mut r =
@@ -655,7 +651,6 @@ mod tests {
             ])),
             2,
         )
-        .unwrap()
         .unwrap();
         assert_eq!(a.processes, 2);
         assert!((a.page_tables - 1.9).abs() < 1e-9, "{a:?}");
@@ -664,7 +659,7 @@ mod tests {
             me,
             rank("/a", 1000, Some([9.5, 18.0]), false)
         ]));
-        assert_eq!(alongside(&seq, 2).unwrap(), None);
+        assert_eq!(alongside(&seq, 2), None);
         // A short rank inside the analysed one's span counts (half of the
         // shorter span), another program's process does not, nor a rank
         // without a span (a section written before spans were kept).
@@ -674,7 +669,7 @@ mod tests {
             rank("/b", 5000, Some([1.0, 9.0]), false),
             rank("/a", 700, None, false),
         ]));
-        let m = alongside(&mixed, 8).unwrap().unwrap();
+        let m = alongside(&mixed, 8).unwrap();
         assert_eq!(m.processes, 2);
         assert!((m.page_tables - 1.5).abs() < 1e-9, "{m:?}");
         // More ranks than CPUs: the largest share the caches at once.
@@ -684,29 +679,36 @@ mod tests {
             rank("/a", 2000, Some([1.0, 9.0]), false),
             rank("/a", 3000, Some([1.0, 9.0]), false),
         ]));
-        let m = alongside(&many, 2).unwrap().unwrap();
+        let m = alongside(&many, 2).unwrap();
         assert_eq!((m.processes, m.page_tables), (2, 4.0));
-        let m = alongside(&many, 0).unwrap().unwrap();
+        let m = alongside(&many, 0).unwrap();
         assert_eq!((m.processes, m.page_tables), (4, 7.0));
         // The analysed rank without a span or pages, or not there at all: alone.
         let no_span = section(serde_json::json!([
             rank("/a", 1000, None, true),
             rank("/a", 1000, Some([1.0, 9.0]), false)
         ]));
-        assert_eq!(alongside(&no_span, 2).unwrap(), None);
+        assert_eq!(alongside(&no_span, 2), None);
         let no_pages = section(serde_json::json!([
             rank("/a", 0, Some([1.0, 9.0]), true),
             rank("/a", 1000, Some([1.0, 9.0]), false)
         ]));
-        assert_eq!(alongside(&no_pages, 2).unwrap(), None);
-        assert_eq!(alongside(&section(serde_json::json!([])), 2).unwrap(), None);
+        assert_eq!(alongside(&no_pages, 2), None);
+        assert_eq!(alongside(&section(serde_json::json!([])), 2), None);
         // Hostile input: an error that names the section, never a panic.
-        let e = alongside(b"not zstd", 2).unwrap_err().to_string();
-        assert!(e.contains("launch section"), "{e}");
+        for bad in [&b"not zstd"[..], &zstd::encode_all(&b"{"[..], 3).unwrap()] {
+            let e = launch_section(bad).unwrap_err().to_string();
+            assert!(e.contains("launch section"), "{e}");
+        }
+        // Valid JSON of the wrong shape reads as a program that ran alone.
+        for odd in [serde_json::json!([1, 2]), serde_json::json!({"ranks": "x"})] {
+            assert_eq!(alongside(&odd, 2), None);
+            assert!(describe_launch(&odd).contains("0 process(es)"));
+        }
         let bad_span = section(serde_json::json!([
             rank("/a", 1000, Some([9.0, 1.0]), true),
             rank("/a", 1000, Some([1.0, 9.0]), false)
         ]));
-        assert_eq!(alongside(&bad_span, 2).unwrap(), None);
+        assert_eq!(alongside(&bad_span, 2), None);
     }
 }

@@ -398,8 +398,9 @@ pub fn analyze_sampled(
     let mut launch = None;
     for x in &b.extra {
         if x.name == "launch" {
-            note(hugetune_capture::launcher::describe_launch(&x.data)?);
-            launch = Some(&x.data);
+            let v = hugetune_capture::launcher::launch_section(&x.data)?;
+            note(hugetune_capture::launcher::describe_launch(&v));
+            launch = Some(v);
             continue;
         }
         note(format!(
@@ -548,10 +549,9 @@ pub fn analyze_sampled(
     } else {
         run_cpus(b.meta.affinity.as_deref())
     };
-    let alongside = match launch {
-        Some(l) => hugetune_capture::launcher::alongside(l, cpus)?,
-        None => None,
-    };
+    let alongside = launch
+        .as_ref()
+        .and_then(|l| hugetune_capture::launcher::alongside(l, cpus));
     if let Some(a) = &alongside {
         note(format!(
             "{} processes of the program ran at once, each with page tables of its own: the caches a walk reads hold them all ({:.2}x this one's), so walks are costed at that size (docs/model.md §4, \"Processes side by side\")",
