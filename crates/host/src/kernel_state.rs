@@ -21,7 +21,10 @@ use std::sync::{Mutex, Once};
 pub const LOCK_PATH: &str = "/run/lock/hugetune-kernel-state.lock";
 
 type Restorer = Box<dyn FnMut() + Send>;
-static RESTORERS: Mutex<Vec<(u64, Restorer)>> = Mutex::new(Vec::new());
+/// Restorers by id, each marked whether it puts back kernel state (the
+/// interrupt says "kernel settings restored" only when one did) or only
+/// cleans up after hugetune (a scratch directory).
+static RESTORERS: Mutex<Vec<(u64, bool, Restorer)>> = Mutex::new(Vec::new());
 static CHILDREN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 /// Set before the children are stopped: a child registered afterwards (spawned
 /// while the interrupt was being handled) is stopped at once.
@@ -31,7 +34,7 @@ static SPAWNING: AtomicUsize = AtomicUsize::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static INSTALL: Once = Once::new();
 
-fn restorers() -> std::sync::MutexGuard<'static, Vec<(u64, Restorer)>> {
+fn restorers() -> std::sync::MutexGuard<'static, Vec<(u64, bool, Restorer)>> {
     RESTORERS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -137,12 +140,12 @@ pub fn install_signal_guard() {
                     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
                 }
                 let mut r = restorers();
-                let n = r.len();
-                for (_, f) in r.iter_mut() {
+                let kernel = r.iter().any(|(_, k, _)| *k);
+                for (_, _, f) in r.iter_mut() {
                     f();
                 }
                 r.clear();
-                if n > 0 {
+                if kernel {
                     eprintln!("hugetune: interrupted; kernel settings restored");
                 }
                 std::process::exit(128 + sig);
@@ -157,17 +160,61 @@ pub struct Restore {
 }
 
 pub fn on_restore(f: impl FnMut() + Send + 'static) -> Restore {
+    register(true, Box::new(f))
+}
+
+/// Like [`on_restore`] for clean-up that is not kernel state (files hugetune
+/// made): an interrupt runs it too, without claiming to restore settings.
+pub fn on_interrupt(f: impl FnMut() + Send + 'static) -> Restore {
+    register(false, Box::new(f))
+}
+
+fn register(kernel: bool, f: Restorer) -> Restore {
     install_signal_guard();
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    restorers().push((id, Box::new(f)));
+    restorers().push((id, kernel, f));
     Restore { id }
+}
+
+/// A scratch directory that is removed when dropped and also when hugetune
+/// is interrupted (the interrupt exits the process, and a `TempDir` is never
+/// dropped then: traces and logs of a stopped run would stay in /tmp).
+pub struct Scratch {
+    // Declared first so it drops first: the directory goes, then `TempDir`'s
+    // own removal finds nothing left (which it ignores).
+    _cleanup: Restore,
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    /// A new directory `prefix` + random suffix under the temporary directory.
+    pub fn new(prefix: &str) -> Result<Scratch> {
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .with_context(|| {
+                format!(
+                    "creating a scratch directory {prefix}* in {}",
+                    std::env::temp_dir().display()
+                )
+            })?;
+        let path = dir.path().to_path_buf();
+        let _cleanup = on_interrupt(move || {
+            let _ = std::fs::remove_dir_all(&path);
+        });
+        Ok(Scratch { _cleanup, dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
         let mut r = restorers();
-        if let Some(i) = r.iter().position(|(id, _)| *id == self.id) {
-            let (_, mut f) = r.remove(i);
+        if let Some(i) = r.iter().position(|(id, _, _)| *id == self.id) {
+            let (_, _, mut f) = r.remove(i);
             f();
         }
     }
@@ -781,7 +828,76 @@ mod tests {
         assert_eq!(n.load(Ordering::SeqCst), 0);
         drop(r);
         assert_eq!(n.load(Ordering::SeqCst), 1);
-        assert!(restorers().iter().all(|(id, _)| *id != 0));
+        assert!(restorers().iter().all(|(id, _, _)| *id != 0));
+    }
+
+    /// A scratch directory goes when dropped, with what it holds.
+    #[test]
+    fn scratch_is_removed_on_drop() {
+        let s = Scratch::new("hugetune-test-scratch.").unwrap();
+        let p = s.path().to_path_buf();
+        std::fs::write(p.join("f"), b"x").unwrap();
+        assert!(p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("hugetune-test-scratch."));
+        drop(s);
+        assert!(!p.exists());
+        assert!(Scratch::new("no/such/dir/x.").is_err());
+    }
+
+    /// The child of `an_interrupt_removes_scratch_directories`: makes a
+    /// scratch directory under `TMPDIR`, says so, and waits to be stopped.
+    #[test]
+    #[ignore]
+    fn scratch_holder() {
+        if std::env::var_os("HUGETUNE_TEST_SCRATCH_HOLDER").is_none() {
+            return;
+        }
+        let s = Scratch::new("hugetune-test-scratch.").unwrap();
+        std::fs::write(s.path().join("trace"), b"x").unwrap();
+        println!("ready");
+        std::thread::sleep(std::time::Duration::from_secs(120));
+    }
+
+    /// SIGTERM exits without dropping anything: the scratch directory is
+    /// removed by its restorer, and nothing claims kernel settings were
+    /// restored when none were changed.
+    #[test]
+    fn an_interrupt_removes_scratch_directories() {
+        use std::io::BufRead;
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "kernel_state::tests::scratch_holder",
+                "--nocapture",
+            ])
+            .env("HUGETUNE_TEST_SCRATCH_HOLDER", "1")
+            .env("TMPDIR", tmp.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap() > 0 && !line.contains("ready") {
+            line.clear();
+        }
+        assert!(line.contains("ready"), "the holder never started");
+        let held: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
+        assert_eq!(held.len(), 1, "{held:?}");
+        // SAFETY: kill has no memory effects; the pid is our child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{err}");
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        assert!(!err.contains("kernel settings restored"), "{err}");
     }
 
     /// The child of `a_killed_pool_reservation_is_undone_by_the_next_user`:

@@ -511,7 +511,10 @@ fn an_interrupt_restores_the_pool_and_stops_the_program() {
     }
     let before = hugetune_host::kernel_state::resting_pool_size(2048).unwrap();
     let d = tempfile::tempdir().unwrap();
+    // A private TMPDIR: the scratch directories of the stopped runs must go.
+    let tmp = tempfile::tempdir().unwrap();
     let mut child = common::signalable()
+        .env("TMPDIR", tmp.path())
         .arg("--db")
         .arg(d.path().join("h.db"))
         .args(["optimize", "--reserve", "--runs", "20", "--profile-cmd"])
@@ -532,6 +535,14 @@ fn an_interrupt_restores_the_pool_and_stops_the_program() {
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     assert!(seen.contains("grew the 2 MB hugetlb pool"), "{seen}");
+    // The applied runs' scratch directory exists now. The main thread often
+    // drops it itself while the interrupt restores the pool (the stopped run
+    // fails first); when the exit comes first, only its restorer removes it.
+    let held: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
+    assert!(
+        !held.is_empty(),
+        "no scratch directory while the runs go on"
+    );
     // SAFETY: kill has no memory effects; the pid is our child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
@@ -554,6 +565,8 @@ fn an_interrupt_restores_the_pool_and_stops_the_program() {
         "left running: {}",
         String::from_utf8_lossy(&ps.stdout)
     );
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }
 
 #[test]

@@ -82,9 +82,7 @@ pub fn capture_speed(quick: bool, runs: usize) -> Result<CaptureReport> {
         bail!("valgrind is not installed (apt-get install valgrind)");
     }
     let rate = 1.0 / 1024.0;
-    let dir = tempfile::Builder::new()
-        .prefix("hugetune-bench.")
-        .tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-bench.")?;
     let load_before = std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .trim()

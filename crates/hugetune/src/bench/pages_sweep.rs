@@ -171,9 +171,7 @@ pub fn run(ctx: &Ctx, o: &Opts, pcts: &[u32]) -> Result<()> {
     if !super::state::is_root() {
         bail!("bench pages-sweep sets hugetlb pool budgets and THP for each run: run it as root");
     }
-    let scratch = tempfile::Builder::new()
-        .prefix("hugetune-sweep.")
-        .tempdir()?;
+    let scratch = hugetune_host::kernel_state::Scratch::new("hugetune-sweep.")?;
     stages::note("pages-sweep: the model's prediction from a QEMU profile of a training input");
     let model = if hugetune_capture::qemu::require_qemu().is_ok() {
         match model_prediction(ctx, o.quick, scratch.path()) {

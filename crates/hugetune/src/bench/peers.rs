@@ -396,9 +396,7 @@ pub fn run(ctx: &Ctx, o: &Opts, peer_lib: &[String]) -> Result<()> {
             "glibc {glibc} has no __morecore (removed in 2.34): libhugetlbfs's HUGETLB_MORECORE cannot work here; its runs show what it really backed"
         ));
     }
-    let scratch = tempfile::Builder::new()
-        .prefix("hugetune-peers.")
-        .tempdir()?;
+    let scratch = hugetune_host::kernel_state::Scratch::new("hugetune-peers.")?;
     let subst = |s: &str| s.replace("{dir}", &scratch.path().display().to_string());
     // hugetune optimize on each workload first (it takes the kernel-state lock
     // itself to grow the pool for its runs).

@@ -420,9 +420,7 @@ pub fn run(ctx: &Ctx, a: &Args) -> Result<()> {
     sr.notes.push(
         "the hugetune configuration's times include `hugetune run` itself: the plan looked up before the program starts and the run recorded after it ends".into(),
     );
-    let scratch = tempfile::Builder::new()
-        .prefix("hugetune-programs.")
-        .tempdir()?;
+    let scratch = hugetune_host::kernel_state::Scratch::new("hugetune-programs.")?;
     let wrapper = run_wrapper(ctx)?;
     // Build and optimize every program first (optimize takes the kernel-state
     // lock itself to grow the pool for its runs); what cannot run is skipped.

@@ -278,9 +278,7 @@ pub fn model_figures(quick: bool, runs: usize) -> Result<ModelReport> {
         }));
     }
     drop(trace);
-    let dir = tempfile::Builder::new()
-        .prefix("hugetune-bench.")
-        .tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-bench.")?;
     let synth_n = if quick { 500_000 } else { 20_000_000 };
     let mut inputs: Vec<(String, Vec<u64>)> = eval::shapes(synth_n)
         .into_iter()

@@ -301,28 +301,19 @@ impl WorkloadResult {
 /// holds, whether TLB counters are read.
 pub struct Bench {
     pub art: Artifacts,
-    pub dir: tempfile::TempDir,
+    /// Removed also when hugetune is interrupted (it exits without dropping).
+    pub dir: hugetune_host::kernel_state::Scratch,
     pub held: Held,
     pub tlb_counters: bool,
     pub suite: String,
     /// Bytes of memory touched and freed before each timed run (warm memory).
     pub warm: bool,
-    /// Removes `dir` when hugetune is interrupted (it exits without dropping
-    /// it); on a normal drop `dir` has removed itself first.
-    _scratch: hugetune_host::kernel_state::Restore,
 }
 
 impl Bench {
     pub fn new(suite: &str, held: Held, tlb_counters: bool) -> Result<Bench> {
         let art = crate::artifacts::find()?;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("hugetune-bench-{suite}."))
-            .tempdir()
-            .context("creating a scratch directory")?;
-        let path = dir.path().to_path_buf();
-        let _scratch = hugetune_host::kernel_state::on_restore(move || {
-            let _ = std::fs::remove_dir_all(&path);
-        });
+        let dir = hugetune_host::kernel_state::Scratch::new(&format!("hugetune-bench-{suite}."))?;
         Ok(Bench {
             art,
             dir,
@@ -330,7 +321,6 @@ impl Bench {
             tlb_counters,
             suite: suite.into(),
             warm: true,
-            _scratch,
         })
     }
 

@@ -98,9 +98,7 @@ fn kernel_seconds(stdout: &[u8]) -> Result<f64> {
 
 pub fn runtime_overhead(quick: bool, runs: usize) -> Result<RuntimeReport> {
     let art = crate::artifacts::find()?;
-    let dir = tempfile::Builder::new()
-        .prefix("hugetune-bench.")
-        .tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-bench.")?;
     let plan = dir.path().join("plan");
     // Heap-large on THP: nothing here is that large, so apply mode touches nothing.
     let assignments = [(Category::HeapLarge, Backing::Thp2m)];

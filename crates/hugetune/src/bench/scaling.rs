@@ -212,9 +212,7 @@ pub fn run(ctx: &Ctx, o: &Opts, max_threads: Option<u32>) -> Result<()> {
     // lock itself to grow the pool for its runs.
     let mut per_workload: Vec<Vec<Config>> = Vec::new();
     let mut chosen = Vec::new();
-    let scratch = tempfile::Builder::new()
-        .prefix("hugetune-scaling.")
-        .tempdir()?;
+    let scratch = hugetune_host::kernel_state::Scratch::new("hugetune-scaling.")?;
     for w in &ws {
         let argv: Vec<OsString> = w
             .command(&art.work)

@@ -203,9 +203,7 @@ pub fn run(a: Args) -> Result<i32> {
             .with_context(|| format!("reading the plan {}", p.display()))?,
         None => default_plan(),
     };
-    let dir = tempfile::Builder::new()
-        .prefix("hugetune-soak.")
-        .tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-soak.")?;
     let plan_file = dir.path().join("plan");
     std::fs::write(&plan_file, &plan_text)?;
     let summary_tmpl = dir.path().join("summary.%p.json");

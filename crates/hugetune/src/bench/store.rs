@@ -229,9 +229,7 @@ fn client(
     seconds: u32,
 ) -> Result<Samples> {
     let host = format!("bench-{i}");
-    let dir = tempfile::Builder::new()
-        .prefix("hugetune-bench-start-")
-        .tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-bench-start-")?;
     let key = start_cache::Key::new(location, &host, tlb.as_deref(), argv)?;
     let ready = open(location, &host, tlb).and_then(|db| {
         start_cache::look_up(&db, Some(dir.path()), &key, argv)?

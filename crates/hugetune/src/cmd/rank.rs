@@ -260,9 +260,7 @@ pub fn execute(ctx: &Ctx, a: &Args) -> Result<RankReport> {
     }
     let art = crate::artifacts::find()?;
     let m = machine::machine(ctx.tlb.as_deref())?;
-    let tmp = tempfile::Builder::new()
-        .prefix("hugetune-rank.")
-        .tempdir()?;
+    let tmp = hugetune_host::kernel_state::Scratch::new("hugetune-rank.")?;
     let bundle = a
         .bundle
         .clone()

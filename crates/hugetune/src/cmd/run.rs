@@ -388,7 +388,7 @@ fn plan_file_run(
         .with_context(|| format!("reading the plan {}", file.display()))?;
     let outside = hugetune_attach::OutsidePlan::parse(&text)
         .with_context(|| format!("{} is not a plan hugetune can apply", file.display()))?;
-    let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-run.")?;
     let mut spec = if stages::preload_can_enter(&a.command) {
         stages::note(format!("applying the plan {}", file.display()));
         let plan_path = std::fs::canonicalize(file)?;

@@ -544,9 +544,7 @@ fn check_plan(lib: &Path, plan: &Path) -> Result<()> {
         .find(|p| p.is_file())
         .context("cannot check the plan: no /bin/true to run the runtime library in")?;
     let plan_abs = std::path::absolute(plan)?;
-    let dir = tempfile::Builder::new()
-        .prefix("hugetune-check.")
-        .tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-check.")?;
     let mut c = Command::new(t);
     c.env_clear()
         .envs(env::apply_env(

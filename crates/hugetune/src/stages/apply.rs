@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 pub struct Applied {
     /// Holds the plan file and the runtime library's summaries.
-    pub dir: tempfile::TempDir,
+    pub dir: hugetune_host::kernel_state::Scratch,
     pub spec: RunSpec,
 }
 
@@ -274,7 +274,7 @@ pub fn applied_spec(
     options: &PlanOptions,
     stdout: Output,
 ) -> Result<Applied> {
-    let dir = tempfile::Builder::new().prefix("hugetune-run.").tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-run.")?;
     if !assignments.is_empty() && !preload_can_enter(argv) {
         let plan = OutsidePlan::from_assignments(assignments, threshold);
         note(format!(

@@ -171,9 +171,7 @@ pub fn parse_mthp(list: &str) -> Result<Vec<u8>> {
 /// `argv` runs, measured by one record-mode run (no reference tracing). It also
 /// warms the machine up before timed runs.
 pub fn sizing_run(art: &Artifacts, argv: &[OsString], driver: Option<&Driver>) -> Result<Sizing> {
-    let dir = tempfile::Builder::new()
-        .prefix("hugetune-size.")
-        .tempdir()?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-size.")?;
     let log = dir.path().join("alloc.%p.log");
     let mut spec = RunSpec::new(argv.to_vec());
     spec.env = env::record_env(&env::RecordEnv {

@@ -288,10 +288,7 @@ pub fn record_with_native(
             ));
         }
     }
-    let dir = tempfile::Builder::new()
-        .prefix("hugetune-record.")
-        .tempdir()
-        .context("creating a scratch directory")?;
+    let dir = hugetune_host::kernel_state::Scratch::new("hugetune-record.")?;
     match &source {
         Source::Valgrind => note(format!(
             "profiling `{}` under valgrind lackey (slow: every reference is traced)",
