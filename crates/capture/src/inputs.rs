@@ -211,8 +211,12 @@ pub fn inputs_from_log(log: &AllocLog) -> ProfileInputs {
                     size: r.size,
                     via: if backable {
                         AllocVia::MmapAnon
-                    } else {
+                    } else if flags & alloclog::MAP_ANONYMOUS != 0
+                        && flags & 0x0f == alloclog::MAP_PRIVATE
+                    {
                         AllocVia::Mmap
+                    } else {
+                        AllocVia::MmapFile
                     },
                     site: site(),
                 }
@@ -463,5 +467,70 @@ mod tests {
         }
         let id = c.classify(r1 + MB).unwrap();
         assert_eq!(c.object(id).category, Category::Other);
+    }
+
+    /// Mappings the runtime library cannot back are `other` either way; a
+    /// file-backed or shared one is marked so (never the JVM's heap), an
+    /// anonymous private one (a committed heap) is not.
+    #[test]
+    fn file_and_shared_mappings_are_told_from_anonymous_ones() {
+        const MB: u64 = 1 << 20;
+        let rw = (PROT_READ_WRITE as u64) << 32;
+        let (anon_fixed, file, shared_anon) = (0xa0_0000_0000u64, 0xb0_0000_0000, 0xc0_0000_0000);
+        let header = Header {
+            version: 2,
+            pid: 1,
+            ppid: 0,
+            start_ns: 0,
+            marker_base: 1 << 63,
+            marker_span: 1 << 20,
+            threshold: 131072,
+            exec_gen: 0,
+            tsc_clock: false,
+            syscalls: false,
+        };
+        let log = AllocLog {
+            header,
+            records: vec![
+                rec(
+                    Kind::Mmap,
+                    1,
+                    anon_fixed,
+                    64 * MB,
+                    rw | (MAP_PRIVATE | MAP_ANONYMOUS) as u64 | 0x10,
+                    0,
+                ),
+                // fd 3, MAP_SHARED: a memory-mapped file.
+                rec(Kind::Mmap, 2, file, 64 * MB, (1u64 << 32) | 0x01, 3 << 32),
+                rec(
+                    Kind::Mmap,
+                    3,
+                    shared_anon,
+                    64 * MB,
+                    rw | 0x01 | MAP_ANONYMOUS as u64,
+                    u32::MAX as u64 * (1 << 32),
+                ),
+            ],
+            modules: vec![],
+            maps: vec![],
+            execs: vec![],
+            hole_bytes: 0,
+        };
+        let vias: Vec<(u64, AllocVia)> = inputs_from_log(&log)
+            .events
+            .iter()
+            .filter_map(|e| match e.op {
+                AllocOp::Alloc { addr, via, .. } => Some((addr, via)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            vias,
+            vec![
+                (anon_fixed, AllocVia::Mmap),
+                (file, AllocVia::MmapFile),
+                (shared_anon, AllocVia::MmapFile)
+            ]
+        );
     }
 }

@@ -26,7 +26,7 @@
 //! per bucket of groups for the error bars. With every group sampled (a complete
 //! stream) the counts are the exact ones, as integers.
 
-use crate::categorize::{head_pages_1g, AllocStats, ObjectInfo, Site, StaticSegment};
+use crate::categorize::{head_pages_1g, AllocStats, AllocVia, ObjectInfo, Site, StaticSegment};
 use crate::category::{Category, PerCategory};
 use crate::page::{
     align_down, align_up, key, key_4k, size_name, Backing, PageSize, BACKINGS, MTHP_SHIFTS,
@@ -592,7 +592,9 @@ pub(crate) fn resolve(
         Category::HeapSmall => (res, 0, addr),
         // Only the JVM's mapping puts `other` on huge pages: the JVM advises
         // the heap it reserved 2 MB-aligned, so every 2 MB region of it is a
-        // THP folio (docs/runtimes.md, "Predicted").
+        // THP folio (docs/runtimes.md, "Predicted"). Files and shared memory
+        // it maps are not its heap: the switch leaves them as they were.
+        Category::Other if obj.via == Some(AllocVia::MmapFile) => small,
         Category::Other => (res, 0, addr),
         Category::Stack => small,
     }

@@ -23,14 +23,19 @@ pub struct Site {
 #[serde(rename_all = "kebab-case")]
 pub enum AllocVia {
     Malloc,
-    /// A mapping the runtime library cannot back (file, shared, fixed, PROT_NONE
-    /// reservation, ...): `other`.
+    /// An anonymous private mapping the runtime library cannot back (fixed,
+    /// PROT_NONE reservation, not read-write, ...): `other`. A runtime that
+    /// advises its own memory (the JVM's heap) makes such mappings.
     Mmap,
     /// An anonymous private read-write mapping of the program's own
     /// (`Record::is_backable_mapping`): heap-large from the threshold on, like a
     /// malloc'd block, and backed by the runtime library at mmap time with the
     /// same head + tail layout (docs/model.md §1).
     MmapAnon,
+    /// A file-backed or shared mapping: `other`, and never part of the JVM's
+    /// heap (`-XX:+UseTransparentHugePages` advises only the memory the JVM
+    /// mapped anonymously for itself; a memory-mapped index stays as it was).
+    MmapFile,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -343,7 +348,7 @@ impl Categorizer {
 
     fn category_of(&self, via: AllocVia, size: u64) -> Category {
         match via {
-            AllocVia::Mmap => Category::Other,
+            AllocVia::Mmap | AllocVia::MmapFile => Category::Other,
             AllocVia::Malloc | AllocVia::MmapAnon if size >= self.threshold => Category::HeapLarge,
             AllocVia::Malloc => Category::HeapSmall,
             // A small mapping of the program's own holds no malloc'd objects.
@@ -481,7 +486,7 @@ impl Categorizer {
                     .filter(|&id| {
                         matches!(
                             self.objects[id as usize].via,
-                            Some(AllocVia::Mmap | AllocVia::MmapAnon)
+                            Some(AllocVia::Mmap | AllocVia::MmapAnon | AllocVia::MmapFile)
                         )
                     })
                     .collect();

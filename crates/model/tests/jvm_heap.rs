@@ -70,3 +70,63 @@ fn a_jvms_heap_is_predicted_on_thp_and_only_for_a_jvm() {
         .filter(|p| !p.is_jvm_heap())
         .all(|p| p.saving_ns.abs() < 1e-6));
 }
+
+/// A JVM that maps a 64 MiB file (a memory-mapped index) next to a 64 MiB
+/// heap it committed itself, and reads both at random, half and half: only
+/// the heap is on THP in the `jvm` mapping, since the switch advises only the
+/// memory the JVM mapped anonymously for itself (`AllocVia::MmapFile`).
+#[test]
+fn a_jvms_file_mappings_are_not_its_heap() {
+    use hugetune_model::categorize::{AllocEvent, AllocOp, AllocVia};
+    let markers = 0x9000_0000u64;
+    let (heap, file) = (0x7e00_0000_0000u64, 0x7f00_0000_0000u64);
+    let map = |seq, addr, via| AllocEvent {
+        seq,
+        op: AllocOp::Alloc {
+            addr,
+            size: 64 << 20,
+            via,
+            site: None,
+        },
+    };
+    let spec = |file_via| StreamSpec {
+        space: Default::default(),
+        events: vec![map(1, heap, AllocVia::Mmap), map(2, file, file_via)],
+        threshold: 128 << 10,
+        markers: (markers, 1 << 20),
+    };
+    let mut r = Rng(11);
+    let mut refs = vec![markers + 1, markers + 2];
+    refs.extend((0..400_000).map(|i| {
+        let base = if i % 2 == 0 { heap } else { file };
+        base + r.below((64 << 20) / 64) * 64
+    }));
+    let g = zen_like();
+    let opts = AnalysisOptions {
+        threads: 1,
+        jvm: true,
+        ..Default::default()
+    };
+    let jvm = |file_via| {
+        let spec = spec(file_via);
+        let (present, _, _) = present_categories(&spec, refs.iter().copied());
+        assert_eq!(present, vec![Category::Other]);
+        let (r, _, _) = analyze_stream(&spec, &g, &present, &opts, refs.iter().copied());
+        let small = r.all_small().total();
+        let m = r.mappings.iter().find(|m| m.mapping.is_jvm_heap()).unwrap();
+        (small, m.total())
+    };
+    // The file as if it were heap: nearly every walk saved (the reference).
+    let (small, both) = jvm(AllocVia::Mmap);
+    assert!(both.walks < small.walks / 50, "{both:?} against {small:?}");
+    assert_eq!(both.faults, 64, "both ranges' 2 MB regions on THP");
+    // The file as it is: its half of the walks stays, on 4 KB pages.
+    let (small, heap_only) = jvm(AllocVia::MmapFile);
+    let kept = heap_only.walks as f64 / small.walks as f64;
+    assert!(
+        (0.35..0.65).contains(&kept),
+        "{kept}: {heap_only:?} against {small:?}"
+    );
+    // The heap's 32 regions fault on THP, the file's 16 384 pages on 4 KB.
+    assert_eq!(heap_only.faults, 32 + 16_384, "{heap_only:?}");
+}

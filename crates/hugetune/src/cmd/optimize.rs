@@ -855,6 +855,7 @@ pub fn execute(ctx: &Ctx, o: &Options) -> Result<Report> {
         &an.predictions,
         &availability,
         &policy.lost,
+        policy.min_gain * native_s * 1e9,
     );
     plan_options = plan_options
         .with_sites(&decision.sites)

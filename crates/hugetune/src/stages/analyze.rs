@@ -1157,6 +1157,7 @@ impl Stored {
             &self.predictions,
             avail,
             &self.lost,
+            min_gain * self.native_s * 1e9,
         );
         // The shared pool against per-allocation pages, from the profile's own
         // allocations: only for the input it saw (another input's blocks say

@@ -51,6 +51,12 @@ const PAGE_2M: u64 = 2 << 20;
 /// whose label with the switch (`heap-small:hugetlb+jvm:thp-2m`, `jvm:thp-2m`)
 /// lost is not planned again with the switch: the switch is the part this
 /// file adds, so it is the part left out (the rest was chosen on its own).
+///
+/// `min_saving_ns`: the smallest saving that justifies a mapping
+/// (`Policy::min_gain` of the native run, as `plan::choose_with` takes it).
+/// The heap's own prediction (`jvm:thp`) must reach it: the walks in `other`
+/// may be in files or shared memory the JVM maps, which the switch leaves
+/// on 4 KB pages and the prediction does not count.
 pub fn plan(
     d: &mut PlanDecision,
     program: &ProgramTraits,
@@ -58,6 +64,7 @@ pub fn plan(
     predictions: &[Prediction],
     avail: &Availability,
     lost: &[String],
+    min_saving_ns: f64,
 ) {
     if !program.jvm {
         return;
@@ -74,8 +81,17 @@ pub fn plan(
     } else {
         0.0
     };
+    let heap = predictions.iter().find(|p| p.is_jvm_heap());
     let why = if !sig.passes {
         Some("its significance test failed".to_string())
+    } else if let Some(p) = heap.filter(|p| p.saving_ns < min_saving_ns) {
+        Some(format!(
+            "its heap on THP is predicted to save {:.1} ms, below {:.1} ms: the walks in memory \
+             it maps itself are in files or shared memory it maps (the switch leaves those as \
+             they are)",
+            p.saving_ns.max(0.0) / 1e6,
+            min_saving_ns / 1e6
+        ))
     } else if share < MIN_HEAP_WALK_SHARE {
         Some(format!(
             "{:.0} % of the modelled page walks are in memory the JVM maps itself (< {:.0} %)",
@@ -109,7 +125,7 @@ pub fn plan(
         ));
         return;
     }
-    d.jvm_prediction = predictions.iter().find(|p| p.is_jvm_heap()).cloned();
+    d.jvm_prediction = heap.cloned();
     let predicted = match &d.jvm_prediction {
         Some(p) => format!(
             "; predicted to save {:.1} ms ({:.2}x) with the heap on THP",
@@ -633,7 +649,7 @@ mod tests {
             d.reasons
         );
         assert_eq!(d.prediction.as_ref().unwrap().pmb, 100.0, "over the rest");
-        plan(&mut d, &jvm, &hot, &preds, &a, &[]);
+        plan(&mut d, &jvm, &hot, &preds, &a, &[], 10e6);
         assert_eq!(d.jvm, Some(Backing::Thp2m), "{:?}", d.reasons);
         assert_eq!(d.label(), "heap-small:thp+jvm:thp-2m");
         assert_eq!(d.jvm_prediction.as_ref(), Some(&preds[0]));
@@ -647,14 +663,22 @@ mod tests {
         );
         let mut d =
             hugetune_model::plan::choose_with(&[], &hot, &a, &jvm, 1.0, &Default::default());
-        plan(&mut d, &jvm, &hot, &[], &a, &[]);
+        plan(&mut d, &jvm, &hot, &[], &a, &[], 10e6);
         assert_eq!(d.jvm, Some(Backing::Thp2m), "{:?}", d.reasons);
         assert_eq!(d.label(), "jvm:thp-2m");
         assert_eq!(d.jvm_prediction, None);
         // The switch lost a validation: not planned again, and said why.
         let mut d =
             hugetune_model::plan::choose_with(&[], &hot, &a, &jvm, 1.0, &Default::default());
-        plan(&mut d, &jvm, &hot, &preds, &a, &["jvm:thp-2m".to_string()]);
+        plan(
+            &mut d,
+            &jvm,
+            &hot,
+            &preds,
+            &a,
+            &["jvm:thp-2m".to_string()],
+            10e6,
+        );
         assert_eq!(d.jvm_prediction, None, "no switch, no prediction of it");
         assert_eq!(d.jvm, None);
         assert!(
@@ -675,9 +699,23 @@ mod tests {
         ] {
             let mut d =
                 hugetune_model::plan::choose_with(&[], &s, &a, &p, 1.0, &Default::default());
-            plan(&mut d, &p, &s, &preds, &a, &[]);
+            plan(&mut d, &p, &s, &preds, &a, &[], 10e6);
             assert_eq!(d.jvm, None, "{:?}", d.reasons);
         }
+        // Walks in `other`, but in files the JVM maps: the heap's own
+        // prediction is below the planner's threshold, so no switch.
+        let mut d =
+            hugetune_model::plan::choose_with(&[], &hot, &a, &jvm, 1.0, &Default::default());
+        plan(&mut d, &jvm, &hot, &preds, &a, &[], 500e6);
+        assert_eq!(d.jvm, None, "{:?}", d.reasons);
+        assert_eq!(d.jvm_prediction, None);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("predicted to save 400.0 ms, below 500.0 ms")),
+            "{:?}",
+            d.reasons
+        );
     }
 
     #[test]
