@@ -232,11 +232,35 @@ pub struct Categorizer {
     tracked_sites: Vec<(Site, u64, u64)>,
     stats: PerCategory<AllocStats>,
     first_static: u32,
-    cache: (u64, u64, u32),
+    /// Ranges `[lo, hi)` and what `classify` answered for an address in each,
+    /// the latest first: an object's or a segment's range, or a gap holding
+    /// neither (and no range boundary of `space`). An entry goes when its
+    /// object dies or an object is born in it. Several, because a program's
+    /// references alternate between its stack, its heap and its static data
+    /// (a JVM's interpreter at every bytecode): one entry would be replaced
+    /// at nearly every reference.
+    cache: [(u64, u64, u32); CACHED],
 }
+
+/// Ranges `Categorizer::classify` keeps.
+const CACHED: usize = 4;
+const NO_RANGE: (u64, u64, u32) = (0, 0, OBJ_OTHER);
 
 fn in_ranges(ranges: &[(u64, u64)], addr: u64) -> bool {
     ranges.iter().any(|&(lo, hi)| addr >= lo && addr < hi)
+}
+
+/// Narrows the gap `[lo, hi)` around `addr` so that `[a, b)` either holds
+/// all of it or none of it.
+fn clip(lo: &mut u64, hi: &mut u64, addr: u64, a: u64, b: u64) {
+    if b <= addr {
+        *lo = (*lo).max(b);
+    } else if a > addr {
+        *hi = (*hi).min(a);
+    } else {
+        *lo = (*lo).max(a);
+        *hi = (*hi).min(b);
+    }
 }
 
 impl Categorizer {
@@ -283,7 +307,7 @@ impl Categorizer {
             tracked_sites: Vec::new(),
             stats: Default::default(),
             first_static,
-            cache: (0, 0, OBJ_OTHER),
+            cache: [NO_RANGE; CACHED],
         }
     }
 
@@ -402,6 +426,13 @@ impl Categorizer {
         st.live_bytes += size;
         st.peak_live_bytes = st.peak_live_bytes.max(st.live_bytes);
         self.live.insert(addr, id);
+        // A gap kept by `classify` may hold the new object now.
+        let end = addr.saturating_add(size);
+        for e in &mut self.cache {
+            if addr < e.1 && end > e.0 {
+                *e = NO_RANGE;
+            }
+        }
     }
 
     fn death(&mut self, seq: u64, id: u32) {
@@ -420,8 +451,10 @@ impl Categorizer {
         }
         let st = &mut self.stats[category.index()];
         st.live_bytes = st.live_bytes.saturating_sub(len);
-        if self.cache.2 == id {
-            self.cache = (0, 0, OBJ_OTHER);
+        for e in &mut self.cache {
+            if e.2 == id {
+                *e = NO_RANGE;
+            }
         }
     }
 
@@ -539,34 +572,64 @@ impl Categorizer {
     /// The object a reference to `addr` touches now, or `None` for memory of the
     /// measuring tools themselves (not part of the program's behaviour).
     pub fn classify(&mut self, addr: u64) -> Option<u32> {
-        let (lo, hi, id) = self.cache;
-        if addr >= lo && addr < hi {
-            return Some(id);
+        if let Some(e) = self.cache.iter().find(|e| addr >= e.0 && addr < e.1) {
+            return Some(e.2);
         }
         if in_ranges(&self.space.excluded_ranges, addr) {
             return None;
         }
+        // The gap around `addr` that holds no object, segment or range
+        // boundary: every address in it is classified as `addr` is.
+        let (mut lo, mut hi) = (0u64, u64::MAX);
         if let Some((&start, &id)) = self.live.range(..=addr).next_back() {
             let len = self.objects[id as usize].len;
             if addr < start + len {
-                self.cache = (start, start + len, id);
+                self.keep(start, start + len, id);
                 return Some(id);
             }
+            lo = start + len;
+        }
+        if let Some((&next, _)) = self.live.range(addr..).next() {
+            hi = next;
         }
         for (i, seg) in self.space.static_segments.iter().enumerate() {
             if addr >= seg.start && addr < seg.end {
+                // Objects come first where one lies in a segment (a mapping
+                // over its .bss): only the part around `addr` is kept.
                 let id = self.first_static + i as u32;
-                self.cache = (seg.start, seg.end, id);
+                self.keep(lo.max(seg.start), hi.min(seg.end), id);
                 return Some(id);
             }
+            clip(&mut lo, &mut hi, addr, seg.start, seg.end);
         }
-        if in_ranges(&self.space.heap_ranges, addr) {
-            return Some(OBJ_HEAP_META);
+        let space = &self.space;
+        for &(a, b) in [
+            &space.excluded_ranges,
+            &space.heap_ranges,
+            &space.stack_ranges,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            clip(&mut lo, &mut hi, addr, a, b);
         }
-        if in_ranges(&self.space.stack_ranges, addr) {
-            return Some(OBJ_STACK);
-        }
-        Some(OBJ_OTHER)
+        let id = if in_ranges(&space.heap_ranges, addr) {
+            OBJ_HEAP_META
+        } else if in_ranges(&space.stack_ranges, addr) {
+            OBJ_STACK
+        } else {
+            OBJ_OTHER
+        };
+        // Kept for the next references (a program's stack takes most of a
+        // JVM's; without this each walked every segment of every module).
+        self.keep(lo, hi, id);
+        Some(id)
+    }
+
+    /// Keeps `[lo, hi)` → `id` as the latest range, dropping the oldest.
+    fn keep(&mut self, lo: u64, hi: u64, id: u32) {
+        self.cache.copy_within(0..CACHED - 1, 1);
+        self.cache[0] = (lo, hi, id);
     }
 }
 
@@ -587,6 +650,51 @@ mod tests {
             heap_ranges: vec![(0x100000, 0x200000)],
             stack_ranges: vec![(0x7000_0000, 0x7010_0000)],
             excluded_ranges: vec![(0x9000_0000, 0x9010_0000)],
+        }
+    }
+
+    /// `classify` with its kept range answers as it does without one, over
+    /// random births, deaths and references around objects, segments and
+    /// the heap, stack and excluded ranges.
+    #[test]
+    fn the_kept_range_never_changes_an_answer() {
+        let mut r = crate::stats::Rng(5);
+        let mut c = Categorizer::new(space(), 1 << 17);
+        let mut live: Vec<u64> = Vec::new();
+        for seq in 1..20_000u64 {
+            match r.below(8) {
+                0 => {
+                    let addr = 0x8000 + r.below(0x400) * 0x1000;
+                    let size = (1 + r.below(64)) * 0x800;
+                    c.apply(&alloc(seq, addr, size));
+                    live.push(addr);
+                }
+                1 if !live.is_empty() => {
+                    let addr = live.swap_remove(r.below(live.len() as u64) as usize);
+                    c.apply(&AllocEvent {
+                        seq,
+                        op: AllocOp::Free { addr },
+                    });
+                }
+                _ => {
+                    // Near the last answer's range most of the time, as a
+                    // program's references are.
+                    let addr = if r.below(4) == 0 {
+                        [0x7000_0000u64, 0x9000_0000, 0x10000, 0x100000][r.below(4) as usize]
+                            + r.below(0x200000)
+                            - 0x100000
+                    } else {
+                        0x8000 + r.below(0x410000)
+                    };
+                    let kept = c.classify(addr);
+                    let after = c.cache;
+                    c.cache = [NO_RANGE; CACHED];
+                    let fresh = c.classify(addr);
+                    assert_eq!(kept, fresh, "{addr:#x} at {seq}");
+                    // Leave the ranges as the cached query left them.
+                    c.cache = after;
+                }
+            }
         }
     }
 
