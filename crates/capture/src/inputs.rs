@@ -386,6 +386,22 @@ mod tests {
         }
     }
 
+    /// A log header of pid 1; `syscalls`: the qemu plugin's system-call log.
+    fn header(syscalls: bool) -> Header {
+        Header {
+            version: 2,
+            pid: 1,
+            ppid: 0,
+            start_ns: 0,
+            marker_base: 1 << 63,
+            marker_span: 1 << 20,
+            threshold: 131072,
+            exec_gen: 0,
+            tsc_clock: false,
+            syscalls,
+        }
+    }
+
     /// A system-call log (formats.md §2.10): the brk heap is heap-small, a
     /// MAP_FIXED read-write mapping over a reservation and a reservation that
     /// mprotect opens are heap-large, the reservation itself is other.
@@ -397,18 +413,7 @@ mod tests {
         let fixed = 0x10;
         let (r1, r2) = (0xc0_0000_0000u64, 0xd0_0000_0000u64);
         let log = AllocLog {
-            header: Header {
-                version: 2,
-                pid: 1,
-                ppid: 0,
-                start_ns: 0,
-                marker_base: 1 << 63,
-                marker_span: 1 << 20,
-                threshold: 131072,
-                exec_gen: 0,
-                tsc_clock: false,
-                syscalls: true,
-            },
+            header: header(true),
             records: vec![
                 rec(Kind::Brk, 1, 0x4a_0000, 0, 0, 0),
                 rec(Kind::Brk, 2, 0x4c_0000, 0, 0x4c_0000, 0),
@@ -477,20 +482,8 @@ mod tests {
         const MB: u64 = 1 << 20;
         let rw = (PROT_READ_WRITE as u64) << 32;
         let (anon_fixed, file, shared_anon) = (0xa0_0000_0000u64, 0xb0_0000_0000, 0xc0_0000_0000);
-        let header = Header {
-            version: 2,
-            pid: 1,
-            ppid: 0,
-            start_ns: 0,
-            marker_base: 1 << 63,
-            marker_span: 1 << 20,
-            threshold: 131072,
-            exec_gen: 0,
-            tsc_clock: false,
-            syscalls: false,
-        };
         let log = AllocLog {
-            header,
+            header: header(false),
             records: vec![
                 rec(
                     Kind::Mmap,

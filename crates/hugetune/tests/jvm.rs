@@ -34,10 +34,16 @@ fn java_walk(dir: &Path) -> Option<PathBuf> {
         eprintln!("SKIPPED: THP is `never` here: -XX:+UseTransparentHugePages has nothing to use");
         return None;
     }
+    javac(dir, WALK);
+    Some(java)
+}
+
+/// Compiles `source` into `dir`.
+fn javac(dir: &Path, source: &str) {
     let out = Command::new("javac")
         .arg("-d")
         .arg(dir)
-        .arg(WALK)
+        .arg(source)
         .output()
         .expect("run javac");
     assert!(
@@ -45,7 +51,18 @@ fn java_walk(dir: &Path) -> Option<PathBuf> {
         "javac: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(java)
+}
+
+/// A scratch directory with Walk compiled into it, for a test that profiles
+/// java under qemu (None, with a message: skipped).
+fn java_under_qemu() -> Option<tempfile::TempDir> {
+    if hugetune_capture::qemu::find_qemu().is_none() {
+        eprintln!("SKIPPED: qemu-x86_64 is not installed (scripts/setup.sh installs it)");
+        return None;
+    }
+    let d = tempfile::tempdir().unwrap();
+    java_walk(d.path())?;
+    Some(d)
 }
 
 /// `java ARGS` with `env`: exit code, stdout, stderr.
@@ -157,14 +174,9 @@ fn the_library_leaves_the_jvm_alone_and_reports_its_huge_pages() {
 /// the user's JAVA_TOOL_OPTIONS, and leaves a user's own switch alone.
 #[test]
 fn optimize_plans_the_jvm_heap_and_run_reports_it() {
-    if hugetune_capture::qemu::find_qemu().is_none() {
-        eprintln!("SKIPPED: qemu-x86_64 is not installed (scripts/setup.sh installs it)");
+    let Some(d) = java_under_qemu() else {
         return;
-    }
-    let d = tempfile::tempdir().unwrap();
-    if java_walk(d.path()).is_none() {
-        return;
-    }
+    };
     // The pool stays as it is for the whole test (another test's pool would
     // make the plan hugetlb at one run and not the next).
     let lock = hugetune_host::kernel_state::lock_kernel_state().unwrap();
@@ -346,25 +358,10 @@ fn heap_mib(line: &str) -> f64 {
 /// 1.08x for a program that runs 0.99x with it: docs/runtimes.md, "Limits").
 #[test]
 fn a_jvm_walking_a_mapped_file_gets_no_heap_switch() {
-    if hugetune_capture::qemu::find_qemu().is_none() {
-        eprintln!("SKIPPED: qemu-x86_64 is not installed (scripts/setup.sh installs it)");
+    let Some(d) = java_under_qemu() else {
         return;
-    }
-    let d = tempfile::tempdir().unwrap();
-    if java_walk(d.path()).is_none() {
-        return;
-    }
-    let out = Command::new("javac")
-        .arg("-d")
-        .arg(d.path())
-        .arg(MAP_WALK)
-        .output()
-        .expect("run javac");
-    assert!(
-        out.status.success(),
-        "javac: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    };
+    javac(d.path(), MAP_WALK);
     let db = d.path().join("h.db");
     let bundle = d.path().join("m.htb");
     let index = d.path().join("index");
