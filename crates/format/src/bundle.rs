@@ -150,6 +150,21 @@ pub fn decode(b: &[u8]) -> Result<Vec<Section>, BundleError> {
     Ok(out)
 }
 
+/// What the program holds while a bundle's temporary file exists (`on_temp_file`).
+pub type TempGuard = Box<dyn std::any::Any>;
+
+static TEMP_GUARD: std::sync::OnceLock<fn(&Path) -> TempGuard> = std::sync::OnceLock::new();
+
+/// Lets the program know of every temporary file `write` makes: `f` is called
+/// with its path once it exists, and what it returns is dropped once the file
+/// was renamed into place or removed. hugetune removes the file if it is
+/// interrupted in between (an interrupt exits without dropping anything, and
+/// a bundle of tens of MB would stay, hidden, beside the one asked for). Set
+/// once; later calls are ignored.
+pub fn on_temp_file(f: fn(&Path) -> TempGuard) {
+    let _ = TEMP_GUARD.set(f);
+}
+
 /// Writes a temporary file beside `path` and renames it over `path`.
 pub fn write(path: &Path, sections: &[Section]) -> Result<(), BundleError> {
     let bytes = encode(sections)?;
@@ -165,12 +180,16 @@ pub fn write(path: &Path, sections: &[Section]) -> Result<(), BundleError> {
         .prefix(".bundle.")
         .tempfile_in(dir)
         .map_err(io("creating a temporary file in", dir))?;
+    let guard = TEMP_GUARD.get().map(|g| g(f.path()));
     f.write_all(&bytes)
         .and_then(|_| f.as_file().sync_all())
         .map_err(io("writing", f.path()))?;
-    f.persist(path)
+    let done = f
+        .persist(path)
         .map(|_| ())
-        .map_err(|e| io("renaming a temporary file to", path)(e.error))
+        .map_err(|e| io("renaming a temporary file to", path)(e.error));
+    drop(guard);
+    done
 }
 
 pub fn read(path: &Path) -> Result<Vec<Section>, BundleError> {
@@ -212,6 +231,52 @@ mod tests {
         assert_eq!(read(&p).unwrap(), sample());
         assert_eq!(section(&read(&p).unwrap(), "meta").unwrap(), br#"{"a":1}"#);
         assert!(section(&sample(), "nope").is_err());
+    }
+
+    /// The temporary file is announced once it exists, and its guard is
+    /// dropped once it was renamed into place (then nothing is left to clean
+    /// up). Other tests' writes are announced too: only this directory's count.
+    #[test]
+    fn the_temporary_file_is_announced_and_released_after_the_rename() {
+        use std::sync::Mutex;
+        /// (temporary path, existed when announced, existed when released).
+        static SEEN: Mutex<Vec<(PathBuf, bool, Option<bool>)>> = Mutex::new(Vec::new());
+        struct Guard(PathBuf);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                let mut s = SEEN.lock().unwrap();
+                if let Some(e) = s.iter_mut().find(|e| e.0 == self.0) {
+                    e.2 = Some(self.0.exists());
+                }
+            }
+        }
+        fn hook(p: &Path) -> TempGuard {
+            SEEN.lock()
+                .unwrap()
+                .push((p.to_path_buf(), p.exists(), None));
+            Box::new(Guard(p.to_path_buf()))
+        }
+        on_temp_file(hook);
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.htb");
+        write(&p, &sample()).unwrap();
+        let seen: Vec<_> = SEEN
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.0.parent() == Some(d.path()))
+            .cloned()
+            .collect();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let (tmp, announced, released) = &seen[0];
+        assert!(tmp
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(".bundle."));
+        assert!(*announced, "announced once it exists");
+        assert_eq!(*released, Some(false), "released after the rename");
+        assert_eq!(read(&p).unwrap(), sample());
     }
 
     #[test]

@@ -166,6 +166,14 @@ fn main() {
         std::process::exit(2);
     }
     hugetune_host::kernel_state::install_signal_guard();
+    // A bundle being written when hugetune is interrupted: its temporary file
+    // (beside the bundle asked for, hidden) goes too.
+    hugetune_format::bundle::on_temp_file(|p| {
+        let p = p.to_path_buf();
+        Box::new(hugetune_host::kernel_state::on_interrupt(move || {
+            let _ = std::fs::remove_file(&p);
+        }))
+    });
     let db_path = cli
         .db
         .or_else(|| {
