@@ -535,9 +535,10 @@ fn an_interrupt_restores_the_pool_and_stops_the_program() {
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     assert!(seen.contains("grew the 2 MB hugetlb pool"), "{seen}");
-    // The applied runs' scratch directory exists now. The main thread often
-    // drops it itself while the interrupt restores the pool (the stopped run
-    // fails first); when the exit comes first, only its restorer removes it.
+    // The applied runs' scratch directory exists now. The main thread can
+    // drop it itself while the interrupt restores the pool (the stopped run
+    // fails first: without the fix this test passed once so); when the exit
+    // comes first, only its restorer removes it.
     let held: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
     assert!(
         !held.is_empty(),

@@ -354,8 +354,9 @@ fn heap_mib(line: &str) -> f64 {
 /// `FileChannel.map` of 32 MiB read at random): the misses are in `other`,
 /// but not in the heap, and the switch leaves file pages as they are. The
 /// profile predicts nothing for the heap on THP, and the plan says why it
-/// does not add the switch (before, it planned `jvm thp-2m` and predicted
-/// 1.08x for a program that runs 0.99x with it: docs/runtimes.md, "Limits").
+/// does not add the switch (before, its 64 MiB form was planned `jvm thp-2m`
+/// at 1.08x predicted; the switch measured 0.99x on a 512 MiB file:
+/// docs/runtimes.md, "Recognition and plan").
 #[test]
 fn a_jvm_walking_a_mapped_file_gets_no_heap_switch() {
     let Some(d) = java_under_qemu() else {

@@ -241,8 +241,6 @@ pub struct PageSizeMrcs {
     /// stay on their predecessor's page (a JVM's stack: 83 % of its
     /// references), and this feed runs on the analysis's serial thread.
     last_page: u64,
-    /// Off only in tests, which compare the two ways.
-    repeats_fast: bool,
 }
 
 /// The estimating side of [`PageSizeMrcs`].
@@ -266,6 +264,15 @@ struct SampledCurves {
     last_page_in: bool,
 }
 
+impl SampledCurves {
+    /// The weights of a reference in the page sample and in the region
+    /// sample: 1 / R, and 1 / (R × the realized ratio).
+    fn weights(&self) -> (f64, f64) {
+        let r = self.sampling.rate();
+        (1.0 / r, 1.0 / (self.realized * r))
+    }
+}
+
 impl Default for PageSizeMrcs {
     fn default() -> Self {
         Self::new()
@@ -279,7 +286,6 @@ impl PageSizeMrcs {
             hist: Default::default(),
             sampled: None,
             last_page: u64::MAX,
-            repeats_fast: true,
         }
     }
 
@@ -305,14 +311,12 @@ impl PageSizeMrcs {
     /// One reference of the stream.
     pub fn feed(&mut self, addr: u64) {
         const SHIFTS: [u32; 3] = [12, 21, 30];
-        let page = addr >> 12;
+        let page = addr >> crate::sampled::PAGE_SHIFT;
         if page == self.last_page {
             self.feed_repeat();
             return;
         }
-        if self.repeats_fast {
-            self.last_page = page;
-        }
+        self.last_page = page;
         let Some(s) = self.sampled.as_deref_mut() else {
             for (i, shift) in SHIFTS.into_iter().enumerate() {
                 let d = self.engines[i].access(addr >> shift);
@@ -322,9 +326,7 @@ impl PageSizeMrcs {
         };
         use crate::sampled::Layer;
         let group = addr >> crate::sampled::REGION_SHIFT;
-        let page = addr >> crate::sampled::PAGE_SHIFT;
-        let inv_page = 1.0 / s.sampling.rate();
-        let inv_region = 1.0 / (s.realized * s.sampling.rate());
+        let (inv_page, inv_region) = s.weights();
         let in_page = s.sampling.page_sampled(page);
         s.last_page_in = in_page;
         let in_region = if group == s.last_group {
@@ -365,8 +367,7 @@ impl PageSizeMrcs {
             }
             return;
         };
-        let inv_page = 1.0 / s.sampling.rate();
-        let inv_region = 1.0 / (s.realized * s.sampling.rate());
+        let (inv_page, inv_region) = s.weights();
         if s.last_page_in {
             s.curves[0].add(0.0, inv_page);
         }
@@ -374,13 +375,6 @@ impl PageSizeMrcs {
             s.curves[1].add(0.0, inv_region);
             s.curves[2].add(0.0, inv_region);
         }
-    }
-
-    /// Every repeat through the engines, as before the fast path (tests).
-    #[cfg(test)]
-    fn without_fast_repeats(mut self) -> Self {
-        self.repeats_fast = false;
-        self
     }
 
     /// Fixed-size sampling lowered the threshold to `t`.
@@ -852,14 +846,18 @@ mod tests {
         ];
         for (k, make) in makers.into_iter().enumerate() {
             let mut fast = make();
-            let mut slow = make().without_fast_repeats();
-            for m in [&mut fast, &mut slow] {
+            let mut slow = make();
+            for (m, every) in [(&mut fast, false), (&mut slow, true)] {
                 m.set_realized(0.9);
                 for (i, &a) in refs.iter().enumerate() {
                     if k == 2 && i == refs.len() / 2 {
                         m.set_threshold(Sampling::with_rate(9, 0.05).threshold);
                     }
                     m.feed(a);
+                    // Forgetting the page sends every repeat through the engines.
+                    if every {
+                        m.last_page = u64::MAX;
+                    }
                 }
                 m.set_input_refs(refs.len() as u64);
             }
